@@ -1,0 +1,5 @@
+import sys
+
+from lagless.cli.main import main
+
+sys.exit(main())

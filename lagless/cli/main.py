@@ -1,0 +1,49 @@
+"""`lagless` command line: one module per command, each with `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from lagless.exceptions import BadInput, LaglessError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus an error; bad input gets one line instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"lagless: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lagless.cli import commands
+
+    parser = OneLineParser(prog="lagless", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for module in commands():
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BadInput as exc:
+        print(f"lagless: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LaglessError as exc:
+        print(f"lagless: failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The import job: a Structured Streaming query from Kafka into a sink."""

@@ -1,0 +1,232 @@
+"""The import job: a Structured Streaming query from the lagless Kafka source into a sink.
+
+Offsets are decided by the source on the driver and journaled by Spark in the checkpoint
+before a batch runs; the batch is written to the sink (idempotently); Spark then records
+the batch as committed. A crash anywhere replays the batch into the same rows.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from lagless.exceptions import BadInput, TerminalError
+from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
+from lagless.importer.rows import shape
+from lagless.kafka_config import KafkaConfig
+from lagless.progress import Collector, Summary
+from lagless.sinks import Sink, Target, check_identifier, sink_from_url
+from lagless.sinks.base import COLUMNS, ValueFormat, WriteMode, check_writable_path
+from lagless.source import SOURCE_NAME
+from lagless.source.offsets import Offsets, OffsetReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+RunMode = Literal["bulk", "continuous"]
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    kafka: KafkaConfig
+    topics: tuple[str, ...]
+    sink_url: str
+    checkpoint: str
+    table: str | None = None
+    write: WriteMode = "append"
+    mode: RunMode = "bulk"
+    value_format: ValueFormat = "raw"
+    max_records_per_batch: int | None = None
+    max_bytes_per_batch: int | None = None
+    slots: int | None = None
+    trigger_seconds: float = 1.0
+    fail_on_data_loss: bool = True
+    master: str | None = None
+    extra_source_options: dict[str, str] = field(default_factory=dict)
+
+    def target(self) -> Target:
+        if self.table is None and len(self.topics) != 1:
+            raise BadInput("importing several topics needs --table")
+        return Target(check_identifier(self.table or self.topics[0]), self.write, self.value_format)
+
+    def source_options(self, slots: int) -> dict[str, str]:
+        options = {f"kafka.{k}": v for k, v in self.kafka.extra.items()}
+        options.update(
+            {
+                "kafka.bootstrap.servers": self.kafka.bootstrap,
+                "subscribe": ",".join(self.topics),
+                "startingOffsets": "earliest",
+                "failOnDataLoss": str(self.fail_on_data_loss).lower(),
+                "slots": str(slots),
+            }
+        )
+        if self.max_records_per_batch:
+            options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
+        if self.max_bytes_per_batch:
+            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch)
+        options.update(self.extra_source_options)
+        return options
+
+
+@dataclass
+class Checked:
+    """What validation found, so the run does not ask the broker twice."""
+
+    sink: Sink
+    target: Target
+    broker: OffsetReader
+    partitions: list[tuple[str, int]]
+
+
+def check(spec: ImportSpec) -> Checked:
+    """Every bad-input check, before anything is written to the sink or the checkpoint."""
+    target = spec.target()
+    sink = sink_from_url(spec.sink_url)
+    sink.check(target)
+    check_writable_path(spec.checkpoint, "checkpoint directory")
+    broker = OffsetReader(spec.kafka)
+    partitions = broker.partitions(spec.topics)
+    return Checked(sink, target, broker, partitions)
+
+
+class BatchWriter:
+    """foreachBatch: write one micro-batch, then report it."""
+
+    def __init__(self, spec: ImportSpec, checked: Checked, collector: Collector, target_end: Offsets | None) -> None:
+        self.spec = spec
+        self.checked = checked
+        self.collector = collector
+        self.target_end = target_end
+        self.summary = Summary()
+        self.batch_ends: list[Offsets] = []
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        shaped = shape(records, self.checked.target)
+        if self.checked.sink.on_driver:
+            written, stats = self._write_on_driver(shaped, batch_id)
+        else:
+            written, stats = self._write_on_executors(shaped, batch_id)
+        by_partition: dict[tuple[str, int], int] = {}
+        rejected: dict[str, int] = {}
+        total_bytes = 0
+        for topic, partition, reason, count, size in stats:
+            by_partition[(topic, partition)] = by_partition.get((topic, partition), 0) + count
+            total_bytes += size
+            if reason is not None:
+                rejected[reason] = rejected.get(reason, 0) + count
+        self.summary.add_batch(by_partition, total_bytes, written, rejected)
+        end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        self.batch_ends.append(end)
+        self.collector.batch(self.summary, self.remaining_lag(end))
+
+    def remaining_lag(self, end: Offsets) -> int:
+        latest = self.target_end if self.target_end is not None else self.checked.broker.latest(self.checked.partitions)
+        return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+    def _write_on_driver(self, shaped: DataFrame, batch_id: int) -> tuple[int, list[tuple[Any, ...]]]:
+        import pyarrow.compute as pc
+
+        table = shaped.toArrow()
+        grouped = table.group_by(["topic", "partition", "rejected"]).aggregate(
+            [("offset", "count"), ("bytes", "sum")]
+        )
+        stats = list(
+            zip(
+                *(grouped.column(c).to_pylist() for c in ("topic", "partition", "rejected", "offset_count", "bytes_sum")),
+                strict=True,
+            )
+        )
+        accepted = table.filter(pc.is_null(table.column("rejected"))).select(list(COLUMNS))
+        written = self.checked.sink.write_arrow(accepted, self.checked.target)  # type: ignore[attr-defined]
+        return written, stats
+
+    def _write_on_executors(self, shaped: DataFrame, batch_id: int) -> tuple[int, list[tuple[Any, ...]]]:
+        from pyspark.sql import functions as F
+
+        shaped = shaped.persist()
+        try:
+            stats = [
+                tuple(row)
+                for row in shaped.groupBy("topic", "partition", "rejected")
+                .agg(F.count("*"), F.sum("bytes"))
+                .collect()
+            ]
+            written = self.checked.sink.write(
+                shaped.where(F.col("rejected").isNull()).select(*COLUMNS), self.checked.target, batch_id
+            )
+        finally:
+            shaped.unpersist()
+        return written, stats
+
+
+@contextmanager
+def _stop_requests(enabled: bool) -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM ask a continuous import to stop after the batch in flight."""
+    requested = threading.Event()
+    if not enabled:
+        yield requested
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: requested.set())
+    try:
+        yield requested
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
+    collector = collector or Collector()
+    checked = check(spec)
+    from lagless.importer.spark import spark_session
+
+    spark = spark or spark_session(spec.master)
+    slots = spec.slots or max(2, spark.sparkContext.defaultParallelism * 2)
+    checked.sink.prepare(checked.target)
+
+    low, high = checked.broker.watermarks(checked.partitions)
+    done = last_end_offsets(spec.checkpoint)
+    target_end = dict(high) if spec.mode == "bulk" else None
+    writer = BatchWriter(spec, checked, collector, target_end)
+    started = time.monotonic()
+    collector.start(sum(max(0, h - max(done.get(tp, low[tp]), low[tp])) for tp, h in high.items()))
+
+    stream = spark.readStream.format(SOURCE_NAME).options(**spec.source_options(slots)).load()
+    writer_stream = stream.writeStream.foreachBatch(writer).option("checkpointLocation", spec.checkpoint)
+    if spec.mode == "bulk":
+        writer_stream = writer_stream.trigger(availableNow=True)
+    else:
+        writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
+    with _stop_requests(spec.mode == "continuous") as stop:
+        query = writer_stream.start()
+        try:
+            _await(query, stop)
+        finally:
+            if query.isActive:
+                query.stop()
+    writer.summary.seconds = time.monotonic() - started
+    failure = query.exception()
+    if failure is not None:
+        raise TerminalError(f"import stopped: {_first_line(str(failure))}")
+    collector.finish(writer.summary)
+    return writer.summary
+
+
+def _await(query: Any, stop: threading.Event) -> None:
+    while query.isActive:
+        if stop.is_set() and not query.status.get("isTriggerActive", False):
+            return
+        query.awaitTermination(0.2)
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return text

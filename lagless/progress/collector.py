@@ -1,0 +1,118 @@
+"""Collectors receive what each committed batch did; the import job never prints itself."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+@dataclass
+class Summary:
+    records: int = 0
+    bytes: int = 0
+    written: int = 0
+    rejected: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
+    rejected_by_reason: Counter[str] = field(default_factory=Counter)
+
+    def add_batch(
+        self,
+        records_by_partition: dict[tuple[str, int], int],
+        bytes_read: int,
+        written: int,
+        rejected_by_reason: dict[str, int],
+    ) -> None:
+        self.batches += 1
+        self.by_partition.update(records_by_partition)
+        self.records += sum(records_by_partition.values())
+        self.bytes += bytes_read
+        self.written += written
+        self.rejected += sum(rejected_by_reason.values())
+        self.rejected_by_reason.update(rejected_by_reason)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "records": self.records,
+            "bytes": self.bytes,
+            "written": self.written,
+            "rejected": self.rejected,
+            "rejected_by_reason": dict(self.rejected_by_reason),
+            "batches": self.batches,
+            "seconds": round(self.seconds, 3),
+            "records_per_partition": {f"{t}[{p}]": n for (t, p), n in sorted(self.by_partition.items())},
+        }
+
+
+class Collector:
+    """Receives the import's progress. The base class ignores everything."""
+
+    def start(self, lag: int) -> None:
+        """The import begins with `lag` records to read (as far as is known)."""
+
+    def batch(self, summary: Summary, lag: int) -> None:
+        """A batch was committed; `summary` holds the running totals, `lag` what remains."""
+
+    def finish(self, summary: Summary) -> None:
+        """The import ended."""
+
+
+NullCollector = Collector
+
+
+class RichCollector(Collector):
+    """A live bar with records/s, MB/s and remaining lag, and a summary table at the end."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]import"),
+            BarColumn(),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} records"),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("lag {task.fields[lag]:,}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task: TaskID | None = None
+        self._started = time.monotonic()
+
+    def start(self, lag: int) -> None:
+        self._started = time.monotonic()
+        self._progress.start()
+        self._task = self._progress.add_task("import", total=max(lag, 1), rate="", lag=lag)
+
+    def batch(self, summary: Summary, lag: int) -> None:
+        if self._task is None:
+            return
+        seconds = max(time.monotonic() - self._started, 1e-9)
+        rate = f"{summary.records / seconds:,.0f} rec/s {summary.bytes / seconds / 1e6:,.1f} MB/s"
+        self._progress.update(
+            self._task, completed=summary.records, total=max(summary.records + lag, 1), rate=rate, lag=lag
+        )
+
+    def finish(self, summary: Summary) -> None:
+        self._progress.stop()
+        table = Table(title="import summary", show_header=False)
+        seconds = max(summary.seconds, 1e-9)
+        table.add_row("records read", f"{summary.records:,}")
+        table.add_row("rows written", f"{summary.written:,}")
+        table.add_row("records rejected", f"{summary.rejected:,}")
+        for reason, count in sorted(summary.rejected_by_reason.items()):
+            table.add_row(f"  {reason}", f"{count:,}")
+        table.add_row("bytes", f"{summary.bytes:,}")
+        table.add_row("seconds", f"{summary.seconds:.1f}")
+        table.add_row("records/s", f"{summary.records / seconds:,.0f}")
+        table.add_row("MB/s", f"{summary.bytes / seconds / 1e6:,.2f}")
+        self.console.print(table)
+        per_partition = Table("topic", "partition", "records", title="records per partition")
+        for (topic, partition), count in sorted(summary.by_partition.items()):
+            per_partition.add_row(topic, str(partition), f"{count:,}")
+        self.console.print(per_partition)

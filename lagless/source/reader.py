@@ -1,0 +1,120 @@
+"""The executor side: read exactly one offset range with assign + seek, as Arrow batches.
+
+No consumer group is joined and nothing is committed, so a slow or finished range never
+blocks another task and never triggers a rebalance (seeds 000, 002, 003).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from lagless.exceptions import DataLossError, TerminalError, TransientError
+from lagless.kafka_config import KafkaConfig
+from lagless.planner.ranges import OffsetRange
+from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
+
+CONSUME_BATCH = 10_000
+
+
+def read_range(
+    config: KafkaConfig,
+    piece: OffsetRange,
+    *,
+    fail_on_data_loss: bool = True,
+    poll_timeout_s: float = 60.0,
+) -> Iterator[pa.RecordBatch]:
+    if piece.start >= piece.end:
+        return
+    consumer = Consumer(config.reader())
+    try:
+        consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
+        yield from _drain(consumer, piece, fail_on_data_loss, poll_timeout_s)
+    finally:
+        consumer.close()
+
+
+def _drain(
+    consumer: Consumer, piece: OffsetRange, fail_on_data_loss: bool, poll_timeout_s: float
+) -> Iterator[pa.RecordBatch]:
+    position = piece.start
+    last_progress = time.monotonic()
+    while position < piece.end:
+        messages = consumer.consume(min(CONSUME_BATCH, piece.end - position), timeout=1.0)
+        records = [m for m in messages if m.error() is None and m.offset() < piece.end]
+        if records:
+            position = records[-1].offset() + 1
+            last_progress = time.monotonic()
+            yield _to_arrow(records, piece.topic, piece.partition)
+        for event in messages:
+            if event.error() is not None:
+                position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
+        if not records and time.monotonic() - last_progress > poll_timeout_s:
+            raise TransientError(
+                f"no record from {piece.topic}[{piece.partition}] at offset {position} "
+                f"for {poll_timeout_s:.0f} s (range ends at {piece.end})"
+            )
+
+
+def _after_event(
+    consumer: Consumer, event: Message, piece: OffsetRange, fail_on_data_loss: bool
+) -> int:
+    """The read position an end-of-log or offset error implies."""
+    err = event.error()
+    where = f"{piece.topic}[{piece.partition}]"
+    if err.code() == KafkaError._PARTITION_EOF:
+        end_of_log = event.offset()
+        if end_of_log >= piece.end:
+            # Offsets below the end of the log that carried no record (transaction markers,
+            # compaction) are absent, not lost.
+            return piece.end
+        return _lost(where, f"the log now ends at {end_of_log}", fail_on_data_loss, piece.end)
+    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+        tp = TopicPartition(piece.topic, piece.partition)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+        resume = min(max(low, piece.start), piece.end)
+        _lost(where, f"offsets before {low} were deleted", fail_on_data_loss, resume)
+        if resume < piece.end:
+            consumer.assign([TopicPartition(piece.topic, piece.partition, resume)])
+        return resume
+    if err.fatal():
+        raise TerminalError(f"reading {where}: {err.str()}")
+    return 0
+
+
+def _lost(where: str, what: str, fail_on_data_loss: bool, resume_at: int) -> int:
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"{where}: {what} before lagless read them; "
+            "rerun with failOnDataLoss=false to skip what is gone"
+        )
+    return resume_at
+
+
+def _to_arrow(records: list[Message], topic: str, partition: int) -> pa.RecordBatch:
+    count = len(records)
+    timestamps = [m.timestamp() for m in records]
+    raw_headers = [m.headers() for m in records]
+    if any(raw_headers):
+        headers = pa.array(
+            [[{"key": k, "value": v} for k, v in h] if h else None for h in raw_headers],
+            type=HEADER_TYPE,
+        )
+    else:
+        headers = pa.nulls(count, HEADER_TYPE)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.key() for m in records], pa.binary()),
+            pa.array([m.value() for m in records], pa.binary()),
+            pa.array([topic] * count, pa.string()),
+            pa.array([partition] * count, pa.int32()),
+            pa.array([m.offset() for m in records], pa.int64()),
+            pa.array([t[1] * 1000 for t in timestamps], pa.timestamp("us", tz="UTC")),
+            pa.array([t[0] for t in timestamps], pa.int32()),
+            headers,
+        ],
+        schema=ARROW_SCHEMA,
+    )
