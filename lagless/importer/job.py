@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
+from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import shape
 from lagless.kafka_config import KafkaConfig
 from lagless.progress import Collector, Summary
@@ -47,6 +48,7 @@ class ImportSpec:
     trigger_seconds: float = 1.0
     fail_on_data_loss: bool = True
     master: str | None = None
+    group: str | None = None
     extra_source_options: dict[str, str] = field(default_factory=dict)
 
     def target(self) -> Target:
@@ -104,6 +106,7 @@ class BatchWriter:
         self.target_end = target_end
         self.summary = Summary()
         self.batch_ends: list[Offsets] = []
+        self.committer = GroupCommitter(spec.kafka, spec.group) if spec.group else None
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         shaped = shape(records, self.checked.target)
@@ -122,6 +125,8 @@ class BatchWriter:
         self.summary.add_batch(by_partition, total_bytes, written, rejected)
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
         self.batch_ends.append(end)
+        if self.committer is not None:
+            self.committer.commit(end)
         self.collector.batch(self.summary, self.remaining_lag(end))
 
     def remaining_lag(self, end: Offsets) -> int:
@@ -211,6 +216,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             if query.isActive:
                 query.stop()
     writer.summary.seconds = time.monotonic() - started
+    if writer.committer is not None:
+        writer.committer.close()
     failure = query.exception()
     if failure is not None:
         raise TerminalError(f"import stopped: {_first_line(str(failure))}")

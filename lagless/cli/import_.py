@@ -1,0 +1,66 @@
+"""`lagless import`: drain (bulk) or follow (continuous) a topic into a store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from lagless.importer.job import ImportSpec, run_import
+from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.progress import RichCollector
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("import", help="import a Kafka topic into a store with Spark")
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]")
+    parser.add_argument("--topic", required=True, action="append", help="topic to import (repeatable)")
+    parser.add_argument("--sink", required=True, help="sqlite:///file.db | parquet:///dir (relative; //// for absolute)")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it")
+    parser.add_argument("--table", help="target table (default: the topic name)")
+    parser.add_argument("--write", choices=("append", "upsert"), default="append")
+    parser.add_argument("--mode", choices=("bulk", "continuous"), default="bulk")
+    parser.add_argument("--format", choices=("raw", "json"), default="raw", dest="value_format")
+    parser.add_argument("--max-records-per-batch", type=int)
+    parser.add_argument("--max-bytes-per-batch", type=int)
+    parser.add_argument("--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)")
+    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="continuous mode: seconds between batches")
+    parser.add_argument("--skip-lost-offsets", action="store_true", help="skip offsets deleted by retention instead of failing")
+    parser.add_argument("--group", help="also commit progress to this Kafka consumer group (for lag tools)")
+    parser.add_argument("--master", help="Spark master URL (default: local[*])")
+    parser.add_argument("--kafka-option", action="append", metavar="KEY=VALUE", help="librdkafka setting, e.g. security.protocol=SSL")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=handle)
+
+
+def spec_from_args(args: argparse.Namespace) -> ImportSpec:
+    from lagless.exceptions import BadInput
+
+    for name in ("max_records_per_batch", "max_bytes_per_batch", "slots"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
+    return ImportSpec(
+        kafka=KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option)),
+        topics=tuple(args.topic),
+        sink_url=args.sink,
+        checkpoint=args.checkpoint,
+        table=args.table,
+        write=args.write,
+        mode=args.mode,
+        value_format=args.value_format,
+        max_records_per_batch=args.max_records_per_batch,
+        max_bytes_per_batch=args.max_bytes_per_batch,
+        slots=args.slots,
+        trigger_seconds=args.trigger_seconds,
+        fail_on_data_loss=not args.skip_lost_offsets,
+        master=args.master,
+        group=args.group,
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    summary = run_import(spec, RichCollector())
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    return 0
