@@ -43,7 +43,7 @@ class KafkaConfig:
 
     @classmethod
     def from_options(cls, bootstrap: str, options: Mapping[str, str]) -> KafkaConfig:
-        """Build from `KEY=VALUE` pass-through options (librdkafka names, e.g. security.protocol)."""
+        """Build from pass-through options (librdkafka names, e.g. security.protocol)."""
         extra = {k: Secret(v) if is_secret_key(k) else v for k, v in options.items()}
         return cls(bootstrap=bootstrap, extra=extra)
 
@@ -83,7 +83,7 @@ class KafkaConfig:
         conf.update(self._base())
         return conf
 
-    def admin(self) -> dict[str, object]:
+    def admin(self) -> dict[str, str | int | float | bool]:
         return dict(self._base())
 
     def producer(self, **overrides: object) -> dict[str, object]:
@@ -95,7 +95,9 @@ class KafkaConfig:
     def redacted(self) -> dict[str, str]:
         """What may be shown to a person."""
         shown = {"bootstrap.servers": self.bootstrap}
-        shown.update({k: "****" if isinstance(v, Secret) else str(v) for k, v in self.extra.items()})
+        shown.update(
+            {k: "****" if isinstance(v, Secret) else str(v) for k, v in self.extra.items()}
+        )
         return shown
 
 

@@ -67,7 +67,7 @@ class EmbeddedBroker:
         lib = library()
         conf = lib.rd_kafka_conf_new()
         errstr = ctypes.create_string_buffer(512)
-        # Notice-level lines (e.g. "no bootstrap.servers") are noise for a handle that only hosts the mock.
+        # Notices such as "no bootstrap.servers" are noise for a handle that only hosts the mock.
         lib.rd_kafka_conf_set(conf, b"log_level", b"3", errstr, len(errstr))
         rk = lib.rd_kafka_new(_PRODUCER, conf, errstr, len(errstr))
         if not rk:
@@ -114,7 +114,9 @@ class EmbeddedBroker:
 
     def create_topic(self, name: str, partitions: int, replication: int = 1) -> None:
         replication = min(replication, self.brokers)
-        code = library().rd_kafka_mock_topic_create(self._cluster, name.encode(), partitions, replication)
+        code = library().rd_kafka_mock_topic_create(
+            self._cluster, name.encode(), partitions, replication
+        )
         self._check(code, f"create topic {name!r}")
 
     def create_topics(self, specs: Iterable[str]) -> None:
@@ -127,11 +129,15 @@ class EmbeddedBroker:
     def set_down(self, broker_id: int | None = None) -> None:
         """Take one broker (or all, when None) off the network."""
         for bid in [broker_id] if broker_id else self.broker_ids():
-            self._check(library().rd_kafka_mock_broker_set_down(self._cluster, bid), f"broker {bid} down")
+            self._check(
+                library().rd_kafka_mock_broker_set_down(self._cluster, bid), f"broker {bid} down"
+            )
 
     def set_up(self, broker_id: int | None = None) -> None:
         for bid in [broker_id] if broker_id else self.broker_ids():
-            self._check(library().rd_kafka_mock_broker_set_up(self._cluster, bid), f"broker {bid} up")
+            self._check(
+                library().rd_kafka_mock_broker_set_up(self._cluster, bid), f"broker {bid} up"
+            )
 
     def set_rtt(self, rtt_ms: int, broker_id: int | None = None) -> None:
         """Delay every response of a broker (or all) by `rtt_ms`."""

@@ -35,7 +35,10 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(_library_path())
     signatures: dict[str, tuple[list[type], type | None]] = {
         "rd_kafka_conf_new": ([], _p),
-        "rd_kafka_conf_set": ([_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], _int),
+        "rd_kafka_conf_set": (
+            [_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t],
+            _int,
+        ),
         "rd_kafka_new": ([_int, _p, ctypes.c_char_p, ctypes.c_size_t], _p),
         "rd_kafka_destroy": ([_p], None),
         "rd_kafka_mock_cluster_new": ([_p, _int], _p),
@@ -45,7 +48,10 @@ def library() -> ctypes.CDLL:
         "rd_kafka_mock_broker_set_down": ([_p, _int], _int),
         "rd_kafka_mock_broker_set_up": ([_p, _int], _int),
         "rd_kafka_mock_broker_set_rtt": ([_p, _int, _int], _int),
-        "rd_kafka_mock_push_request_errors_array": ([_p, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_int)], None),
+        "rd_kafka_mock_push_request_errors_array": (
+            [_p, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_int)],
+            None,
+        ),
         "rd_kafka_mock_clear_request_errors": ([_p, ctypes.c_int16], None),
         "rd_kafka_err2str": ([_int], ctypes.c_char_p),
     }

@@ -27,10 +27,16 @@ TOPIC = "statements"
 GROUP = "lagless-demo"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("demo", help="drain a seed-000 shaped backlog from the embedded broker into SQLite")
-    parser.add_argument("--out", help="folder for demo.db and the checkpoint (default: a new temporary folder)")
-    parser.add_argument("--scale", type=float, default=1.0, help="size of the backlog (1 = ~200k records)")
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "demo", help="drain a seed-000 shaped backlog from the embedded broker into SQLite"
+    )
+    parser.add_argument(
+        "--out", help="folder for demo.db and the checkpoint (default: a new temporary folder)"
+    )
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="size of the backlog (1 = ~200k records)"
+    )
     parser.set_defaults(func=handle)
 
 
@@ -52,7 +58,9 @@ def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
     for name in ("partition", "lag", "pos", "end"):
         table.add_column(name, justify="right")
     total = sum(r[1] for r in rows)
-    table.add_row("All", f"{total:,}", f"{sum(r[2] or 0 for r in rows):,}", f"{sum(r[3] for r in rows):,}")
+    table.add_row(
+        "All", f"{total:,}", f"{sum(r[2] or 0 for r in rows):,}", f"{sum(r[3] for r in rows):,}"
+    )
     for partition, lag, pos, end in rows:
         table.add_row(str(partition), f"{lag:,}", "-" if pos is None else f"{pos:,}", f"{end:,}")
     return table, total
@@ -70,7 +78,9 @@ def handle(args: argparse.Namespace) -> int:
     profile = build_profile("seed-000", partitions=24, scale=args.scale)
     with EmbeddedBroker(topics={TOPIC: profile.partitions}) as broker:
         config = KafkaConfig(broker.bootstrap)
-        console.print(f"embedded broker at {broker.bootstrap}; producing the seed-000 backlog to {TOPIC!r}")
+        console.print(
+            f"embedded broker at {broker.bootstrap}; producing the seed-000 backlog to {TOPIC!r}"
+        )
         produced = produce_profile(config, TOPIC, profile, keys=1_000)
         console.print(f"produced {produced.records:,} records in {produced.seconds:.1f} s")
         before, _ = lag_table(config, f"lag of group {GROUP!r} before the import")
@@ -79,7 +89,9 @@ def handle(args: argparse.Namespace) -> int:
             kafka=config,
             topics=(TOPIC,),
             sink_url=f"sqlite:///{database}",
-            checkpoint=os.path.join(checkpoint, broker.bootstrap.replace(":", "_").replace(",", "_")),
+            checkpoint=os.path.join(
+                checkpoint, broker.bootstrap.replace(":", "_").replace(",", "_")
+            ),
             group=GROUP,
         )
         summary = run_import(spec, RichCollector(console))
@@ -87,7 +99,11 @@ def handle(args: argparse.Namespace) -> int:
         console.print(after)
     with sqlite3.connect(database) as conn:
         stored = conn.execute(f'SELECT count(*) FROM "{TOPIC}"').fetchone()[0]
-    console.print(f"{stored:,} rows in {database} (table {TOPIC}); {summary.records:,} records read")
+    console.print(
+        f"{stored:,} rows in {database} (table {TOPIC}); {summary.records:,} records read"
+    )
     if remaining or stored != produced.records:
-        raise TerminalError(f"demo ended with lag {remaining} and {stored} of {produced.records} records stored")
+        raise TerminalError(
+            f"demo ended with lag {remaining} and {stored} of {produced.records} records stored"
+        )
     return 0

@@ -10,24 +10,52 @@ from lagless.kafka_config import KafkaConfig, parse_key_values
 from lagless.progress import RichCollector
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("import", help="import a Kafka topic into a store with Spark")
-    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]")
-    parser.add_argument("--topic", required=True, action="append", help="topic to import (repeatable)")
-    parser.add_argument("--sink", required=True, help="sqlite:///file.db | parquet:///dir (relative; //// for absolute)")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it")
+    parser.add_argument(
+        "--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]"
+    )
+    parser.add_argument(
+        "--topic", required=True, action="append", help="topic to import (repeatable)"
+    )
+    parser.add_argument(
+        "--sink",
+        required=True,
+        help="sqlite:///file.db | parquet:///dir (relative; //// for absolute)",
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
+    )
     parser.add_argument("--table", help="target table (default: the topic name)")
     parser.add_argument("--write", choices=("append", "upsert"), default="append")
     parser.add_argument("--mode", choices=("bulk", "continuous"), default="bulk")
     parser.add_argument("--format", choices=("raw", "json"), default="raw", dest="value_format")
     parser.add_argument("--max-records-per-batch", type=int)
     parser.add_argument("--max-bytes-per-batch", type=int)
-    parser.add_argument("--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)")
-    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="continuous mode: seconds between batches")
-    parser.add_argument("--skip-lost-offsets", action="store_true", help="skip offsets deleted by retention instead of failing")
-    parser.add_argument("--group", help="also commit progress to this Kafka consumer group (for lag tools)")
+    parser.add_argument(
+        "--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)"
+    )
+    parser.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=1.0,
+        help="continuous mode: seconds between batches",
+    )
+    parser.add_argument(
+        "--skip-lost-offsets",
+        action="store_true",
+        help="skip offsets deleted by retention instead of failing",
+    )
+    parser.add_argument(
+        "--group", help="also commit progress to this Kafka consumer group (for lag tools)"
+    )
     parser.add_argument("--master", help="Spark master URL (default: local[*])")
-    parser.add_argument("--kafka-option", action="append", metavar="KEY=VALUE", help="librdkafka setting, e.g. security.protocol=SSL")
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka setting, e.g. security.protocol=SSL",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=handle)
 

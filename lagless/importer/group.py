@@ -23,7 +23,9 @@ class GroupCommitter:
         self._consumer: Consumer | None = None
 
     def committed(self, partitions: list[tuple[str, int]]) -> Offsets:
-        found = self._client().committed([TopicPartition(t, p) for t, p in partitions], timeout=self._timeout_s)
+        found = self._client().committed(
+            [TopicPartition(t, p) for t, p in partitions], timeout=self._timeout_s
+        )
         return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
     def commit(self, end: Offsets) -> Offsets:
@@ -33,11 +35,14 @@ class GroupCommitter:
             forward = {tp: offset for tp, offset in end.items() if offset > current.get(tp, -1)}
             if forward:
                 self._client().commit(
-                    offsets=[TopicPartition(t, p, o) for (t, p), o in forward.items()], asynchronous=False
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in forward.items()],
+                    asynchronous=False,
                 )
             return forward
         except KafkaException as exc:
-            raise TransientError(f"committing offsets of group {self.group!r}: {exc.args[0].str()}") from None
+            raise TransientError(
+                f"committing offsets of group {self.group!r}: {exc.args[0].str()}"
+            ) from None
 
     def _client(self) -> Consumer:
         if self._consumer is None:

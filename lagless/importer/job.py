@@ -24,7 +24,7 @@ from lagless.progress import Collector, Summary
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import COLUMNS, ValueFormat, WriteMode, check_writable_path
 from lagless.source import SOURCE_NAME
-from lagless.source.offsets import Offsets, OffsetReader
+from lagless.source.offsets import OffsetReader, Offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -99,7 +99,9 @@ def check(spec: ImportSpec) -> Checked:
 class BatchWriter:
     """foreachBatch: write one micro-batch, then report it."""
 
-    def __init__(self, spec: ImportSpec, checked: Checked, collector: Collector, target_end: Offsets | None) -> None:
+    def __init__(
+        self, spec: ImportSpec, checked: Checked, collector: Collector, target_end: Offsets | None
+    ) -> None:
         self.spec = spec
         self.checked = checked
         self.collector = collector
@@ -130,10 +132,16 @@ class BatchWriter:
         self.collector.batch(self.summary, self.remaining_lag(end))
 
     def remaining_lag(self, end: Offsets) -> int:
-        latest = self.target_end if self.target_end is not None else self.checked.broker.latest(self.checked.partitions)
+        latest = (
+            self.target_end
+            if self.target_end is not None
+            else self.checked.broker.latest(self.checked.partitions)
+        )
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
-    def _write_on_driver(self, shaped: DataFrame, batch_id: int) -> tuple[int, list[tuple[Any, ...]]]:
+    def _write_on_driver(
+        self, shaped: DataFrame, batch_id: int
+    ) -> tuple[int, list[tuple[Any, ...]]]:
         import pyarrow.compute as pc
 
         table = shaped.toArrow()
@@ -142,7 +150,10 @@ class BatchWriter:
         )
         stats = list(
             zip(
-                *(grouped.column(c).to_pylist() for c in ("topic", "partition", "rejected", "offset_count", "bytes_sum")),
+                *(
+                    grouped.column(c).to_pylist()
+                    for c in ("topic", "partition", "rejected", "offset_count", "bytes_sum")
+                ),
                 strict=True,
             )
         )
@@ -150,7 +161,9 @@ class BatchWriter:
         written = self.checked.sink.write_arrow(accepted, self.checked.target)  # type: ignore[attr-defined]
         return written, stats
 
-    def _write_on_executors(self, shaped: DataFrame, batch_id: int) -> tuple[int, list[tuple[Any, ...]]]:
+    def _write_on_executors(
+        self, shaped: DataFrame, batch_id: int
+    ) -> tuple[int, list[tuple[Any, ...]]]:
         from pyspark.sql import functions as F
 
         shaped = shaped.persist()
@@ -162,7 +175,9 @@ class BatchWriter:
                 .collect()
             ]
             written = self.checked.sink.write(
-                shaped.where(F.col("rejected").isNull()).select(*COLUMNS), self.checked.target, batch_id
+                shaped.where(F.col("rejected").isNull()).select(*COLUMNS),
+                self.checked.target,
+                batch_id,
             )
         finally:
             shaped.unpersist()
@@ -203,7 +218,9 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     collector.start(sum(max(0, h - max(done.get(tp, low[tp]), low[tp])) for tp, h in high.items()))
 
     stream = spark.readStream.format(SOURCE_NAME).options(**spec.source_options(slots)).load()
-    writer_stream = stream.writeStream.foreachBatch(writer).option("checkpointLocation", spec.checkpoint)
+    writer_stream = stream.writeStream.foreachBatch(writer).option(
+        "checkpointLocation", spec.checkpoint
+    )
     if spec.mode == "bulk":
         writer_stream = writer_stream.trigger(availableNow=True)
     else:

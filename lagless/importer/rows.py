@@ -16,7 +16,7 @@ NULL_KEY = "null key in upsert mode"
 
 
 def rejection(target: Target) -> Column:
-    """NULL for a record the target accepts, else why not — evaluated in the JVM, not per row in Python."""
+    """NULL for a record the target accepts, else why not; evaluated in the JVM, not in Python."""
     from pyspark.sql import functions as F
 
     checks: list[tuple[Column, str]] = []
@@ -25,7 +25,9 @@ def rejection(target: Target) -> Column:
     if target.value_format == "json":
         value = F.col("value")
         checks.append((value.isNotNull() & ~F.is_valid_utf8(value), INVALID_UTF8))
-        checks.append((value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON))
+        checks.append(
+            (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
+        )
     reason = F.lit(None).cast("string")
     for condition, text in reversed(checks):
         reason = F.when(condition, F.lit(text)).otherwise(reason)
@@ -44,6 +46,8 @@ def shape(records: DataFrame, target: Target) -> DataFrame:
         "key",
         value.alias("value"),
         F.unix_millis("timestamp").alias("timestamp"),
-        (F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length(F.col("value")), F.lit(0))).alias("bytes"),
+        (
+            F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length(F.col("value")), F.lit(0))
+        ).alias("bytes"),
         rejection(target).alias("rejected"),
     )

@@ -6,28 +6,36 @@ import os
 import shutil
 import sys
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def require_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
-    if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
-        raise BadInput("Java 17 is needed for Spark and was not found: apt-get install openjdk-17-jre-headless")
+    if not shutil.which("java") and not (
+        java_home and os.path.exists(os.path.join(java_home, "bin", "java"))
+    ):
+        raise BadInput(
+            "Java 17 is needed for Spark and was not found: apt-get install openjdk-17-jre-headless"
+        )
 
 
-def spark_session(master: str | None = None, parallelism: int | None = None):  # type: ignore[no-untyped-def]
+def spark_session(master: str | None = None, parallelism: int | None = None) -> SparkSession:
     """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*])."""
     require_java()
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     from lagless.source import KafkaDataSource
 
     log_config = resources.files("lagless.importer").joinpath("log4j2.properties")
     quiet = f"-Dlog4j2.configurationFile=file:{log_config}"
+    from pyspark.sql import SparkSession
+
     builder = (
         SparkSession.builder.appName("lagless")
         .master(master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]"))

@@ -46,7 +46,9 @@ class Summary:
             "rejected_by_reason": dict(self.rejected_by_reason),
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
-            "records_per_partition": {f"{t}[{p}]": n for (t, p), n in sorted(self.by_partition.items())},
+            "records_per_partition": {
+                f"{t}[{p}]": n for (t, p), n in sorted(self.by_partition.items())
+            },
         }
 
 
@@ -61,9 +63,6 @@ class Collector:
 
     def finish(self, summary: Summary) -> None:
         """The import ended."""
-
-
-NullCollector = Collector
 
 
 class RichCollector(Collector):
@@ -95,7 +94,11 @@ class RichCollector(Collector):
         seconds = max(time.monotonic() - self._started, 1e-9)
         rate = f"{summary.records / seconds:,.0f} rec/s {summary.bytes / seconds / 1e6:,.1f} MB/s"
         self._progress.update(
-            self._task, completed=summary.records, total=max(summary.records + lag, 1), rate=rate, lag=lag
+            self._task,
+            completed=summary.records,
+            total=max(summary.records + lag, 1),
+            rate=rate,
+            lag=lag,
         )
 
     def finish(self, summary: Summary) -> None:

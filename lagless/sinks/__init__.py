@@ -11,7 +11,7 @@ SCHEMES = ("sqlite", "parquet", "postgresql")
 
 
 def sink_from_url(url: str) -> Sink:
-    """sqlite:///path.db, parquet:///dir, postgresql://user@host:port/db: parse only, touch nothing."""
+    """sqlite:///path.db, parquet:///dir, postgresql://user@host:port/db; touches nothing."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink

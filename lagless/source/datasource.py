@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 from lagless.exceptions import BadInput, DataLossError
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.ranges import OffsetRange
-from lagless.source.offsets import TP, Offsets, OffsetReader
+from lagless.source.offsets import TP, OffsetReader, Offsets
 from lagless.source.options import EARLIEST, LATEST, SourceOptions
 from lagless.source.reader import read_range
 from lagless.source.sampling import sample_bytes_per_record
@@ -90,7 +90,9 @@ class _Planning:
     def partitions(self) -> list[TP]:
         return self.broker.partitions(self.options.topics, self.options.pattern)
 
-    def resolve(self, spec: str | dict[str, dict[str, int]], low: Offsets, high: Offsets) -> Offsets:
+    def resolve(
+        self, spec: str | dict[str, dict[str, int]], low: Offsets, high: Offsets
+    ) -> Offsets:
         if spec == "earliest":
             return dict(low)
         if spec == "latest":
@@ -161,7 +163,9 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
-        start = planning.check_data_loss(planning.resolve(planning.options.starting, low, high), low)
+        start = planning.check_data_loss(
+            planning.resolve(planning.options.starting, low, high), low
+        )
         end = planning.resolve(planning.options.ending, low, high)
         return planning.plan(start, end)
 

@@ -30,7 +30,9 @@ class OffsetReader:
         try:
             metadata = self._admin.list_topics(timeout=self._timeout_s)
         except KafkaException as exc:
-            raise BadInput(f"cannot reach Kafka at {self._config.bootstrap}: {_reason(exc)}") from None
+            raise BadInput(
+                f"cannot reach Kafka at {self._config.bootstrap}: {_reason(exc)}"
+            ) from None
         if pattern is not None:
             regex = re.compile(pattern)
             names = sorted(t for t in metadata.topics if regex.fullmatch(t))
@@ -57,7 +59,9 @@ class OffsetReader:
             futures = self._admin.list_offsets(request, request_timeout=self._timeout_s)
             return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:
-            raise TransientError(f"listing offsets on {self._config.bootstrap}: {_reason(exc)}") from None
+            raise TransientError(
+                f"listing offsets on {self._config.bootstrap}: {_reason(exc)}"
+            ) from None
 
 
 def _reason(exc: KafkaException) -> str:

@@ -45,7 +45,9 @@ class SourceOptions:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise BadInput(f"subscribePattern {pattern!r} is not a regular expression: {exc}") from None
+                raise BadInput(
+                    f"subscribePattern {pattern!r} is not a regular expression: {exc}"
+                ) from None
         return cls(
             kafka=KafkaConfig.from_options(bootstrap, kafka_opts),
             topics=topics,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -18,6 +19,8 @@ from lagless.planner.ranges import OffsetRange
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
 
 CONSUME_BATCH = 10_000
+
+Headers = list[tuple[str, bytes]]
 
 
 def read_range(
@@ -44,9 +47,11 @@ def _drain(
     last_progress = time.monotonic()
     while position < piece.end:
         messages = consumer.consume(min(CONSUME_BATCH, piece.end - position), timeout=1.0)
-        records = [m for m in messages if m.error() is None and m.offset() < piece.end]
+        records = [m for m in messages if m.error() is None]
+        if records and _offset(records[-1]) >= piece.end:
+            records = [m for m in records if _offset(m) < piece.end]
         if records:
-            position = records[-1].offset() + 1
+            position = _offset(records[-1]) + 1
             last_progress = time.monotonic()
             yield _to_arrow(records, piece.topic, piece.partition)
         for event in messages:
@@ -63,10 +68,10 @@ def _after_event(
     consumer: Consumer, event: Message, piece: OffsetRange, fail_on_data_loss: bool
 ) -> int:
     """The read position an end-of-log or offset error implies."""
-    err = event.error()
+    err = cast(KafkaError, event.error())
     where = f"{piece.topic}[{piece.partition}]"
     if err.code() == KafkaError._PARTITION_EOF:
-        end_of_log = event.offset()
+        end_of_log = _offset(event)
         if end_of_log >= piece.end:
             # Offsets below the end of the log that carried no record (transaction markers,
             # compaction) are absent, not lost.
@@ -94,13 +99,20 @@ def _lost(where: str, what: str, fail_on_data_loss: bool, resume_at: int) -> int
     return resume_at
 
 
+def _offset(message: Message) -> int:
+    return cast(int, message.offset())
+
+
 def _to_arrow(records: list[Message], topic: str, partition: int) -> pa.RecordBatch:
     count = len(records)
     timestamps = [m.timestamp() for m in records]
     raw_headers = [m.headers() for m in records]
     if any(raw_headers):
         headers = pa.array(
-            [[{"key": k, "value": v} for k, v in h] if h else None for h in raw_headers],
+            [
+                [{"key": k, "value": v} for k, v in cast(Headers, h)] if h else None
+                for h in raw_headers
+            ],
             type=HEADER_TYPE,
         )
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import cast
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -26,14 +27,16 @@ def sample_bytes_per_record(
     seen: dict[tuple[str, int], list[int]] = {key: [] for key in wanted}
     consumer = Consumer(config.reader())
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges if r.key in wanted])
+        consumer.assign(
+            [TopicPartition(r.topic, r.partition, r.start) for r in ranges if r.key in wanted]
+        )
         deadline = time.monotonic() + timeout_s
         pending = set(wanted)
         while pending and time.monotonic() < deadline:
             for message in consumer.consume(1000, timeout=0.2):
                 if message.error() is not None:
                     continue
-                key = (message.topic(), message.partition())
+                key = (cast(str, message.topic()), cast(int, message.partition()))
                 sizes = seen[key]
                 if len(sizes) < wanted[key]:
                     sizes.append(len(message.value() or b"") + len(message.key() or b""))

@@ -7,7 +7,9 @@ SPARK_SCHEMA = (
     "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>"
 )
 
-HEADER_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+HEADER_TYPE = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
 
 ARROW_SCHEMA = pa.schema(
     [

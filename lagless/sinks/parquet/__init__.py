@@ -31,7 +31,9 @@ class ParquetSink(Sink):
 
     def check(self, target: Target) -> None:
         if target.mode != "append":
-            raise BadInput("the parquet sink supports --write append only; use sqlite or postgresql to upsert")
+            raise BadInput(
+                "the parquet sink supports --write append only; use sqlite or postgresql to upsert"
+            )
         check_writable_path(self.location, "directory")
 
     def prepare(self, target: Target) -> None:

@@ -42,7 +42,11 @@ class SqliteSink(Sink):
         with self._connect(create=True) as conn:
             assert conn is not None
             value_type = "TEXT" if target.value_format == "json" else "BLOB"
-            unique = "PRIMARY KEY (key)" if target.mode == "upsert" else "PRIMARY KEY (topic, partition, offset)"
+            unique = (
+                "PRIMARY KEY (key)"
+                if target.mode == "upsert"
+                else "PRIMARY KEY (topic, partition, offset)"
+            )
             key_null = " NOT NULL" if target.mode == "upsert" else ""
             conn.execute(
                 f'CREATE TABLE IF NOT EXISTS "{target.table}" (topic TEXT NOT NULL, '
@@ -58,7 +62,8 @@ class SqliteSink(Sink):
         placeholders = ", ".join("?" for _ in COLUMNS)
         if target.mode == "upsert":
             sql = (
-                f'INSERT INTO "{target.table}" AS t VALUES ({placeholders}) ON CONFLICT (key) DO UPDATE SET '
+                f'INSERT INTO "{target.table}" AS t VALUES ({placeholders}) '
+                "ON CONFLICT (key) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "key")
                 + f" WHERE {NEWER}"
             )

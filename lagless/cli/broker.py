@@ -1,0 +1,69 @@
+"""`lagless broker`: run an embedded Kafka cluster until interrupted.
+
+The first line of stdout is the bootstrap address, so a script can start it in the background
+and read where to connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from lagless.broker import EmbeddedBroker, parse_topic_spec
+from lagless.exceptions import BadInput
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "broker",
+        help="run an embedded Kafka cluster (dev and tests) until Ctrl-C",
+        description=__doc__,
+    )
+    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME:PARTITIONS",
+        help="topic to create (repeatable)",
+    )
+    parser.set_defaults(func=handler)
+
+
+def parse_topics(specs: list[str]) -> dict[str, int]:
+    topics: dict[str, int] = {}
+    for spec in specs:
+        name, partitions = parse_topic_spec(spec)
+        if name in topics:
+            raise BadInput(f"topic {name!r} is given twice")
+        topics[name] = partitions
+    return topics
+
+
+def handler(args: argparse.Namespace) -> int:
+    topics = parse_topics(args.topic)
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with EmbeddedBroker(brokers=args.brokers, topics=topics) as broker:
+            print(broker.bootstrap, flush=True)
+            described = ", ".join(f"{n}:{p}" for n, p in topics.items()) or "no topics"
+            print(
+                f"embedded Kafka: {args.brokers} broker(s), {described}; Ctrl-C to stop",
+                file=sys.stderr,
+                flush=True,
+            )
+            # A timed wait lets the signal handler run promptly on every platform.
+            while not stop.wait(0.5):
+                pass
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+    return 0

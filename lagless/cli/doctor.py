@@ -1,0 +1,47 @@
+"""`lagless doctor`: watch a consumer group for a while and say what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import argparse
+
+from lagless.cli.lag import add_group_arguments
+from lagless.exceptions import BadInput
+from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
+from lagless.lag.members import KafkaMembership
+from lagless.lag.offsets import KafkaOffsetSource
+
+SAMPLES = 10
+SHORTEST_INTERVAL_S = 0.1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("doctor", help="diagnose why a consumer group lags")
+    add_group_arguments(parser)
+    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="how long to watch the group (default 10)"
+    )
+    parser.add_argument(
+        "--fetch-bytes",
+        type=int,
+        default=DEFAULT_FETCH_BYTES,
+        help="the consumers' fetch size per partition, to judge record sizes (default 1 MiB)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seconds <= 0:
+        raise BadInput("--seconds must be positive")
+    if args.fetch_bytes <= 0:
+        raise BadInput("--fetch-bytes must be positive")
+    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    source = KafkaOffsetSource(config, args.group, args.topic)
+    try:
+        interval_s = max(SHORTEST_INTERVAL_S, args.seconds / SAMPLES)
+        exam = examine(args.group, source, KafkaMembership(config), args.seconds, interval_s)
+    finally:
+        source.close()
+    print(render(exam, diagnose(exam, args.fetch_bytes)))
+    return 0

@@ -1,0 +1,130 @@
+"""`lagless gen`: produce test records shaped like a profile to an existing topic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from lagless.exceptions import BadInput
+from lagless.gen.produce import (
+    ProducedSummary,
+    iter_kinds,
+    make_producer,
+    produce_profile,
+    topic_partitions,
+)
+from lagless.gen.profiles import (
+    COMPRESSIONS,
+    DEFAULT_RECORD_BYTES,
+    PROFILE_NAMES,
+    Profile,
+    build_profile,
+    explicit,
+    parse_counts,
+)
+from lagless.kafka_config import KafkaConfig, parse_key_values
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "gen",
+        help="produce test records to an existing topic",
+        description=__doc__,
+    )
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers host:port,...")
+    parser.add_argument("--topic", required=True, help="existing topic to write to")
+    shape = parser.add_mutually_exclusive_group(required=True)
+    shape.add_argument("--profile", choices=PROFILE_NAMES, help="a named profile")
+    shape.add_argument("--counts", help="records per partition, e.g. 100,200,0,50")
+    parser.add_argument("--scale", type=float, help="multiply a named profile's counts (default 1)")
+    parser.add_argument(
+        "--record-bytes", type=int, default=DEFAULT_RECORD_BYTES, help="value size in bytes"
+    )
+    parser.add_argument("--keys", type=int, default=1_000, help="distinct keys per partition")
+    parser.add_argument("--poison", type=float, default=0.0, help="share (0..1) of poison records")
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="none")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (key draws)")
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka option passed through (repeatable)",
+    )
+    parser.set_defaults(func=handler)
+
+
+def _profile(args: argparse.Namespace, config: KafkaConfig) -> Profile:
+    if args.counts is not None:
+        if args.scale is not None:
+            raise BadInput("--scale applies to --profile, not to --counts")
+        return explicit(parse_counts(args.counts), args.record_bytes)
+    partitions = 0
+    if args.profile == "uniform":
+        producer, _ = make_producer(config, "none")
+        partitions = topic_partitions(producer, config.bootstrap, args.topic)
+    scale = 1.0 if args.scale is None else args.scale
+    return build_profile(
+        args.profile, partitions=partitions, scale=scale, record_bytes=args.record_bytes
+    )
+
+
+@contextmanager
+def _progress_bar(total: int) -> Iterator[Callable[[int], None] | None]:
+    """A bar on stderr when a person watches it; nothing in pipes and tests."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    columns = (
+        TextColumn("producing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("produce", total=total)
+        yield lambda done: progress.update(task, completed=done)
+
+
+def _summary_line(summary: ProducedSummary) -> str:
+    kinds = ", ".join(f"{kind} {count:,}" for kind, count in iter_kinds(summary))
+    return (
+        f"produced {summary.records:,} records ({summary.value_bytes / 1e6:.1f} MB of values) "
+        f"to {summary.partitions_written} partitions of {summary.topic!r} "
+        f"in {summary.seconds:.2f} s ({summary.records_per_second:,.0f} records/s); {kinds}"
+    )
+
+
+def handler(args: argparse.Namespace) -> int:
+    if args.keys < 1:
+        raise BadInput(f"--keys {args.keys} must be at least 1")
+    if not 0.0 <= args.poison <= 1.0:
+        raise BadInput(f"--poison {args.poison} is not between 0 and 1")
+    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    profile = _profile(args, config)
+    profile.check_fits(args.compression)
+    with _progress_bar(profile.total_records) as on_progress:
+        summary = produce_profile(
+            config,
+            args.topic,
+            profile,
+            keys=args.keys,
+            poison=args.poison,
+            compression=args.compression,
+            seed=args.seed,
+            on_progress=on_progress,
+        )
+    print(_summary_line(summary), flush=True)
+    truncated = summary.truncated_partitions()
+    if truncated:
+        print(
+            f"lagless: warning: the broker already dropped the oldest records of partitions "
+            f"{truncated} (it keeps a limited amount per partition)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,111 @@
+"""`lagless lag`: a consumer group's lag per partition, in records and seconds, with a status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from lagless.exceptions import BadInput
+from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
+from lagless.lag.report import History, build_report, collect, records_without_time_lag
+from lagless.lag.table import markdown_table, rich_table
+
+SAMPLES_PER_WINDOW = 4
+DEFAULT_WINDOW_S = 1.0
+WATCH_WINDOW_REFRESHES = 5
+
+
+def add_group_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", required=True, help="broker addresses, host:port[,...]")
+    parser.add_argument("--group", required=True, help="consumer group id")
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through (repeatable), e.g. security.protocol=SSL",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("lag", help="show a consumer group's lag per partition")
+    add_group_arguments(parser)
+    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON")
+    output.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument(
+        "--watch", type=float, metavar="N", help="redraw every N seconds until Ctrl-C"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        metavar="S",
+        help=f"seconds of samples behind the status and time lag "
+        f"(default {DEFAULT_WINDOW_S:g}; with --watch, {WATCH_WINDOW_REFRESHES} refreshes)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.watch is not None and args.watch <= 0:
+        raise BadInput("--watch must be a positive number of seconds")
+    if args.watch is not None and (args.json or args.markdown):
+        raise BadInput("--watch redraws the table; it cannot be combined with --json or --markdown")
+    if args.window is not None and args.window < 0:
+        raise BadInput("--window cannot be negative")
+    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    source = KafkaOffsetSource(config, args.group, args.topic)
+    try:
+        if args.watch is not None:
+            window_s = args.watch * WATCH_WINDOW_REFRESHES if args.window is None else args.window
+            watch(args.group, source, args.watch, window_s, Console())
+            return 0
+        window_s = DEFAULT_WINDOW_S if args.window is None else args.window
+        history = History(keep_s=window_s)
+        collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)
+        report = build_report(
+            args.group, history, window_s, records_without_time_lag(source, history)
+        )
+    finally:
+        source.close()
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    elif args.markdown:
+        print(markdown_table(report))
+    else:
+        Console().print(rich_table(report))
+    return 0
+
+
+def watch(
+    group: str,
+    source: OffsetSource,
+    refresh_s: float,
+    window_s: float,
+    console: Console,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Redraw the table in place every refresh_s seconds until Ctrl-C."""
+    # Twice the window, so a STOP (no move for longer than the window) can be seen.
+    history = History(keep_s=2 * window_s)
+    records: dict[tuple[str, int], tuple[int, RecordInfo]] = {}
+
+    def table() -> Table:
+        history.add(source.sample())
+        found = records_without_time_lag(source, history, records)
+        return rich_table(build_report(group, history, window_s, found))
+
+    with Live(table(), console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                sleep(refresh_s)
+                live.update(table(), refresh=True)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,292 @@
+"""Produce a profile's records to an existing topic, and say exactly what was written.
+
+Keys follow Kafka's rule that one key lives in one partition: partition p draws its keys from
+its own min(keys, records of p) distinct keys `k-<p*keys + j>`. A value is a JSON object such as
+`{"key": "k-17", "seq": 12, "partition": 0, "pad": "xxx"}` where `seq` counts the records of
+that key, so the newest value of a key is the one with the highest seq (and offset).
+
+A share of records can be poison, cycling through the kinds of RecordKind after GOOD.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from lagless.exceptions import BadInput, TerminalError
+from lagless.gen.profiles import Profile
+from lagless.kafka_config import KafkaConfig
+
+REACH_TIMEOUT_S = 5.0
+FLUSH_TIMEOUT_S = 120.0
+POLL_EVERY = 5_000
+_INVALID_UTF8_PREFIX = b"\xff\xfe\xfd"
+
+# librdkafka logs every failed connection attempt; the caller reports unreachability in one
+# line instead, and whoever configures logging can still see these.
+_librdkafka_log = logging.getLogger("lagless.gen.librdkafka")
+_librdkafka_log.addHandler(logging.NullHandler())
+
+
+class RecordKind(StrEnum):
+    GOOD = "good"
+    INVALID_UTF8 = "invalid-utf8"
+    INVALID_JSON = "invalid-json"
+    NULL_KEY = "null-key"
+
+
+POISON_KINDS = (RecordKind.INVALID_UTF8, RecordKind.INVALID_JSON, RecordKind.NULL_KEY)
+
+
+@dataclass(frozen=True)
+class NewestRecord:
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass
+class ProducedSummary:
+    """What `produce_profile` wrote: per partition the offsets [start, end) and record kinds."""
+
+    topic: str
+    keys_per_partition: int
+    offsets: dict[int, tuple[int, int]]
+    kinds: Counter[RecordKind]
+    value_bytes: int
+    seconds: float
+    # Low watermark after producing: above `start` means the broker already dropped records.
+    retained_from: dict[int, int]
+    poison: list[tuple[int, int, RecordKind]]
+    _newest: dict[int, dict[int, tuple[int, bytes]]] = field(repr=False)
+
+    @property
+    def records(self) -> int:
+        return sum(end - start for start, end in self.offsets.values())
+
+    @property
+    def partitions_written(self) -> int:
+        return sum(1 for start, end in self.offsets.values() if end > start)
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def truncated_partitions(self) -> list[int]:
+        return [p for p, (start, _) in self.offsets.items() if self.retained_from[p] > start]
+
+    def newest_by_key(self) -> dict[str, NewestRecord]:
+        """For each key, its last GOOD record: what an upsert of the topic must end up with."""
+        newest: dict[str, NewestRecord] = {}
+        for partition, by_key in self._newest.items():
+            start = self.offsets[partition][0]
+            base = partition * self.keys_per_partition
+            for j, (index, value) in by_key.items():
+                newest[f"k-{base + j}"] = NewestRecord(partition, start + index, value)
+        return newest
+
+
+def poison_positions(total: int, share: float) -> dict[int, RecordKind]:
+    """Exactly round(total*share) poison records, evenly spread, kinds in turn."""
+    if not 0.0 <= share <= 1.0:
+        raise BadInput(f"--poison {share} is not between 0 and 1")
+    count = round(total * share)
+    return {k * total // count: POISON_KINDS[k % 3] for k in range(count)} if count else {}
+
+
+class DeliveryErrors:
+    """Collects failed deliveries; with delivery.report.only.error, successes cost nothing."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: KafkaError | None = None
+
+    def __call__(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.count += 1
+            self.first = self.first or err
+
+
+def topic_partitions(producer: Producer, bootstrap: str, topic: str) -> int:
+    """The partition count of an existing topic; BadInput when unreachable or missing."""
+    try:
+        # All topics, not just `topic`: asking for one may auto-create it on a real broker.
+        metadata = producer.list_topics(timeout=REACH_TIMEOUT_S)
+    except KafkaException as exc:
+        raise BadInput(f"cannot reach Kafka at {bootstrap}: {exc.args[0].str()}") from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise BadInput(f"topic {topic!r} does not exist at {bootstrap} (create it first)")
+    return len(found.partitions)
+
+
+def _watermarks(consumer: Consumer, topic: str, partitions: int) -> list[tuple[int, int]]:
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=REACH_TIMEOUT_S)
+            for p in range(partitions)
+        ]
+    except KafkaException as exc:
+        raise TerminalError(f"reading offsets of {topic!r}: {exc.args[0].str()}") from None
+
+
+def _produce(producer: Producer, topic: str, value: bytes, key: bytes | None, p: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=p)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def make_producer(config: KafkaConfig, compression: str) -> tuple[Producer, DeliveryErrors]:
+    errors = DeliveryErrors()
+    producer = Producer(
+        config.producer(
+            **{
+                "compression.type": compression,
+                # Exact offsets depend on records landing in the order they were produced.
+                "enable.idempotence": True,
+                "queue.buffering.max.messages": 1_000_000,
+                "delivery.report.only.error": True,
+                "on_delivery": errors,
+                "logger": _librdkafka_log,
+            }
+        )
+    )
+    return producer, errors
+
+
+def _values(partition: int, record_bytes: int) -> Callable[[int, int], bytes]:
+    pad = "x" * record_bytes
+
+    def value(key_number: int, seq: int) -> bytes:
+        head = f'{{"key": "k-{key_number}", "seq": {seq}, "partition": {partition}, "pad": "'
+        return f'{head}{pad[: max(0, record_bytes - 2 - len(head))]}"}}'.encode()
+
+    return value
+
+
+def _null_key_value(partition: int, record_bytes: int) -> bytes:
+    head = f'{{"key": null, "seq": -1, "partition": {partition}, "pad": "'
+    return f'{head}{"x" * (record_bytes - 2 - len(head))}"}}'.encode()
+
+
+def produce_profile(
+    config: KafkaConfig,
+    topic: str,
+    profile: Profile,
+    *,
+    keys: int = 1_000,
+    poison: float = 0.0,
+    compression: str = "none",
+    seed: int = 0,
+    on_progress: Callable[[int], None] | None = None,
+) -> ProducedSummary:
+    """Write `profile` to the existing `topic` and return exactly what was written.
+
+    Assumes nobody else writes to the topic meanwhile: record i of partition p lands at
+    offset start(p) + i, which is checked against the high watermarks afterwards.
+    """
+    if keys < 1:
+        raise BadInput(f"--keys {keys} must be at least 1")
+    profile.check_fits(compression)
+    poison_at = poison_positions(profile.total_records, poison)
+    producer, delivery_errors = make_producer(config, compression)
+    existing = topic_partitions(producer, config.bootstrap, topic)
+    if existing < profile.partitions:
+        raise BadInput(
+            f"topic {topic!r} has {existing} partitions; profile {profile.name!r} "
+            f"needs {profile.partitions}"
+        )
+    consumer = Consumer(config.reader())
+    try:
+        before = _watermarks(consumer, topic, profile.partitions)
+        rng = random.Random(seed)
+        poison_found: list[tuple[int, int, RecordKind]] = []
+        newest: dict[int, dict[int, tuple[int, bytes]]] = {}
+        value_bytes = 0
+        done = 0
+        started = time.perf_counter()
+        for p, count in enumerate(profile.counts):
+            value = _values(p, profile.record_bytes[p])
+            base = p * keys
+            key_bytes = [f"k-{base + j}".encode() for j in range(min(keys, count))]
+            by_key: dict[int, tuple[int, bytes]] = {}
+            seqs = [0] * len(key_bytes)
+            draws = rng.choices(range(len(key_bytes)), k=count) if count else []
+            for i, j in enumerate(draws):
+                kind = poison_at.get(done + i)
+                seq = seqs[j]
+                body = value(base + j, seq)
+                key: bytes | None = key_bytes[j]
+                if kind is None:
+                    seqs[j] = seq + 1
+                    by_key[j] = (i, body)
+                else:
+                    poison_found.append((p, before[p][1] + i, kind))
+                    if kind is RecordKind.INVALID_UTF8:
+                        seqs[j] = seq + 1
+                        body = _INVALID_UTF8_PREFIX + body
+                    elif kind is RecordKind.INVALID_JSON:
+                        seqs[j] = seq + 1
+                        body = body[:-2]
+                    else:
+                        key = None
+                        body = _null_key_value(p, profile.record_bytes[p])
+                value_bytes += len(body)
+                _produce(producer, topic, body, key, p)
+                if not (i + 1) % POLL_EVERY:
+                    producer.poll(0)
+                    if on_progress:
+                        on_progress(done + i + 1)
+            done += count
+            if by_key:
+                newest[p] = by_key
+        if producer.flush(FLUSH_TIMEOUT_S):
+            raise TerminalError(f"records still unsent to {topic!r} after {FLUSH_TIMEOUT_S:.0f} s")
+        seconds = time.perf_counter() - started
+        if on_progress:
+            on_progress(done)
+        if delivery_errors.first is not None:
+            raise TerminalError(
+                f"{delivery_errors.count} records failed to reach {topic!r}: "
+                f"{delivery_errors.first.str()}"
+            )
+        after = _watermarks(consumer, topic, profile.partitions)
+    finally:
+        consumer.close()
+    offsets = {p: (before[p][1], before[p][1] + count) for p, count in enumerate(profile.counts)}
+    moved = [p for p in offsets if after[p][1] != offsets[p][1]]
+    if moved:
+        raise TerminalError(
+            f"high watermarks of {topic!r} partitions {moved} are not where this run left them: "
+            "another producer wrote to the topic meanwhile"
+        )
+    kinds: Counter[RecordKind] = Counter({RecordKind.GOOD: done - len(poison_found)})
+    kinds.update(kind for _, _, kind in poison_found)
+    return ProducedSummary(
+        topic=topic,
+        keys_per_partition=keys,
+        offsets=offsets,
+        kinds=kinds,
+        value_bytes=value_bytes,
+        seconds=seconds,
+        retained_from={p: after[p][0] for p in offsets},
+        poison=poison_found,
+        _newest=newest,
+    )
+
+
+def iter_kinds(summary: ProducedSummary) -> Iterator[tuple[RecordKind, int]]:
+    """Kinds with their counts, GOOD first then the poison kinds, skipping absent ones."""
+    for kind in (RecordKind.GOOD, *POISON_KINDS):
+        if summary.kinds[kind]:
+            yield kind, summary.kinds[kind]

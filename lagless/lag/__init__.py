@@ -1,0 +1,1 @@
+"""The lag view, its status evaluator, the doctor and the drain simulator."""

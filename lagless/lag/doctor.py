@@ -1,0 +1,303 @@
+"""The doctor: what is wrong with a consumer group, in plain words, each finding with its fix.
+
+`diagnose` is pure: it reads samples, the committed records' sizes and, when the broker can
+tell, snapshots of who holds which partition. `examine` gathers those from a broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from lagless.lag.members import EAGER_ASSIGNORS, GroupDescription, MembershipSource
+from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
+from lagless.lag.report import History, LagReport, build_report, records_without_time_lag
+from lagless.lag.status import Status
+
+DEFAULT_FETCH_BYTES = 1024 * 1024  # max.partition.fetch.bytes / fetch.message.max.bytes
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    what: str
+    fix: str
+
+    def text(self) -> str:
+        return f"- {self.what}\n  fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Examination:
+    """Everything the doctor looked at."""
+
+    report: LagReport
+    history: History
+    records: Mapping[tuple[str, int], RecordInfo]
+    memberships: Sequence[GroupDescription] | None
+    sampled_s: float
+
+
+def examine(
+    group: str,
+    source: OffsetSource,
+    membership: MembershipSource,
+    seconds: float,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Examination:
+    """Sample offsets (and memberships, while the broker answers) for `seconds`."""
+    history = History(keep_s=seconds + interval_s)
+    snapshots: list[GroupDescription] | None = []
+    rounds = max(1, round(seconds / interval_s))
+    for round_number in range(rounds + 1):
+        if round_number:
+            sleep(interval_s)
+        history.add(source.sample())
+        if snapshots is not None:
+            snapshot = membership.describe(group)
+            snapshots = None if snapshot is None else [*snapshots, snapshot]
+    window_s = seconds / 2
+    records = records_without_time_lag(source, history)
+    records = {**records, **_sizes_of_lagging(source, history, records)}
+    report = build_report(group, history, window_s, records)
+    return Examination(report, history, records, snapshots, seconds)
+
+
+def _sizes_of_lagging(
+    source: OffsetSource, history: History, known: Mapping[tuple[str, int], RecordInfo]
+) -> dict[tuple[str, int], RecordInfo]:
+    unread = [s for s in history.latest() if s.lag > 0 and s.key not in known]
+    return source.record_at(unread) if unread else {}
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun} is" if number == 1 else f"{number} {noun}s are"
+
+
+def _name(key: tuple[str, int]) -> str:
+    return f"{key[0]}:{key[1]}"
+
+
+def _names(keys: Sequence[tuple[str, int]], most: int = 8) -> str:
+    shown = ", ".join(_name(key) for key in keys[:most])
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
+def diagnose(exam: Examination, fetch_bytes: int = DEFAULT_FETCH_BYTES) -> list[Finding]:
+    """The findings, worst first; a healthy group gets one finding saying so."""
+    report = exam.report
+    rows = {(row.topic, row.partition): row for row in report.rows}
+    by_status = {
+        status: sorted(key for key, row in rows.items() if row.status == status)
+        for status in Status
+    }
+    findings: list[Finding] = []
+    for key in by_status[Status.REWIND]:
+        findings.append(_rewind(key, exam.history.samples[key]))
+    if by_status[Status.STOP]:
+        keys = by_status[Status.STOP]
+        findings.append(
+            Finding(
+                "stop",
+                f"{_names(keys)}: lag but the committed offset did not move for "
+                f"{exam.sampled_s:g} s — no consumer of group {report.group} is committing there.",
+                "check that the group's consumers are running and own these partitions; a "
+                "consumer that is alive but stuck shows the record it is stuck on in its logs",
+            )
+        )
+    if by_status[Status.STALL]:
+        keys = by_status[Status.STALL]
+        findings.append(
+            Finding(
+                "stall",
+                f"{_names(keys)}: lag but the committed offset stopped moving — the consumer "
+                "is stuck on a record, or blocks on another of its partitions.",
+                "look at the record at the committed offset (too large? failing?); a consumer "
+                "must not wait on an empty partition while another has data (seed 002)",
+            )
+        )
+    if by_status[Status.WARN]:
+        keys = by_status[Status.WARN]
+        findings.append(
+            Finding(
+                "lag-growing",
+                f"{_names(keys)}: lag grew at every sample — consumers are slower than producers.",
+                "add consumers (up to one per partition) or make processing faster",
+            )
+        )
+    findings += _large_records(exam.records, fetch_bytes)
+    findings += _balance(report, exam.memberships)
+    findings += _membership(report, exam.memberships)
+    if not findings:
+        findings.append(
+            Finding(
+                "healthy",
+                f"group {report.group}: {len(rows)} partitions, total lag {report.total_lag}, "
+                f"nothing stuck, rewound or falling behind over {exam.sampled_s:g} s.",
+                "nothing to do",
+            )
+        )
+    return findings
+
+
+def _rewind(key: tuple[str, int], samples: Sequence[PartitionSample]) -> Finding:
+    committed = [s.committed for s in samples if s.committed is not None]
+    highest = max(committed)
+    return Finding(
+        "rewind",
+        f"{_name(key)}: the committed offset moved backwards from {highest} to {committed[-1]} "
+        f"— an out-of-order commit (seed 001): a consumer that lost the partition in a "
+        f"rebalance committed after its successor; records from {committed[-1]} will be "
+        "read again, and the lag shown is not real.",
+        "commit only partitions the consumer still owns (check the assignment before "
+        "committing, commit in the revoke callback); the cooperative-sticky assignor moves "
+        "fewer partitions",
+    )
+
+
+def _large_records(
+    records: Mapping[tuple[str, int], RecordInfo], fetch_bytes: int
+) -> list[Finding]:
+    large = sorted(key for key, record in records.items() if 2 * record.size_bytes > fetch_bytes)
+    if not large:
+        return []
+    biggest = max(records[key].size_bytes for key in large)
+    return [
+        Finding(
+            "large-records",
+            f"{_names(large)}: the record at the committed offset is up to {biggest} bytes; "
+            f"a fetch of {fetch_bytes} bytes per partition brings one or two of them, so "
+            "these partitions crawl while each fetch waits (seed 002).",
+            f"raise max.partition.fetch.bytes / fetch.message.max.bytes well above {biggest}, "
+            "or shorten fetch.max.wait.ms so a consumer does not wait on its other partitions",
+        )
+    ]
+
+
+def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) -> list[Finding]:
+    drained = [(row.topic, row.partition) for row in report.rows if row.lag == 0]
+    lagging = [(row.topic, row.partition) for row in report.rows if row.lag > 0]
+    if not drained or not lagging:
+        return []
+    fix = (
+        "give each consumer a share of the remaining records, not of the partitions: one "
+        "consumer per partition, consumers that keep fetching from their other partitions "
+        "instead of blocking on a drained one, or an import with lagless, which plans by records"
+    )
+    if not memberships:
+        return [
+            Finding(
+                "drained-and-lagging",
+                f"{_count(len(drained), 'partition')} drained while {len(lagging)} lag "
+                f"({_names(lagging)}): consumers holding a drained partition next to a busy "
+                "one wait on it (seed 000); which consumer holds which could not be checked.",
+                fix,
+            )
+        ]
+    latest = memberships[-1]
+    mixed = [
+        member
+        for member in latest.members
+        if any(p in drained for p in member.partitions)
+        and any(p in lagging for p in member.partitions)
+    ]
+    findings = []
+    if mixed and len(latest.members) < len(report.rows):
+        example = mixed[0]
+        findings.append(
+            Finding(
+                "drained-and-lagging",
+                f"{len(mixed)} of {len(latest.members)} consumers hold a drained partition next "
+                f"to a lagging one (e.g. {example.client_id or example.member_id}: "
+                f"{_names(list(example.partitions))}) with fewer consumers than partitions "
+                f"({len(latest.members)} < {len(report.rows)}): each waits on its drained "
+                "partition (seed 000).",
+                fix,
+            )
+        )
+    lagging_per_member = {
+        member.member_id: [p for p in member.partitions if p in lagging]
+        for member in latest.members
+    }
+    piled = [m for m in latest.members if len(lagging_per_member[m.member_id]) >= 2]
+    spare = [m for m in latest.members if not lagging_per_member[m.member_id]]
+    if latest.assignor == "range" and piled and spare:
+        findings.append(
+            Finding(
+                "range-piling",
+                f"the range assignor piled the lagging partitions on {len(piled)} consumers "
+                f"while {len(spare)} hold none (e.g. "
+                f"{_names(lagging_per_member[piled[0].member_id])} on one consumer).",
+                "set partition.assignment.strategy=cooperative-sticky (or roundrobin) so "
+                "lagging partitions spread over the consumers",
+            )
+        )
+    return findings
+
+
+def _membership(report: LagReport, memberships: Sequence[GroupDescription] | None) -> list[Finding]:
+    if memberships is None:
+        return [
+            Finding(
+                "not-checked",
+                "could not check which consumer holds which partitions, idle consumers, the "
+                "assignor, the rebalance protocol or rebalances: the broker did not answer "
+                "DescribeGroups (the embedded broker does not).",
+                "run the doctor against a broker that answers DescribeGroups, or compare with "
+                "`kafka-consumer-groups --describe --group " + report.group + "`",
+            )
+        ]
+    if not memberships:
+        return []
+    findings = []
+    latest = memberships[-1]
+    idle = [m for m in latest.members if not m.partitions]
+    if idle:
+        findings.append(
+            Finding(
+                "idle-consumers",
+                f"{len(idle)} of {len(latest.members)} consumers hold no partition: more "
+                f"consumers than partitions ({len(latest.members)} > {len(report.rows)}).",
+                "run at most one consumer per partition, or add partitions",
+            )
+        )
+    rebalances = sum(
+        1 for before, after in itertools.pairwise(memberships) if before.members != after.members
+    )
+    if rebalances:
+        findings.append(
+            Finding(
+                "rebalances",
+                f"the group rebalanced at least {rebalances} times while the doctor watched; "
+                "with the eager protocol every rebalance stops all consumers.",
+                "find why members leave (session.timeout.ms, max.poll.interval.ms exceeded by "
+                "slow processing); static membership (group.instance.id) keeps restarts from "
+                "rebalancing",
+            )
+        )
+    if latest.assignor in EAGER_ASSIGNORS:
+        static = all(m.group_instance_id for m in latest.members)
+        findings.append(
+            Finding(
+                "eager-protocol",
+                f"the group uses the {latest.assignor} assignor, an eager protocol: each "
+                "rebalance revokes every partition from every consumer (stop-the-world)"
+                + ("" if static else ", and its members have no static membership")
+                + ".",
+                "set partition.assignment.strategy=cooperative-sticky"
+                + ("" if static else " and give each consumer a group.instance.id"),
+            )
+        )
+    return findings
+
+
+def render(exam: Examination, findings: Sequence[Finding]) -> str:
+    report = exam.report
+    head = (
+        f"group {report.group}: {len(report.rows)} partitions, total lag {report.total_lag}, "
+        f"status {report.status.name} (watched {exam.sampled_s:g} s)"
+    )
+    return "\n".join([head, *(finding.text() for finding in findings)])

@@ -1,0 +1,69 @@
+"""Partition and group status over a window of samples, after Burrow's evaluator.
+
+OffsetFetch does not say when a group committed, only what: a commit that does not move
+the offset is invisible from outside. So STOP here means the committed offset has not moved
+for longer than the window (it needs a history longer than the window), and STALL that it
+did not move within the window while there was lag.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from enum import IntEnum
+
+from lagless.lag.offsets import PartitionSample
+
+
+class Status(IntEnum):
+    """Ordered by severity: a group's status is its worst partition's."""
+
+    OK = 0
+    WARN = 1
+    STALL = 2
+    STOP = 3
+    REWIND = 4
+
+
+def partition_status(history: Sequence[PartitionSample], window_s: float) -> Status:
+    """The status of one partition from its samples, oldest first.
+
+    REWIND looks at the whole history; the other checks at the window, the samples taken
+    within window_s of the latest one (older ones tell how long the offset has stood still).
+    """
+    if not history:
+        raise ValueError("a partition status needs at least one sample")
+    latest = history[-1]
+    if any(
+        before.committed is not None
+        and after.committed is not None
+        and after.committed < before.committed
+        for before, after in itertools.pairwise(history)
+    ):
+        return Status.REWIND
+    window = [s for s in history if latest.at - s.at <= window_s]
+    committed = [s.committed for s in window]
+    if latest.lag == 0:
+        return Status.OK
+    if latest.at - _unchanged_since(history) > window_s:
+        return Status.STOP
+    if len(window) >= 2 and len(set(committed)) == 1 and all(s.lag > 0 for s in window):
+        return Status.STALL
+    lags = [s.lag for s in window]
+    if len(window) >= 2 and all(after > before for before, after in itertools.pairwise(lags)):
+        return Status.WARN
+    return Status.OK
+
+
+def _unchanged_since(history: Sequence[PartitionSample]) -> float:
+    """When the committed offset took the value it has in the latest sample."""
+    since = history[-1].at
+    for sample in reversed(history):
+        if sample.committed != history[-1].committed:
+            break
+        since = sample.at
+    return since
+
+
+def group_status(statuses: Iterable[Status]) -> Status:
+    return max(statuses, default=Status.OK)

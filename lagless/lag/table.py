@@ -1,0 +1,67 @@
+"""The lag table, in the columns of the field report's `stream.sh lag`: partition | lag | pos | end.
+
+An All row of totals comes first; lagless adds the estimated time lag and the status.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from lagless.lag.report import LagReport, LagRow
+
+COLUMNS = ("partition", "lag", "pos", "end", "lag_s", "status")
+NOT_COMMITTED = "-"
+
+
+def _partition_label(row: LagRow, single_topic: bool) -> str:
+    return str(row.partition) if single_topic else f"{row.topic}:{row.partition}"
+
+
+def _seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
+def table_cells(report: LagReport) -> list[tuple[str, ...]]:
+    """The All row, then one row per partition, as text in COLUMNS order."""
+    single_topic = len({row.topic for row in report.rows}) <= 1
+    known_seconds = [row.lag_seconds for row in report.rows if row.lag_seconds is not None]
+    total = (
+        "All",
+        str(report.total_lag),
+        str(sum(row.committed or 0 for row in report.rows)),
+        str(sum(row.end for row in report.rows)),
+        _seconds(max(known_seconds, default=None)),
+        report.status.name,
+    )
+    rows = [
+        (
+            _partition_label(row, single_topic),
+            str(row.lag),
+            NOT_COMMITTED if row.committed is None else str(row.committed),
+            str(row.end),
+            _seconds(row.lag_seconds),
+            row.status.name,
+        )
+        for row in report.rows
+    ]
+    return [total, *rows]
+
+
+def rich_table(report: LagReport) -> Table:
+    topics = sorted({row.topic for row in report.rows})
+    table = Table(title=f"group {report.group} on {', '.join(topics)}")
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("partition", "status") else "right")
+    for cells in table_cells(report):
+        table.add_row(*cells)
+    return table
+
+
+def markdown_table(report: LagReport) -> str:
+    """The table as the field report pasted it; `lagless simulate --lag-table` reads it back."""
+    lines = [
+        "| " + " | ".join(COLUMNS) + " |",
+        "| --- | " + " | ".join("---:" for _ in COLUMNS[1:-1]) + " | --- |",
+    ]
+    lines += ["|" + "|".join(cells) + "|" for cells in table_cells(report)]
+    return "\n".join(lines)

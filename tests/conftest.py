@@ -1,0 +1,38 @@
+"""Shared fixtures: the embedded broker over TCP and one local Spark session per test run."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from lagless.broker import EmbeddedBroker
+from lagless.kafka_config import KafkaConfig
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as running:
+        yield running
+
+
+@pytest.fixture
+def kafka(broker: EmbeddedBroker) -> KafkaConfig:
+    return KafkaConfig(broker.bootstrap)
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"topic_{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from lagless.importer.spark import spark_session
+
+    session = spark_session("local[2]", parallelism=2)
+    yield session
+    session.stop()

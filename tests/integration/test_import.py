@@ -1,0 +1,191 @@
+"""The import job end to end: embedded broker over TCP, real Spark (local[2]), real stores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Producer
+
+from lagless.gen import explicit, produce_profile
+from lagless.importer.job import ImportSpec, run_import
+from lagless.kafka_config import KafkaConfig
+from lagless.source.offsets import OffsetReader
+
+pytestmark = pytest.mark.spark
+
+
+def spec(
+    kafka: KafkaConfig, topic: str, tmp_path: Path, sink: str = "sqlite", **kw: object
+) -> ImportSpec:
+    url = f"sqlite:///{tmp_path}/out.db" if sink == "sqlite" else f"parquet:///{tmp_path}/lake"
+    return ImportSpec(
+        kafka=kafka, topics=(topic,), sink_url=url, checkpoint=str(tmp_path / "ckpt"), **kw
+    )  # type: ignore[arg-type]
+
+
+def stored(tmp_path: Path, table: str) -> list[tuple]:
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        return conn.execute(
+            f'SELECT partition, offset, key, value FROM "{table}" ORDER BY 1, 2'
+        ).fetchall()
+
+
+def produced_offsets(summary) -> set[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    return {(p, o) for p, (start, end) in summary.offsets.items() for o in range(start, end)}
+
+
+def test_append_lands_every_record_exactly_once_in_sqlite(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 4)
+    produced = produce_profile(kafka, topic_name, explicit([3000, 0, 1200, 5]), keys=50)
+
+    summary = run_import(spec(kafka, topic_name, tmp_path), spark=spark)
+
+    rows = stored(tmp_path, topic_name)
+    assert {(p, o) for p, o, _, _ in rows} == produced_offsets(produced)
+    assert len(rows) == produced.records == summary.records == summary.written
+    assert summary.by_partition[(topic_name, 0)] == 3000
+
+
+def test_append_replayed_into_parquet_adds_no_duplicate(broker, kafka, topic_name, tmp_path, spark):
+    broker.create_topic(topic_name, 3)
+    produced = produce_profile(kafka, topic_name, explicit([700, 800, 900]), keys=10)
+
+    run_import(spec(kafka, topic_name, tmp_path, sink="parquet"), spark=spark)
+    # Forget that batch 0 was committed: Spark replays it into the same folder.
+    for name in os.listdir(tmp_path / "ckpt" / "commits"):
+        os.remove(tmp_path / "ckpt" / "commits" / name)
+    run_import(spec(kafka, topic_name, tmp_path, sink="parquet"), spark=spark)
+
+    table = pq.read_table(tmp_path / "lake" / topic_name)
+    pairs = list(
+        zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+    )
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == produced_offsets(produced)
+
+
+def test_upsert_keeps_the_newest_value_per_key(broker, kafka, topic_name, tmp_path, spark):
+    broker.create_topic(topic_name, 3)
+    produced = produce_profile(kafka, topic_name, explicit([2000, 1500, 1000]), keys=7)
+
+    run_import(spec(kafka, topic_name, tmp_path, write="upsert", value_format="json"), spark=spark)
+
+    newest = produced.newest_by_key()
+    rows = stored(tmp_path, topic_name)
+    assert len(rows) == len(newest)
+    assert {key.decode(): (p, o, value) for p, o, key, value in rows} == {
+        key: (n.partition, n.offset, n.value.decode()) for key, n in newest.items()
+    }
+
+
+def test_records_the_store_cannot_take_are_counted_not_dropped(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 2)
+    produced = produce_profile(kafka, topic_name, explicit([600, 600]), keys=20, poison=0.1)
+
+    summary = run_import(
+        spec(kafka, topic_name, tmp_path, write="upsert", value_format="json"), spark=spark
+    )
+
+    poison = produced.kinds
+    assert summary.records == produced.records
+    assert summary.rejected_by_reason == {
+        "value is not valid UTF-8": poison["invalid-utf8"],
+        "value is not valid JSON": poison["invalid-json"],
+        "null key in upsert mode": poison["null-key"],
+    }
+    assert (
+        summary.rejected == sum(poison[k] for k in ("invalid-utf8", "invalid-json", "null-key")) > 0
+    )
+
+
+def test_bulk_stops_at_the_end_seen_at_start_while_a_producer_keeps_writing(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 2)
+    produce_profile(kafka, topic_name, explicit([5000, 5000]), keys=100)
+    reader = OffsetReader(kafka)
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        producer = Producer(kafka.producer())
+        while not stop.is_set():
+            for i in range(200):
+                producer.produce(topic_name, value=b"late", partition=i % 2)
+            producer.poll(0)
+            time.sleep(0.02)
+        producer.flush(10)
+
+    writer = threading.Thread(target=keep_writing)
+    at_start = reader.latest([(topic_name, 0), (topic_name, 1)])
+    writer.start()
+    try:
+        summary = run_import(spec(kafka, topic_name, tmp_path), spark=spark)
+        at_end = reader.latest([(topic_name, 0), (topic_name, 1)])
+    finally:
+        stop.set()
+        writer.join()
+
+    rows = stored(tmp_path, topic_name)
+    assert sum(at_end.values()) > summary.records >= sum(at_start.values())
+    for partition in (0, 1):
+        offsets = [o for p, o, _, _ in rows if p == partition]
+        assert offsets == list(range(len(offsets)))  # contiguous from the log start
+        assert len(offsets) < at_end[(topic_name, partition)]
+
+
+def test_second_bulk_run_imports_only_what_arrived_since(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 2)
+    first = produce_profile(kafka, topic_name, explicit([800, 300]), keys=10)
+    assert run_import(spec(kafka, topic_name, tmp_path), spark=spark).records == first.records
+
+    second = produce_profile(kafka, topic_name, explicit([100, 250]), keys=10, seed=1)
+    summary = run_import(spec(kafka, topic_name, tmp_path), spark=spark)
+
+    assert summary.records == second.records == 350
+    rows = stored(tmp_path, topic_name)
+    assert {(p, o) for p, o, _, _ in rows} == produced_offsets(first) | produced_offsets(second)
+
+
+def test_continuous_import_picks_up_records_produced_after_it_started(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 2)
+    produce_profile(kafka, topic_name, explicit([100, 100]), keys=10)
+    later: list = []
+
+    def produce_later_then_interrupt() -> None:
+        time.sleep(3)
+        later.append(produce_profile(kafka, topic_name, explicit([400, 50]), keys=10, seed=2))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if len(stored(tmp_path, topic_name)) == 650:
+                    break
+            except sqlite3.OperationalError:
+                pass
+            time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    helper = threading.Thread(target=produce_later_then_interrupt)
+    helper.start()
+    summary = run_import(
+        spec(kafka, topic_name, tmp_path, mode="continuous", trigger_seconds=0.5), spark=spark
+    )
+    helper.join()
+
+    rows = stored(tmp_path, topic_name)
+    assert len(rows) == summary.records == 650
+    assert {(p, o) for p, o, _, _ in rows} >= produced_offsets(later[0])

@@ -1,0 +1,153 @@
+"""The doctor's reasoning over samples, record sizes and group memberships.
+
+The embedded broker cannot answer DescribeGroups, so the membership snapshots here are
+fakes: GroupDescription values as a broker that answers DescribeGroups would report them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lagless.lag.doctor import Examination, Finding, diagnose, examine, render
+from lagless.lag.members import GroupDescription, GroupMember
+from lagless.lag.offsets import PartitionSample, RecordInfo
+from lagless.lag.report import History, build_report
+
+SEED_000_LAGS = [9_497_160] * 12 + [5_352_228] * 4 + [0] * 8
+
+
+def exam_of(
+    lags: Sequence[int],
+    memberships: Sequence[GroupDescription] | None,
+    records: dict[tuple[str, int], RecordInfo] | None = None,
+) -> Examination:
+    """Two samples a second apart in which every consumer made progress."""
+    history = History(keep_s=10)
+    for at, moved in ((0.0, 0), (1.0, 100)):
+        history.add(
+            PartitionSample("t", p, at, 1000 + moved, 0, 1000 + 100 + lag)
+            for p, lag in enumerate(lags)
+        )
+    records = records or {}
+    return Examination(build_report("g", history, 1.0, records), history, records, memberships, 1.0)
+
+
+def member(name: str, *partitions: int, instance: str | None = None) -> GroupMember:
+    return GroupMember(name, name, tuple(("t", p) for p in partitions), instance)
+
+
+def codes(findings: Sequence[Finding]) -> list[str]:
+    return [finding.code for finding in findings]
+
+
+def test_seed_000_a_consumer_holding_a_drained_and_a_busy_partition() -> None:
+    """Fake DescribeGroups (the embedded broker cannot answer it): seed 000's round-robin."""
+    members = tuple(member(f"c{i}", *range(i, 24, 16)) for i in range(16))
+    found = diagnose(
+        exam_of(SEED_000_LAGS, [GroupDescription("g", "roundrobin", "Stable", members)])
+    )
+    mixed = next(f for f in found if f.code == "drained-and-lagging")
+    assert "8 of 16 consumers hold a drained partition next to a lagging one" in mixed.what
+    assert "e.g. c0: t:0, t:16" in mixed.what
+    assert "lagless" in mixed.fix
+    assert "range-piling" not in codes(found)
+
+
+def test_range_piles_lagging_partitions_on_few_consumers() -> None:
+    """Fake DescribeGroups (the embedded broker cannot answer it): range over seed 000's lags."""
+    members = tuple(member(f"c{i}", *range(3 * i, 3 * i + 3)) for i in range(8))
+    found = diagnose(exam_of(SEED_000_LAGS, [GroupDescription("g", "range", "Stable", members)]))
+    piling = next(f for f in found if f.code == "range-piling")
+    assert "on 5 consumers while 2 hold none" in piling.what
+    assert "cooperative-sticky" in piling.fix
+
+
+def test_more_consumers_than_partitions_leaves_idle_consumers() -> None:
+    """Fake DescribeGroups (the embedded broker cannot answer it): 3 members, 2 partitions."""
+    members = (member("a", 0), member("b", 1), member("c"))
+    found = diagnose(
+        exam_of([5, 5], [GroupDescription("g", "cooperative-sticky", "Stable", members)])
+    )
+    idle = next(f for f in found if f.code == "idle-consumers")
+    assert (
+        idle.what == "1 of 3 consumers hold no partition: more consumers than partitions (3 > 2)."
+    )
+    assert "eager-protocol" not in codes(found)
+
+
+def test_rebalances_and_the_eager_protocol_without_static_membership() -> None:
+    """Fake DescribeGroups (the embedded broker cannot answer it): membership changes twice."""
+    before = GroupDescription("g", "range", "Stable", (member("a", 0), member("b", 1)))
+    during = GroupDescription("g", "range", "Stable", (member("a", 0, 1),))
+    found = diagnose(exam_of([5, 5], [before, during, before]))
+    assert "at least 2 times" in next(f for f in found if f.code == "rebalances").what
+    eager = next(f for f in found if f.code == "eager-protocol")
+    assert "range assignor, an eager protocol" in eager.what
+    assert "group.instance.id" in eager.fix
+
+
+def test_static_members_are_not_told_to_become_static() -> None:
+    """Fake DescribeGroups (the embedded broker cannot answer it): static eager members."""
+    members = (member("a", 0, instance="a-1"), member("b", 1, instance="b-1"))
+    found = diagnose(exam_of([5, 5], [GroupDescription("g", "sticky", "Stable", members)]))
+    eager = next(f for f in found if f.code == "eager-protocol")
+    assert "group.instance.id" not in eager.fix
+    assert "rebalances" not in codes(found)
+
+
+def test_without_describe_groups_the_doctor_says_what_it_could_not_check() -> None:
+    found = diagnose(exam_of(SEED_000_LAGS, None))
+    assert codes(found) == ["drained-and-lagging", "not-checked"]
+    assert "which consumer holds which could not be checked" in found[0].what
+    assert "DescribeGroups" in found[1].what
+
+
+def test_records_too_large_for_the_fetch_size() -> None:
+    records = {("t", 0): RecordInfo(timestamp_s=None, size_bytes=800_000)}
+    found = diagnose(exam_of([5, 5], [], records), fetch_bytes=1_048_576)
+    large = next(f for f in found if f.code == "large-records")
+    assert "up to 800000 bytes" in large.what and large.what.startswith("t:0:")
+    assert "max.partition.fetch.bytes" in large.fix
+
+
+def test_a_healthy_group() -> None:
+    exam = exam_of(
+        [0, 0], [GroupDescription("g", "cooperative-sticky", "Stable", (member("a", 0, 1),))]
+    )
+    found = diagnose(exam)
+    assert codes(found) == ["healthy"]
+    assert render(exam, found).startswith("group g: 2 partitions, total lag 0, status OK")
+
+
+class FrozenSource:
+    """A group whose consumer died at offset 3 of 10: nothing moves."""
+
+    def sample(self) -> list[PartitionSample]:
+        return [PartitionSample("t", 0, self.now, 3, 0, 10)]
+
+    def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
+        return {s.key: RecordInfo(timestamp_s=0.0, size_bytes=2_000_000) for s in samples}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    now = 0.0
+
+
+class NoDescribeGroups:
+    """Like the embedded broker, which cannot answer DescribeGroups."""
+
+    def describe(self, group: str) -> GroupDescription | None:
+        return None
+
+
+def test_examine_samples_for_the_time_asked_and_finds_a_stopped_partition() -> None:
+    source = FrozenSource()
+
+    def sleep(seconds: float) -> None:
+        source.now += seconds
+
+    exam = examine("g", source, NoDescribeGroups(), seconds=4.0, interval_s=1.0, sleep=sleep)
+    assert len(exam.history.samples[("t", 0)]) == 5
+    assert exam.memberships is None
+    assert codes(diagnose(exam)) == ["stop", "large-records", "not-checked"]

@@ -1,0 +1,242 @@
+"""plan_tasks: table cases in the manner of Spark's KafkaOffsetRangeCalculatorSuite, then
+properties that must hold for any input."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagless.planner import OffsetRange, plan_tasks, record_sizes
+
+
+def r(partition: int, start: int, end: int, topic: str = "t") -> OffsetRange:
+    return OffsetRange(topic, partition, start, end)
+
+
+CASES = [
+    ("one range, one slot: unchanged", [r(0, 0, 10)], 1, {}, 1, [r(0, 0, 10)]),
+    (
+        "one range, three slots: the larger piece first",
+        [r(0, 0, 10)],
+        3,
+        {},
+        1,
+        [r(0, 0, 4), r(0, 4, 7), r(0, 7, 10)],
+    ),
+    (
+        "offsets need not start at zero",
+        [r(0, 100, 104)],
+        2,
+        {},
+        1,
+        [r(0, 100, 102), r(0, 102, 104)],
+    ),
+    ("an empty range yields no task", [r(0, 5, 5), r(1, 0, 4)], 2, {}, 1, [r(1, 0, 2), r(1, 2, 4)]),
+    (
+        "more ranges than slots: nothing to split",
+        [r(2, 0, 5), r(0, 0, 10), r(1, 0, 5)],
+        2,
+        {},
+        1,
+        [r(0, 0, 10), r(1, 0, 5), r(2, 0, 5)],
+    ),
+    (
+        "skewed lag: the long partition is cut to the size of the short one",
+        [r(0, 0, 90), r(1, 0, 10)],
+        10,
+        {},
+        1,
+        [*(r(0, start, start + 10) for start in range(0, 90, 10)), r(1, 0, 10)],
+    ),
+    (
+        "large records weigh more than many small ones",
+        [r(0, 0, 1000), r(1, 0, 10)],
+        4,
+        {("t", 0): 100.0, ("t", 1): 800_000.0},
+        1,
+        [r(1, 0, 3), r(1, 3, 6), r(1, 6, 8), r(1, 8, 10), r(0, 0, 1000)],
+    ),
+    (
+        "a partition without an estimate weighs the mean of the known ones",
+        [r(0, 0, 10), r(1, 0, 10), r(2, 0, 10)],
+        3,
+        {("t", 0): 100.0, ("t", 1): 300.0},
+        1,
+        [r(2, 0, 10), r(1, 0, 5), r(1, 5, 10), r(0, 0, 10)],
+    ),
+    (
+        "min_task_records stops the split early",
+        [r(0, 0, 10)],
+        10,
+        {},
+        4,
+        [r(0, 0, 5), r(0, 5, 10)],
+    ),
+    (
+        "min_task_records never drops a range shorter than itself",
+        [r(0, 0, 3)],
+        4,
+        {},
+        5,
+        [r(0, 0, 3)],
+    ),
+    (
+        "adjacent ranges of one partition stay separate tasks",
+        [r(0, 0, 4), r(0, 4, 8)],
+        2,
+        {},
+        1,
+        [r(0, 0, 4), r(0, 4, 8)],
+    ),
+    (
+        "ties are ordered by topic, partition, start",
+        [r(1, 0, 5, "b"), r(0, 0, 5, "b"), r(3, 0, 5, "a")],
+        3,
+        {},
+        1,
+        [r(3, 0, 5, "a"), r(0, 0, 5, "b"), r(1, 0, 5, "b")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("ranges", "slots", "bytes_per_record", "min_task_records", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_plan_tasks_table(
+    ranges: list[OffsetRange],
+    slots: int,
+    bytes_per_record: dict[tuple[str, int], float],
+    min_task_records: int,
+    expected: list[OffsetRange],
+) -> None:
+    assert plan_tasks(ranges, slots, bytes_per_record or None, min_task_records) == expected
+
+
+@pytest.mark.parametrize(
+    ("ranges", "slots", "bytes_per_record", "min_task_records", "message"),
+    [
+        ([r(0, 0, 10)], 0, None, 1, "slots"),
+        ([r(0, 0, 10)], 1, None, 0, "min_task_records"),
+        ([r(0, 10, 9)], 1, None, 1, "ends before it starts"),
+        ([r(0, 0, 10), r(0, 5, 15)], 1, None, 1, "overlap"),
+        ([r(0, 0, 10)], 1, {("t", 0): 0.0}, 1, "positive"),
+        ([r(0, 0, 10)], 1, {("t", 0): math.nan}, 1, "positive"),
+    ],
+)
+def test_plan_tasks_rejects(
+    ranges: list[OffsetRange],
+    slots: int,
+    bytes_per_record: dict[tuple[str, int], float] | None,
+    min_task_records: int,
+    message: str,
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        plan_tasks(ranges, slots, bytes_per_record, min_task_records)
+
+
+def test_split_rejects_more_pieces_than_records() -> None:
+    with pytest.raises(ValueError, match="3 records into 4 pieces"):
+        r(0, 0, 3).split(4)
+
+
+def list_schedule_makespan(tasks: list[OffsetRange], slots: int) -> int:
+    """When the last slot finishes if each task goes, in order, to the slot free first (as
+    Spark hands tasks to free executors) and a record takes one unit of time."""
+    free_at = [0] * slots
+    for task in tasks:
+        heapq.heappush(free_at, heapq.heappop(free_at) + task.records)
+    return max(free_at)
+
+
+# Seed 000: 24 partitions, 12 with ~9.4k records of lag, 4 with ~5.4k, 8 drained; 16 threads.
+SEED_000_LAG = [9497, 9479, 9461, 9480, 9494, 9545, 9419, 9522, 9239, 9325, 9275, 9315]
+SEED_000_LAG += [5352, 5406, 5364, 5441] + [0] * 8
+
+
+def test_seed_000_unbalanced_import() -> None:
+    ranges = [r(p, 22_000, 22_000 + lag) for p, lag in enumerate(SEED_000_LAG)]
+    total = sum(SEED_000_LAG)
+
+    tasks = plan_tasks(ranges, 16)
+
+    assert max(t.records for t in tasks) < total / 16 + 1
+    assert {t.partition for t in tasks} == set(range(16))
+    assert len(tasks) == 12 * 2 + 4
+    assert tasks[0].records == max(t.records for t in tasks)
+    makespan = list_schedule_makespan(tasks, 16)
+    assert makespan <= math.ceil(total / 16) + max(t.records for t in tasks)
+    assert makespan <= list_schedule_makespan(sorted(ranges, key=lambda x: -x.records), 16)
+
+
+def test_seed_000_with_one_partition_of_large_records() -> None:
+    """One partition of 800 KB records among 100 B ones: it is the one split finest."""
+    ranges = [r(p, 0, lag) for p, lag in enumerate(SEED_000_LAG)]
+    sizes = {("t", p): 100.0 for p in range(24)} | {("t", 12): 800_000.0}
+
+    tasks = plan_tasks(ranges, 16, sizes)
+
+    weights = [t.records * Fraction(sizes[t.key]) for t in tasks]
+    total = sum(lag * Fraction(sizes[("t", p)]) for p, lag in enumerate(SEED_000_LAG))
+    assert max(weights) < total / 16 + 800_000
+    assert weights == sorted(weights, reverse=True)
+    assert sum(t.partition == 12 for t in tasks) == 16
+    assert all(t.partition == 12 for t in tasks[:16])
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> tuple[list[OffsetRange], int, dict[tuple[str, int], float], int]:
+    keys = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 40)),
+            unique=True,
+            max_size=30,
+        )
+    )
+    ranges = []
+    for topic, partition in keys:
+        start = draw(st.integers(0, 10**9))
+        ranges.append(OffsetRange(topic, partition, start, start + draw(st.integers(0, 10**5))))
+    sized = draw(st.lists(st.sampled_from(keys), unique=True)) if keys else []
+    sizes = {key: draw(st.floats(0.5, 1e6)) for key in sized}
+    return ranges, draw(st.integers(1, 64)), sizes, draw(st.integers(1, 5000))
+
+
+@given(plans())
+def test_plan_tasks_properties(
+    plan: tuple[list[OffsetRange], int, dict[tuple[str, int], float], int],
+) -> None:
+    ranges, slots, bytes_per_record, min_task_records = plan
+
+    tasks = plan_tasks(ranges, slots, bytes_per_record, min_task_records)
+
+    by_key: defaultdict[tuple[str, int], list[OffsetRange]] = defaultdict(list)
+    for task in tasks:
+        by_key[task.key].append(task)
+    work = {x.key: x for x in ranges if x.records > 0}
+    assert by_key.keys() == work.keys()
+    for key, pieces in by_key.items():
+        pieces.sort()
+        offsets = [work[key].start] + [p.end for p in pieces]
+        assert [p.start for p in pieces] == offsets[:-1], "pieces are contiguous and disjoint"
+        assert offsets[-1] == work[key].end, "pieces cover the range"
+        assert all(p.records > 0 for p in pieces)
+        assert max(p.records for p in pieces) - min(p.records for p in pieces) <= 1
+
+    sizes = record_sizes(work, bytes_per_record)
+    total = sum((x.records * sizes[x.key] for x in work.values()), Fraction(0))
+    for task in tasks:
+        weight = task.records * sizes[task.key]
+        split_stopped = task.records < 2 * min_task_records
+        assert weight < total / slots + sizes[task.key] or split_stopped
+    assert len(tasks) < slots + len(work) or not tasks
+
+    order = [(-t.records * sizes[t.key], t.topic, t.partition, t.start) for t in tasks]
+    assert order == sorted(order)
