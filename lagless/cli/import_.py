@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from lagless.importer.explain import explain
 from lagless.importer.job import ImportSpec, run_import
 from lagless.kafka_config import KafkaConfig, parse_key_values
 from lagless.progress import RichCollector
@@ -56,14 +61,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="librdkafka setting, e.g. security.protocol=SSL",
     )
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--explain", action="store_true", help="print the next batch's plan; import nothing"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary (or the plan) as JSON"
+    )
     parser.set_defaults(func=handle)
 
 
 def spec_from_args(args: argparse.Namespace) -> ImportSpec:
     from lagless.exceptions import BadInput
 
-    for name in ("max_records_per_batch", "max_bytes_per_batch", "slots"):
+    for name in ("max_records_per_batch", "max_bytes_per_batch", "max_record_bytes", "slots"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
@@ -83,12 +93,40 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         fail_on_data_loss=not args.skip_lost_offsets,
         master=args.master,
         group=args.group,
+        max_record_bytes=args.max_record_bytes,
     )
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    if args.explain:
+        plan = explain(spec)
+        if args.json:
+            print(json.dumps(plan))
+        else:
+            Console().print(plan_table(plan))
+        return 0
     summary = run_import(spec, RichCollector())
     if args.json:
         print(json.dumps(summary.as_dict()))
     return 0
+
+
+def plan_table(plan: dict[str, Any]) -> Table:
+    tasks = plan["tasks"]
+    records = sum(t["records"] for t in tasks)
+    table = Table(
+        title=f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
+    )
+    for name in ("topic", "partition", "from", "until", "records", "bytes"):
+        table.add_column(name, justify="left" if name == "topic" else "right")
+    for t in tasks:
+        table.add_row(
+            t["topic"],
+            str(t["partition"]),
+            f"{t['from']:,}",
+            f"{t['until']:,}",
+            f"{t['records']:,}",
+            f"{t['bytes']:,}",
+        )
+    return table

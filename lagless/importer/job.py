@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
 from lagless.importer.group import GroupCommitter
-from lagless.importer.rows import shape
+from lagless.importer.rows import accepted, dead_letters, shape
 from lagless.kafka_config import KafkaConfig
 from lagless.progress import Collector, Summary
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
-from lagless.sinks.base import COLUMNS, ValueFormat, WriteMode, check_writable_path
+from lagless.sinks.base import ValueFormat, WriteMode, check_writable_path
 from lagless.source import SOURCE_NAME
 from lagless.source.offsets import OffsetReader, Offsets
 
@@ -30,6 +30,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 RunMode = Literal["bulk", "continuous"]
+
+# Without a limit, a bulk batch would be the whole backlog, collected at once on the driver
+# for SQLite and shown as one step of the progress bar.
+DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
+# Task slots per Spark core: a little more than one keeps a core busy while a task starts.
+SLOTS_PER_CORE = 2
+
+
+def slots_for(parallelism: int) -> int:
+    return max(2, parallelism * SLOTS_PER_CORE)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class ImportSpec:
     fail_on_data_loss: bool = True
     master: str | None = None
     group: str | None = None
+    max_record_bytes: int | None = None
     extra_source_options: dict[str, str] = field(default_factory=dict)
 
     def target(self) -> Target:
@@ -69,8 +80,10 @@ class ImportSpec:
         )
         if self.max_records_per_batch:
             options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
-        if self.max_bytes_per_batch:
-            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch)
+        else:
+            options["maxBytesPerBatch"] = str(
+                self.max_bytes_per_batch or DEFAULT_MAX_BYTES_PER_BATCH
+            )
         options.update(self.extra_source_options)
         return options
 
@@ -107,81 +120,43 @@ class BatchWriter:
         self.collector = collector
         self.target_end = target_end
         self.summary = Summary()
-        self.batch_ends: list[Offsets] = []
         self.committer = GroupCommitter(spec.kafka, spec.group) if spec.group else None
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        shaped = shape(records, self.checked.target)
-        if self.checked.sink.on_driver:
-            written, stats = self._write_on_driver(shaped, batch_id)
-        else:
-            written, stats = self._write_on_executors(shaped, batch_id)
+        from pyspark.sql import functions as F
+
+        target = self.checked.target
+        sink = self.checked.sink
+        # Cached once, read three times: counts, dead letters, accepted rows.
+        shaped = shape(records, target, self.spec.max_record_bytes).persist()
+        try:
+            stats = (
+                shaped.groupBy("topic", "partition", "error")
+                .agg(F.count("*").alias("n"), F.sum("bytes").alias("b"))
+                .collect()
+            )
+            if any(row["error"] is not None for row in stats):
+                sink.write_dead_letters(dead_letters(shaped), target, batch_id)
+            written = sink.write(accepted(shaped, target), target, batch_id)
+        finally:
+            shaped.unpersist()
         by_partition: dict[tuple[str, int], int] = {}
-        rejected: dict[str, int] = {}
-        total_bytes = 0
-        for topic, partition, reason, count, size in stats:
-            by_partition[(topic, partition)] = by_partition.get((topic, partition), 0) + count
-            total_bytes += size
-            if reason is not None:
-                rejected[reason] = rejected.get(reason, 0) + count
-        self.summary.add_batch(by_partition, total_bytes, written, rejected)
+        dead: dict[str, int] = {}
+        for row in stats:
+            key = (row["topic"], row["partition"])
+            by_partition[key] = by_partition.get(key, 0) + row["n"]
+            if row["error"] is not None:
+                dead[row["error"]] = dead.get(row["error"], 0) + row["n"]
+        self.summary.add_batch(by_partition, sum(row["b"] or 0 for row in stats), written, dead)
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        self.batch_ends.append(end)
         if self.committer is not None:
             self.committer.commit(end)
         self.collector.batch(self.summary, self.remaining_lag(end))
 
     def remaining_lag(self, end: Offsets) -> int:
-        latest = (
-            self.target_end
-            if self.target_end is not None
-            else self.checked.broker.latest(self.checked.partitions)
-        )
+        broker = self.checked.broker
+        latest = self.target_end or broker.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
-
-    def _write_on_driver(
-        self, shaped: DataFrame, batch_id: int
-    ) -> tuple[int, list[tuple[Any, ...]]]:
-        import pyarrow.compute as pc
-
-        table = shaped.toArrow()
-        grouped = table.group_by(["topic", "partition", "rejected"]).aggregate(
-            [("offset", "count"), ("bytes", "sum")]
-        )
-        stats = list(
-            zip(
-                *(
-                    grouped.column(c).to_pylist()
-                    for c in ("topic", "partition", "rejected", "offset_count", "bytes_sum")
-                ),
-                strict=True,
-            )
-        )
-        accepted = table.filter(pc.is_null(table.column("rejected"))).select(list(COLUMNS))
-        written = self.checked.sink.write_arrow(accepted, self.checked.target)  # type: ignore[attr-defined]
-        return written, stats
-
-    def _write_on_executors(
-        self, shaped: DataFrame, batch_id: int
-    ) -> tuple[int, list[tuple[Any, ...]]]:
-        from pyspark.sql import functions as F
-
-        shaped = shaped.persist()
-        try:
-            stats = [
-                tuple(row)
-                for row in shaped.groupBy("topic", "partition", "rejected")
-                .agg(F.count("*"), F.sum("bytes"))
-                .collect()
-            ]
-            written = self.checked.sink.write(
-                shaped.where(F.col("rejected").isNull()).select(*COLUMNS),
-                self.checked.target,
-                batch_id,
-            )
-        finally:
-            shaped.unpersist()
-        return written, stats
 
 
 @contextmanager
@@ -207,7 +182,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     from lagless.importer.spark import spark_session
 
     spark = spark or spark_session(spec.master)
-    slots = spec.slots or max(2, spark.sparkContext.defaultParallelism * 2)
+    slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
     checked.sink.prepare(checked.target)
 
     low, high = checked.broker.watermarks(checked.partitions)
@@ -243,7 +218,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
 
 
 def _await(query: Any, stop: threading.Event) -> None:
-    while query.isActive:
+    # A source that fails while planning leaves the query active but stalled: poll its error.
+    while query.isActive and query.exception() is None:
         if stop.is_set() and not query.status.get("isTriggerActive", False):
             return
         query.awaitTermination(0.2)

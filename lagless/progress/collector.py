@@ -15,35 +15,41 @@ from rich.table import Table
 class Summary:
     records: int = 0
     bytes: int = 0
+    imported: int = 0
     written: int = 0
-    rejected: int = 0
+    dead_lettered: int = 0
     batches: int = 0
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
-    rejected_by_reason: Counter[str] = field(default_factory=Counter)
+    dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
 
     def add_batch(
         self,
         records_by_partition: dict[tuple[str, int], int],
         bytes_read: int,
         written: int,
-        rejected_by_reason: dict[str, int],
+        dead_lettered_by_reason: dict[str, int],
     ) -> None:
+        """Records read = imported + dead-lettered; `written` counts rows after coalescing."""
         self.batches += 1
         self.by_partition.update(records_by_partition)
-        self.records += sum(records_by_partition.values())
+        read = sum(records_by_partition.values())
+        dead = sum(dead_lettered_by_reason.values())
+        self.records += read
+        self.imported += read - dead
+        self.dead_lettered += dead
         self.bytes += bytes_read
         self.written += written
-        self.rejected += sum(rejected_by_reason.values())
-        self.rejected_by_reason.update(rejected_by_reason)
+        self.dead_lettered_by_reason.update(dead_lettered_by_reason)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "records": self.records,
             "bytes": self.bytes,
+            "imported": self.imported,
             "written": self.written,
-            "rejected": self.rejected,
-            "rejected_by_reason": dict(self.rejected_by_reason),
+            "dead_lettered": self.dead_lettered,
+            "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
             "records_per_partition": {
@@ -106,10 +112,11 @@ class RichCollector(Collector):
         table = Table(title="import summary", show_header=False)
         seconds = max(summary.seconds, 1e-9)
         table.add_row("records read", f"{summary.records:,}")
-        table.add_row("rows written", f"{summary.written:,}")
-        table.add_row("records rejected", f"{summary.rejected:,}")
-        for reason, count in sorted(summary.rejected_by_reason.items()):
+        table.add_row("imported", f"{summary.imported:,}")
+        table.add_row("dead-lettered", f"{summary.dead_lettered:,}")
+        for reason, count in sorted(summary.dead_lettered_by_reason.items()):
             table.add_row(f"  {reason}", f"{count:,}")
+        table.add_row("rows written (after coalescing)", f"{summary.written:,}")
         table.add_row("bytes", f"{summary.bytes:,}")
         table.add_row("seconds", f"{summary.seconds:.1f}")
         table.add_row("records/s", f"{summary.records / seconds:,.0f}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from lagless.exceptions import BadInput
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 WriteMode = Literal["append", "upsert"]
@@ -25,6 +26,17 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 # Columns every sink stores, in this order. The timestamp is milliseconds since the epoch.
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp")
+# A record that could not be imported: its value as read, the stage that failed and why.
+DEAD_LETTER_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "value",
+    "stage",
+    "error",
+)
 
 
 def check_identifier(name: str, what: str = "table name") -> str:
@@ -66,8 +78,6 @@ class Target:
 
 class Sink(ABC):
     scheme: ClassVar[str]
-    #: True when write() needs the rows on the driver (a file path on an executor means nothing).
-    on_driver: ClassVar[bool]
 
     def __init__(self, url: str, location: str) -> None:
         self.url = url
@@ -79,11 +89,31 @@ class Sink(ABC):
 
     @abstractmethod
     def prepare(self, target: Target) -> None:
-        """Create what the target needs (tables, folders); safe to repeat."""
+        """Create the target and its dead-letter table (or folders); safe to repeat."""
 
     @abstractmethod
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        """Store rows (columns COLUMNS) idempotently; returns the number of rows written."""
+        """Store rows (COLUMNS) idempotently; returns the number of rows written."""
+
+    @abstractmethod
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+        """Store rejected records (DEAD_LETTER_COLUMNS) idempotently; returns how many."""
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Release connections."""
+
+
+class DriverSink(Sink):
+    """A store written from the driver: rows arrive as one Arrow table per batch."""
+
+    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+        return self.write_arrow(rows.select(*COLUMNS).toArrow(), target, dead_letters=False)
+
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+        return self.write_arrow(
+            rows.select(*DEAD_LETTER_COLUMNS).toArrow(), target, dead_letters=True
+        )
+
+    @abstractmethod
+    def write_arrow(self, table: pa.Table, target: Target, *, dead_letters: bool) -> int:
+        """Store an Arrow table into the target (or its dead-letter table)."""

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from lagless.sinks.base import COLUMNS
+import pyarrow as pa
 
 
-def arrow_rows(table: Any) -> Iterator[tuple[Any, ...]]:
-    columns = []
-    for name in COLUMNS:
-        column = table.column(name)
-        if name == "timestamp":
-            column = column.cast("int64")
-        columns.append(column.to_pylist())
-    return zip(*columns, strict=True)
+def arrow_rows(table: pa.Table, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    return zip(*(table.column(name).to_pylist() for name in names), strict=True)

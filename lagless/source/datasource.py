@@ -231,5 +231,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._planning.plan(from_json_offsets(start), from_json_offsets(end))
 
+    def estimated_bytes(self, piece: OffsetRange) -> int:
+        """What reading `piece` should bring, by the sizes the plan was weighed with."""
+        return round(piece.records * self._planning.bytes_per_record([piece]).get(piece.key, 0.0))
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._planning.read(partition)

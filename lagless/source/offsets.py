@@ -7,6 +7,7 @@ offset arithmetic can be tested against the embedded broker or any object with t
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -20,9 +21,10 @@ Offsets = dict[TP, int]
 
 
 class OffsetReader:
-    def __init__(self, config: KafkaConfig, timeout_s: float = 10.0) -> None:
+    def __init__(self, config: KafkaConfig, timeout_s: float = 10.0, retry_s: float = 60.0) -> None:
         self._config = config
         self._timeout_s = timeout_s
+        self._retry_s = retry_s
         self._admin = AdminClient(config.admin())
 
     def partitions(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[TP]:
@@ -52,16 +54,21 @@ class OffsetReader:
         return self._list(list(partitions), OffsetSpec.latest())
 
     def _list(self, partitions: list[TP], spec: OffsetSpec) -> Offsets:
+        """Retries while the broker is away, up to retry_s: a failure here stalls the query."""
         if not partitions:
             return {}
         request = {TopicPartition(t, p): spec for t, p in partitions}
-        try:
-            futures = self._admin.list_offsets(request, request_timeout=self._timeout_s)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise TransientError(
-                f"listing offsets on {self._config.bootstrap}: {_reason(exc)}"
-            ) from None
+        deadline = time.monotonic() + self._retry_s
+        while True:
+            try:
+                futures = self._admin.list_offsets(request, request_timeout=self._timeout_s)
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise TransientError(
+                        f"listing offsets on {self._config.bootstrap}: {_reason(exc)}"
+                    ) from None
+                time.sleep(1.0)
 
 
 def _reason(exc: KafkaException) -> str:

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 
 from lagless.gen import explicit, produce_profile
 from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY
 from lagless.kafka_config import KafkaConfig
 from lagless.source.offsets import OffsetReader
 
@@ -51,7 +52,7 @@ def test_append_lands_every_record_exactly_once_in_sqlite(
 
     rows = stored(tmp_path, topic_name)
     assert {(p, o) for p, o, _, _ in rows} == produced_offsets(produced)
-    assert len(rows) == produced.records == summary.records == summary.written
+    assert len(rows) == produced.records == summary.records == summary.written == summary.imported
     assert summary.by_partition[(topic_name, 0)] == 3000
 
 
@@ -87,7 +88,7 @@ def test_upsert_keeps_the_newest_value_per_key(broker, kafka, topic_name, tmp_pa
     }
 
 
-def test_records_the_store_cannot_take_are_counted_not_dropped(
+def test_records_the_store_cannot_take_are_dead_lettered_not_dropped(
     broker, kafka, topic_name, tmp_path, spark
 ):
     broker.create_topic(topic_name, 2)
@@ -99,14 +100,20 @@ def test_records_the_store_cannot_take_are_counted_not_dropped(
 
     poison = produced.kinds
     assert summary.records == produced.records
-    assert summary.rejected_by_reason == {
+    assert summary.dead_lettered_by_reason == {
         "value is not valid UTF-8": poison["invalid-utf8"],
         "value is not valid JSON": poison["invalid-json"],
         "null key in upsert mode": poison["null-key"],
     }
-    assert (
-        summary.rejected == sum(poison[k] for k in ("invalid-utf8", "invalid-json", "null-key")) > 0
-    )
+    dead = sum(poison[k] for k in ("invalid-utf8", "invalid-json", "null-key"))
+    assert summary.dead_lettered == dead > 0
+    assert summary.imported + summary.dead_lettered == summary.records
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        letters = conn.execute(
+            f'SELECT partition, offset, stage, error FROM "{topic_name}_dlq"'
+        ).fetchall()
+    kinds = {"invalid-utf8": INVALID_UTF8, "invalid-json": INVALID_JSON, "null-key": NULL_KEY}
+    assert sorted(letters) == sorted((p, o, "validate", kinds[k]) for p, o, k in produced.poison)
 
 
 def test_bulk_stops_at_the_end_seen_at_start_while_a_producer_keeps_writing(

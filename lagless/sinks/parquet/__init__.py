@@ -1,8 +1,9 @@
 """Parquet files, written by the executors.
 
-Each micro-batch goes to its own folder `<dir>/<table>/batch=<id>`, overwritten whole when a
-batch is replayed: a batch's offsets are fixed in the checkpoint before it runs, so a replay
-writes the same rows again instead of adding them twice.
+Each micro-batch goes to its own folder `<dir>/<table>/batch=<id>` (dead letters to
+`<dir>/<table>_dlq/batch=<id>`), overwritten whole when a batch is replayed: a batch's offsets
+are fixed in the checkpoint before it runs, so a replay writes the same rows again instead of
+adding them twice.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.sinks import local_path
-from lagless.sinks.base import COLUMNS, Sink, Target, check_writable_path
+from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -20,14 +21,10 @@ if TYPE_CHECKING:
 
 class ParquetSink(Sink):
     scheme = "parquet"
-    on_driver = False
 
     @classmethod
     def from_url(cls, url: str) -> ParquetSink:
         return cls(url, os.path.abspath(local_path(url, cls.scheme)))
-
-    def table_dir(self, target: Target) -> str:
-        return os.path.join(self.location, target.table)
 
     def check(self, target: Target) -> None:
         if target.mode != "append":
@@ -37,9 +34,17 @@ class ParquetSink(Sink):
         check_writable_path(self.location, "directory")
 
     def prepare(self, target: Target) -> None:
-        os.makedirs(self.table_dir(target), exist_ok=True)
+        for table in (target.table, target.dead_letter_table):
+            os.makedirs(os.path.join(self.location, table), exist_ok=True)
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        folder = os.path.join(self.table_dir(target), f"batch={batch_id}")
-        rows.select(*COLUMNS).write.mode("overwrite").parquet(folder)
+        return self._write(rows.select(*COLUMNS), target.table, batch_id)
+
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+        return self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
+
+    def _write(self, rows: DataFrame, table: str, batch_id: int) -> int:
+        rows.write.mode("overwrite").parquet(
+            os.path.join(self.location, table, f"batch={batch_id}")
+        )
         return rows.count()

@@ -1,0 +1,49 @@
+"""`--explain`: the plan of the next batch, computed by the very code a run would use."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from lagless.importer.checkpoint import last_end_offsets
+from lagless.importer.job import ImportSpec, check, slots_for
+from lagless.source import to_json_offsets
+from lagless.source.datasource import KafkaStreamReader, RangePartition
+from lagless.source.options import SourceOptions
+
+
+def default_slots(master: str | None) -> int:
+    """Slots as a run would plan them, without starting Spark for a local master."""
+    master = master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]")
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if local:
+        cores = local.group(1)
+        return slots_for(os.cpu_count() or 1 if cores in (None, "*") else int(cores))
+    from lagless.importer.spark import spark_session
+
+    return slots_for(spark_session(master).sparkContext.defaultParallelism)
+
+
+def explain(spec: ImportSpec) -> dict[str, Any]:
+    check(spec)
+    slots = spec.slots or default_slots(spec.master)
+    reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots)))
+    done = last_end_offsets(spec.checkpoint)
+    start = to_json_offsets(done) if done else reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    tasks = []
+    for task in reader.partitions(start, end):
+        assert isinstance(task, RangePartition)
+        piece = task.piece
+        tasks.append(
+            {
+                "topic": piece.topic,
+                "partition": piece.partition,
+                "from": piece.start,
+                "until": piece.end,
+                "records": piece.records,
+                "bytes": reader.estimated_bytes(piece),
+            }
+        )
+    return {"slots": slots, "tasks": tasks}

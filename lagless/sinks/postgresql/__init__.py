@@ -1,0 +1,131 @@
+"""PostgreSQL, written from the driver: COPY into a temporary table, then one INSERT ... ON
+CONFLICT that a replay cannot double. The password never appears in a message."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+
+from lagless.exceptions import BadInput, TransientError
+from lagless.kafka_config import Secret
+from lagless.sinks.base import DriverSink, Target
+from lagless.sinks.rows import arrow_rows
+from lagless.sinks.sql import (
+    Layout,
+    create_table,
+    dead_letter_layout,
+    insert,
+    quoted,
+    target_layout,
+)
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - depends on the installation
+    psycopg = None  # type: ignore[assignment]
+
+RETRY_FOR_S = 60.0
+CONNECT_TIMEOUT_S = 10
+
+
+def redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":****@")))
+
+
+class PostgresSink(DriverSink):
+    scheme = "postgresql"
+
+    def __init__(self, url: str, password: Secret | None) -> None:
+        super().__init__(redacted(url), redacted(url))
+        self._password = password
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresSink:
+        if psycopg is None:
+            raise BadInput("the postgresql sink needs psycopg: pip install 'lagless[postgresql]'")
+        parts = urlsplit(url)
+        if not parts.hostname or not parts.path.strip("/"):
+            raise BadInput(f"sink URL {redacted(url)!r} needs a host and a database")
+        return cls(url, Secret(parts.password) if parts.password else None)
+
+    def _connect(self) -> Any:
+        parts = urlsplit(self.url)
+        info: dict[str, Any] = {
+            "host": parts.hostname,
+            "port": parts.port or 5432,
+            "dbname": parts.path.strip("/"),
+            "connect_timeout": CONNECT_TIMEOUT_S,
+        }
+        if parts.username:
+            info["user"] = parts.username
+        if self._password is not None:
+            info["password"] = self._password.reveal()
+        try:
+            return psycopg.connect(**info)
+        except psycopg.OperationalError as exc:
+            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+
+    def check(self, target: Target) -> None:
+        try:
+            with self._connect() as conn:
+                for layout in (target_layout(target), dead_letter_layout(target)):
+                    _check_layout(conn, layout)
+        except TransientError as exc:
+            raise BadInput(str(exc)) from None
+
+    def prepare(self, target: Target) -> None:
+        with self._connect() as conn:
+            for layout in (target_layout(target), dead_letter_layout(target)):
+                conn.execute(create_table(layout, "postgresql"))
+
+    def write_arrow(self, table: pa.Table, target: Target, *, dead_letters: bool) -> int:
+        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction."""
+        layout = dead_letter_layout(target) if dead_letters else target_layout(target)
+        deadline = time.monotonic() + RETRY_FOR_S
+        pause = 0.5
+        while True:
+            try:
+                return self._write_once(table, layout)
+            except (psycopg.OperationalError, TransientError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise TransientError(
+                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    def _write_once(self, table: pa.Table, layout: Layout) -> int:
+        names = ", ".join(quoted(name) for name in layout.names)
+        with self._connect() as conn, conn.transaction():
+            conn.execute(
+                f"CREATE TEMPORARY TABLE lagless_stage (LIKE {quoted(layout.table)}) ON COMMIT DROP"
+            )
+            with conn.cursor().copy(f"COPY lagless_stage ({names}) FROM STDIN") as copy:
+                for row in arrow_rows(table, layout.names):
+                    copy.write_row(row)
+            cursor = conn.execute(insert(layout, f"SELECT {names} FROM lagless_stage"))
+            return max(cursor.rowcount, 0)
+
+
+def _check_layout(conn: Any, layout: Layout) -> None:
+    found = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+        "AND table_schema = current_schema() ORDER BY ordinal_position",
+        (layout.table,),
+    ).fetchall()
+    columns = tuple(row[0] for row in found)
+    if columns and columns != layout.names:
+        raise BadInput(
+            f"table {layout.table!r} exists with other columns ({', '.join(columns)}); "
+            "pick another --table"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
