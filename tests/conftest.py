@@ -36,3 +36,12 @@ def spark():  # type: ignore[no-untyped-def]
     session = spark_session("local[2]", parallelism=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():  # type: ignore[no-untyped-def]
+    from tests.harness.postgres import PostgresServer
+
+    server = PostgresServer.start_new()
+    yield server
+    server.destroy()

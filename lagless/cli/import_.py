@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-records-per-batch", type=int)
     parser.add_argument("--max-bytes-per-batch", type=int)
     parser.add_argument(
+        "--max-record-bytes", type=int, help="dead-letter values larger than this many bytes"
+    )
+    parser.add_argument(
         "--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)"
     )
     parser.add_argument(

@@ -21,7 +21,9 @@ _TYPES: dict[Dialect, dict[str, str]] = {
 
 # A stored row gives way only to a newer record: a later offset of the same partition or, when
 # the key comes from another partition, a later timestamp (then the higher partition on a tie).
-# The final table is then the same whatever order batches and tasks finish in.
+# While a key's timestamps do not go back within a partition (LogAppendTime, or one producer's
+# clock), this is a total order, so the final table is the same whatever order batches and
+# tasks finish in and however often they are replayed.
 NEWER = (
     '(excluded."partition" = t."partition" AND excluded."offset" > t."offset")'
     ' OR (excluded."partition" <> t."partition" AND (excluded."timestamp" > t."timestamp"'

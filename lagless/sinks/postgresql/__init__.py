@@ -109,7 +109,14 @@ class PostgresSink(DriverSink):
             with conn.cursor().copy(f"COPY lagless_stage ({names}) FROM STDIN") as copy:
                 for row in arrow_rows(table, layout.names):
                     copy.write_row(row)
-            cursor = conn.execute(insert(layout, f"SELECT {names} FROM lagless_stage"))
+            rows = f"SELECT {names} FROM lagless_stage"
+            if layout.newer_only:
+                # One statement may not update a row twice: keep each key's newest record.
+                rows = (
+                    f'SELECT DISTINCT ON ("key") {names} FROM lagless_stage '
+                    'ORDER BY "key", "timestamp" DESC, "partition" DESC, "offset" DESC'
+                )
+            cursor = conn.execute(insert(layout, rows))
             return max(cursor.rowcount, 0)
 
 

@@ -1,0 +1,108 @@
+"""The import into a real PostgreSQL server started by the test run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from lagless.gen import explicit, produce_profile
+from lagless.importer.job import ImportSpec, run_import
+from lagless.kafka_config import KafkaConfig
+
+pytestmark = pytest.mark.spark
+
+
+def pg_spec(kafka: KafkaConfig, topic: str, url: str, tmp_path: Path, **kw: object) -> ImportSpec:
+    return ImportSpec(
+        kafka=kafka, topics=(topic,), sink_url=url, checkpoint=str(tmp_path / "ckpt"), **kw
+    )  # type: ignore[arg-type]
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_append_and_dead_letters_land_exactly_once(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    broker.create_topic(topic_name, 3)
+    produced = produce_profile(kafka, topic_name, explicit([1500, 10, 900]), keys=30, poison=0.05)
+
+    summary = run_import(
+        pg_spec(kafka, topic_name, postgres.url, tmp_path, value_format="json"), spark=spark
+    )
+
+    stored = rows(postgres.url, f'SELECT "partition", "offset" FROM {topic_name}')
+    letters = rows(postgres.url, f'SELECT "partition", "offset", error FROM {topic_name}_dlq')
+    invalid = {(p, o) for p, o, kind in produced.poison if kind != "null-key"}
+    everything = {(p, o) for p, (a, b) in produced.offsets.items() for o in range(a, b)}
+    assert len(stored) == len(set(stored))
+    assert set(stored) == everything - invalid
+    assert {(p, o) for p, o, _ in letters} == invalid
+    assert summary.imported + summary.dead_lettered == summary.records == produced.records
+
+
+def test_upsert_keeps_newest_per_key(broker, kafka, topic_name, tmp_path, spark, postgres):
+    broker.create_topic(topic_name, 2)
+    produced = produce_profile(kafka, topic_name, explicit([3000, 2000]), keys=5)
+
+    summary = run_import(
+        pg_spec(kafka, topic_name, postgres.url, tmp_path, write="upsert"), spark=spark
+    )
+
+    stored = rows(postgres.url, f'SELECT key, "partition", "offset" FROM {topic_name}')
+    newest = produced.newest_by_key()
+    assert {bytes(k).decode(): (p, o) for k, p, o in stored} == {
+        k: (n.partition, n.offset) for k, n in newest.items()
+    }
+    assert summary.records == 5000 and summary.written == len(newest) == 10
+
+
+def test_server_stopped_and_restarted_mid_import_loses_and_doubles_nothing(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    broker.create_topic(topic_name, 2)
+    produced = produce_profile(kafka, topic_name, explicit([4000, 4000]), keys=50)
+    spec = pg_spec(kafka, topic_name, postgres.url, tmp_path, max_records_per_batch=1000)
+
+    def bounce() -> None:
+        time.sleep(4)
+        postgres.stop()
+        time.sleep(4)
+        postgres.start()
+
+    bouncer = threading.Thread(target=bounce)
+    bouncer.start()
+    try:
+        summary = run_import(spec, spark=spark)
+    finally:
+        bouncer.join()
+
+    stored = rows(postgres.url, f'SELECT "partition", "offset" FROM {topic_name}')
+    assert len(stored) == len(set(stored)) == produced.records == summary.records
+    assert summary.batches == 8
+
+
+def test_bad_password_is_one_line_and_never_shows_the_password(
+    broker, topic_name, tmp_path, postgres
+):
+    broker.create_topic(topic_name, 1)
+    url = postgres.url.replace("secret-pw", "wrong-Pa55")
+    args = ["--bootstrap", broker.bootstrap, "--topic", topic_name, "--sink", url]
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *args, "--checkpoint", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "wrong-Pa55" not in result.stderr and "****" in result.stderr
+    assert not (tmp_path / "ckpt").exists()
