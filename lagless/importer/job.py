@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
+from lagless.importer.failpoints import failpoint
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import accepted, dead_letters, shape
 from lagless.kafka_config import KafkaConfig
@@ -135,11 +136,13 @@ class BatchWriter:
                 .agg(F.count("*").alias("n"), F.sum("bytes").alias("b"))
                 .collect()
             )
+            failpoint("before-write")
             if any(row["error"] is not None for row in stats):
                 sink.write_dead_letters(dead_letters(shaped), target, batch_id)
             written = sink.write(accepted(shaped, target), target, batch_id)
         finally:
             shaped.unpersist()
+        failpoint("after-write")
         by_partition: dict[tuple[str, int], int] = {}
         dead: dict[str, int] = {}
         for row in stats:
@@ -151,6 +154,7 @@ class BatchWriter:
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
         if self.committer is not None:
             self.committer.commit(end)
+            failpoint("after-group-commit")
         self.collector.batch(self.summary, self.remaining_lag(end))
 
     def remaining_lag(self, end: Offsets) -> int:

@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+from lagless.importer.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
 
@@ -38,7 +39,9 @@ class ParquetSink(Sink):
             os.makedirs(os.path.join(self.location, table), exist_ok=True)
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        return self._write(rows.select(*COLUMNS), target.table, batch_id)
+        written = self._write(rows.select(*COLUMNS), target.table, batch_id)
+        failpoint("mid-write")  # files written, the batch not yet committed
+        return written
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         return self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)

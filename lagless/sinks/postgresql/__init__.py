@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pyarrow as pa
 
 from lagless.exceptions import BadInput, TransientError
+from lagless.importer.failpoints import failpoint
 from lagless.kafka_config import Secret
 from lagless.sinks.base import DriverSink, Target
 from lagless.sinks.rows import arrow_rows
@@ -109,6 +110,7 @@ class PostgresSink(DriverSink):
             with conn.cursor().copy(f"COPY lagless_stage ({names}) FROM STDIN") as copy:
                 for row in arrow_rows(table, layout.names):
                     copy.write_row(row)
+            failpoint("mid-write")
             rows = f"SELECT {names} FROM lagless_stage"
             if layout.newer_only:
                 # One statement may not update a row twice: keep each key's newest record.

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import pyarrow as pa
 
 from lagless.exceptions import BadInput
+from lagless.importer.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import DriverSink, Target, check_writable_path
 from lagless.sinks.rows import arrow_rows
@@ -42,6 +43,7 @@ class SqliteSink(DriverSink):
             before = conn.total_changes
             with conn:
                 conn.executemany(insert(layout, values), arrow_rows(table, layout.names))
+                failpoint("mid-write")
             return conn.total_changes - before
 
     @contextmanager

@@ -1,0 +1,23 @@
+"""Named points where a test can have the import killed with SIGKILL, to prove a crash at any
+of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+NAMES = ("before-write", "mid-write", "after-write", "after-group-commit")
+_reached: Counter[str] = Counter()
+
+
+def failpoint(name: str) -> None:
+    wanted = os.environ.get("LAGLESS_FAILPOINT")
+    if not wanted:
+        return
+    target, _, nth = wanted.partition(":")
+    if target != name:
+        return
+    _reached[name] += 1
+    if _reached[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
