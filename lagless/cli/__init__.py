@@ -7,11 +7,4 @@ COMMANDS = ("broker", "gen", "import_", "demo", "lag", "doctor", "simulate")
 
 
 def commands() -> list[ModuleType]:
-    found = []
-    for name in COMMANDS:
-        try:
-            found.append(importlib.import_module(f"lagless.cli.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lagless.cli.{name}":
-                raise
-    return found
+    return [importlib.import_module(f"lagless.cli.{name}") for name in COMMANDS]
