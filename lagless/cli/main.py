@@ -23,7 +23,10 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from lagless.cli import commands
 
-    parser = OneLineParser(prog="lagless", description=__doc__)
+    parser = OneLineParser(
+        prog="lagless",
+        description="Import Kafka topics into stores with Spark, and see why a consumer lags.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for module in commands():
         module.register(sub)
