@@ -73,6 +73,19 @@ class KafkaConfig:
         conf.update(self._base())
         return conf
 
+    def group_member(self, group: str, assignor: str) -> dict[str, object]:
+        """A consumer that subscribes as a member of `group` from its committed offsets (else
+        the earliest) and commits itself: the consumer-group importer lagless is measured
+        against (bench/skew.py)."""
+        conf: dict[str, object] = {
+            "group.id": group,
+            "partition.assignment.strategy": assignor,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+        conf.update(self._base())
+        return conf
+
     def group_offsets_reader(self, group: str) -> dict[str, object]:
         """A consumer that reads `group`'s committed offsets; it never subscribes nor commits."""
         conf: dict[str, object] = {

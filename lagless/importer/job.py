@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 RunMode = Literal["bulk", "continuous"]
 
 # Without a limit, a bulk batch would be the whole backlog, collected at once on the driver
-# for SQLite and shown as one step of the progress bar.
-DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
+# for SQLite. Each batch costs a few seconds of Spark bookkeeping, so batches stay large.
+DEFAULT_MAX_BYTES_PER_BATCH = 256 * 1024 * 1024
 # Task slots per Spark core: a little more than one keeps a core busy while a task starts.
 SLOTS_PER_CORE = 2
 
@@ -140,6 +140,8 @@ class BatchWriter:
             if any(row["error"] is not None for row in stats):
                 sink.write_dead_letters(dead_letters(shaped), target, batch_id)
             written = sink.write(accepted(shaped, target), target, batch_id)
+            if written is None:
+                written = sum(row["n"] for row in stats if row["error"] is None)
         finally:
             shaped.unpersist()
         failpoint("after-write")

@@ -40,6 +40,7 @@ def spark_session(master: str | None = None, parallelism: int | None = None) -> 
         SparkSession.builder.appName("lagless")
         .master(master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]"))
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", os.environ.get("LAGLESS_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", quiet)
         .config("spark.executor.extraJavaOptions", quiet)

@@ -25,19 +25,6 @@ class OffsetRange:
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
 
-    def split(self, pieces: int) -> list[OffsetRange]:
-        """Contiguous pieces covering this range; their sizes differ by at most one record."""
-        if not 1 <= pieces <= max(self.records, 1):
-            raise ValueError(f"cannot split {self.records} records into {pieces} pieces")
-        size, larger = divmod(self.records, pieces)
-        result = []
-        start = self.start
-        for index in range(pieces):
-            end = start + size + (1 if index < larger else 0)
-            result.append(OffsetRange(self.topic, self.partition, start, end))
-            start = end
-        return result
-
 
 def record_sizes(
     keys: Iterable[tuple[str, int]],

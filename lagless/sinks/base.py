@@ -92,12 +92,12 @@ class Sink(ABC):
         """Create the target and its dead-letter table (or folders); safe to repeat."""
 
     @abstractmethod
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        """Store rows (COLUMNS) idempotently; returns the number of rows written."""
+    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
+        """Store rows (COLUMNS) idempotently; returns the rows written (None: all of them)."""
 
     @abstractmethod
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        """Store rejected records (DEAD_LETTER_COLUMNS) idempotently; returns how many."""
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
+        """Store rejected records (DEAD_LETTER_COLUMNS) idempotently."""
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Release connections."""

@@ -22,12 +22,20 @@ def r(partition: int, start: int, end: int, topic: str = "t") -> OffsetRange:
 CASES = [
     ("one range, one slot: unchanged", [r(0, 0, 10)], 1, {}, 1, [r(0, 0, 10)]),
     (
-        "one range, three slots: the larger piece first",
+        "one range, three slots: pieces of the target size, the remainder last",
         [r(0, 0, 10)],
         3,
         {},
         1,
-        [r(0, 0, 4), r(0, 4, 7), r(0, 7, 10)],
+        [r(0, 0, 4), r(0, 4, 8), r(0, 8, 10)],
+    ),
+    (
+        "a range a little over the target: one full piece and a small one, not two halves",
+        [r(0, 0, 11), r(1, 0, 5), r(2, 0, 4)],
+        2,
+        {},
+        1,
+        [r(0, 0, 10), r(1, 0, 5), r(2, 0, 4), r(0, 10, 11)],
     ),
     (
         "offsets need not start at zero",
@@ -60,23 +68,31 @@ CASES = [
         4,
         {("t", 0): 100.0, ("t", 1): 800_000.0},
         1,
-        [r(1, 0, 3), r(1, 3, 6), r(1, 6, 8), r(1, 8, 10), r(0, 0, 1000)],
+        [r(1, 0, 3), r(1, 3, 6), r(1, 6, 9), r(1, 9, 10), r(0, 0, 1000)],
     ),
     (
         "a partition without an estimate weighs the mean of the known ones",
         [r(0, 0, 10), r(1, 0, 10), r(2, 0, 10)],
-        3,
+        1,
         {("t", 0): 100.0, ("t", 1): 300.0},
         1,
-        [r(2, 0, 10), r(1, 0, 5), r(1, 5, 10), r(0, 0, 10)],
+        [r(1, 0, 10), r(2, 0, 10), r(0, 0, 10)],
     ),
     (
-        "min_task_records stops the split early",
+        "min_task_records sets the piece size; a smaller remainder joins the piece before it",
         [r(0, 0, 10)],
         10,
         {},
         4,
-        [r(0, 0, 5), r(0, 5, 10)],
+        [r(0, 4, 10), r(0, 0, 4)],
+    ),
+    (
+        "a remainder of min_task_records records stays a piece of its own",
+        [r(0, 0, 12)],
+        3,
+        {},
+        4,
+        [r(0, 0, 4), r(0, 4, 8), r(0, 8, 12)],
     ),
     (
         "min_task_records never drops a range shorter than itself",
@@ -142,18 +158,18 @@ def test_plan_tasks_rejects(
         plan_tasks(ranges, slots, bytes_per_record, min_task_records)
 
 
-def test_split_rejects_more_pieces_than_records() -> None:
-    with pytest.raises(ValueError, match="3 records into 4 pieces"):
-        r(0, 0, 3).split(4)
-
-
-def list_schedule_makespan(tasks: list[OffsetRange], slots: int) -> int:
+def weighted_makespan(weights: list[float], slots: int) -> float:
     """When the last slot finishes if each task goes, in order, to the slot free first (as
-    Spark hands tasks to free executors) and a record takes one unit of time."""
-    free_at = [0] * slots
-    for task in tasks:
-        heapq.heappush(free_at, heapq.heappop(free_at) + task.records)
+    Spark hands tasks to free executors) and takes its weight in time."""
+    free_at = [0.0] * slots
+    for weight in weights:
+        heapq.heappush(free_at, heapq.heappop(free_at) + weight)
     return max(free_at)
+
+
+def list_schedule_makespan(tasks: list[OffsetRange], slots: int) -> float:
+    """weighted_makespan when a record takes one unit of time."""
+    return weighted_makespan([float(t.records) for t in tasks], slots)
 
 
 # Seed 000: 24 partitions, 12 with ~9.4k records of lag, 4 with ~5.4k, 8 drained; 16 threads.
@@ -171,9 +187,24 @@ def test_seed_000_unbalanced_import() -> None:
     assert {t.partition for t in tasks} == set(range(16))
     assert len(tasks) == 12 * 2 + 4
     assert tasks[0].records == max(t.records for t in tasks)
+    # The 12 full pieces fill 12 slots; the 12 remainders top up the 4 slots with a half
+    # partition, so no slot idles long: within 1% of the ideal (equal halves gave 1.126x).
     makespan = list_schedule_makespan(tasks, 16)
-    assert makespan <= math.ceil(total / 16) + max(t.records for t in tasks)
+    assert makespan < 1.01 * total / 16
     assert makespan <= list_schedule_makespan(sorted(ranges, key=lambda x: -x.records), 16)
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+def test_seed_000_on_any_number_of_slots(slots: int) -> None:
+    """Pieces of total / slots alone drain seed 000 in 1.35x the ideal on 24 slots (their
+    remainders pile up on the slots freed first); the planner's finer cut keeps it near 1x.
+    On 3 slots no piece is worth cutting: largest-first on whole partitions gives 1.08x."""
+    ranges = [r(p, 0, lag) for p, lag in enumerate(SEED_000_LAG)]
+    ideal = sum(SEED_000_LAG) / slots
+
+    tasks = plan_tasks(ranges, slots)
+
+    assert list_schedule_makespan(tasks, slots) / ideal < (1.08 if slots == 3 else 1.03)
 
 
 def test_seed_000_with_one_partition_of_large_records() -> None:
@@ -228,15 +259,22 @@ def test_plan_tasks_properties(
         assert [p.start for p in pieces] == offsets[:-1], "pieces are contiguous and disjoint"
         assert offsets[-1] == work[key].end, "pieces cover the range"
         assert all(p.records > 0 for p in pieces)
-        assert max(p.records for p in pieces) - min(p.records for p in pieces) <= 1
+        assert len({p.records for p in pieces[:-1]}) <= 1, "all but the last have one size"
+        if len(pieces) > 1:
+            assert pieces[-1].records >= min_task_records, "a short remainder was merged"
+            assert pieces[-1].records < pieces[0].records + min_task_records
 
     sizes = record_sizes(work, bytes_per_record)
-    total = sum((x.records * sizes[x.key] for x in work.values()), Fraction(0))
+    target = sum((x.records * sizes[x.key] for x in work.values()), Fraction(0)) / slots
     for task in tasks:
         weight = task.records * sizes[task.key]
-        split_stopped = task.records < 2 * min_task_records
-        assert weight < total / slots + sizes[task.key] or split_stopped
-    assert len(tasks) < slots + len(work) or not tasks
+        min_task_sized = task.records < 2 * min_task_records
+        assert weight < target + min_task_records * sizes[task.key] or min_task_sized
+    weights = [float(t.records * sizes[t.key]) for t in tasks]
+    largest_record = float(max(sizes.values(), default=0))
+    bound = 1.01 * (1.25 * float(target) + 2 * min_task_records * largest_record)
+    assert weighted_makespan(weights, slots) <= bound * (1 + 1e-9)
+    assert len(tasks) < 4 * slots + len(work) or not tasks
 
     order = [(-t.records * sizes[t.key], t.topic, t.partition, t.start) for t in tasks]
     assert order == sorted(order)

@@ -38,16 +38,13 @@ class ParquetSink(Sink):
         for table in (target.table, target.dead_letter_table):
             os.makedirs(os.path.join(self.location, table), exist_ok=True)
 
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        written = self._write(rows.select(*COLUMNS), target.table, batch_id)
+    def write(self, rows: DataFrame, target: Target, batch_id: int) -> None:
+        self._write(rows.select(*COLUMNS), target.table, batch_id)
         failpoint("mid-write")  # files written, the batch not yet committed
-        return written
 
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        return self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> None:
+        self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
 
-    def _write(self, rows: DataFrame, table: str, batch_id: int) -> int:
-        rows.write.mode("overwrite").parquet(
-            os.path.join(self.location, table, f"batch={batch_id}")
-        )
-        return rows.count()
+    def _write(self, rows: DataFrame, table: str, batch_id: int) -> None:
+        folder = os.path.join(self.location, table, f"batch={batch_id}")
+        rows.write.mode("overwrite").parquet(folder)

@@ -1,0 +1,558 @@
+"""bench/skew: how long lagless and consumer-group importers take to drain skewed backlogs.
+
+On the embedded broker, for each lag profile (seed-000, seed-002, uniform) this measures the
+drain time (start until every record is in the sink) of:
+
+- lagless: one bulk import to Parquet, in a Spark session created once (its startup is
+  reported apart and excluded);
+- consumer groups as people write them today: N confluent-kafka consumers subscribed in one
+  group, one process each, each writing what it reads to its own Parquet files and committing
+  after each write; with the range and cooperative-sticky assignors and several N;
+- optionally (--blocking-s) seed 002's importer: group members that poll their partitions in
+  turn, blocking up to that long on each, even when it has nothing left;
+- the ideal: lagless draining a twin topic that holds the same records (counts and sizes)
+  spread evenly over all partitions, so every slot is busy until the end.
+
+Prints a table of drain times and ratios to the ideal, writes <out>/skew.json and one PNG per
+profile of records imported over time, one line per runner. Not a test: it asserts nothing.
+
+    .venv/bin/python bench/skew.py --out bench/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any, cast
+
+ASSIGNORS = ("range", "cooperative-sticky")
+PARTITIONS = 24  # seed 000's topic
+CONSUME_BATCH = 500
+PROGRESS_OPTION = "benchProgressDir"
+IDEAL = "ideal (lagless, balanced twin)"
+
+
+@dataclass
+class Run:
+    """One runner draining one profile's topic."""
+
+    runner: str
+    drain_s: float | None  # None: not drained within the run timeout
+    imported: int
+    curve: list[tuple[float, int]] = field(default_factory=list)  # (seconds, records so far)
+
+
+@dataclass
+class ProfileResult:
+    profile: str
+    counts: list[int]
+    record_bytes: list[int]
+    records: int
+    value_bytes: int
+    ideal_s: float
+    runs: list[Run]
+
+
+# --- consumer-group importer, one process per member --------------------------------------
+
+
+def group_member(
+    index: int,
+    bootstrap: str,
+    group: str,
+    assignor: str,
+    topic: str,
+    out_dir: str,
+    blocking_s: float,
+    events: Any,
+    go: Event,
+    stop: Event,
+) -> None:
+    """Subscribe, then consume, write a Parquet file, commit, report; until told to stop."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+    from lagless.kafka_config import KafkaConfig
+
+    consumer = Consumer(KafkaConfig(bootstrap).group_member(group, assignor))
+    written = 0
+
+    def store(messages: list[Message]) -> None:
+        nonlocal written
+        records = [m for m in messages if m.error() is None]
+        if not records:
+            return
+        table = pa.table(
+            {
+                "partition": [m.partition() for m in records],
+                "offset": [m.offset() for m in records],
+                "key": [m.key() for m in records],
+                "value": [m.value() for m in records],
+            }
+        )
+        pq.write_table(table, os.path.join(out_dir, f"member{index}-{written:06d}.parquet"))
+        written += 1
+        ends: dict[int, int] = {}
+        for m in records:
+            partition, offset = cast(int, m.partition()), cast(int, m.offset())
+            ends[partition] = max(ends.get(partition, 0), offset + 1)
+        events.put(("rows", time.time(), ends))
+        # A commit fails when a rebalance took the partitions meanwhile: their next owner
+        # re-reads from the last commit, as in any at-least-once importer.
+        with contextlib.suppress(KafkaException):
+            consumer.commit(asynchronous=False)
+
+    def poll_in_turn() -> None:
+        """Seed 002's loop: each assigned partition alone, waiting up to blocking_s for it."""
+        assigned = consumer.assignment()
+        if not assigned:
+            store(consumer.consume(CONSUME_BATCH, timeout=0.2))
+            return
+        for tp in assigned:
+            if stop.is_set():
+                return
+            others = [TopicPartition(t.topic, t.partition) for t in assigned if t != tp]
+            try:
+                consumer.pause(others)
+                consumer.resume([TopicPartition(tp.topic, tp.partition)])
+            except Exception:  # revoked by a rebalance meanwhile
+                return
+            store(consumer.consume(CONSUME_BATCH, timeout=blocking_s))
+
+    events.put(("ready", index))
+    go.wait()
+    consumer.subscribe([topic])
+    try:
+        while not stop.is_set():
+            if blocking_s > 0:
+                poll_in_turn()
+            else:
+                store(consumer.consume(CONSUME_BATCH, timeout=0.5))
+    finally:
+        consumer.close()
+
+
+def run_group(
+    bootstrap: str,
+    topic: str,
+    total: int,
+    members: int,
+    assignor: str,
+    blocking_s: float,
+    work_dir: Path,
+    timeout_s: float,
+    on_rows: Callable[[int], None],
+) -> tuple[float | None, int, list[tuple[float, int]]]:
+    """(drain seconds or None, records imported, curve); the clock starts once every member
+    process is up, so process start-up is excluded as Spark's is."""
+    context = multiprocessing.get_context("spawn")
+    events = context.Queue()
+    go, stop = context.Event(), context.Event()
+    group = f"bench-{topic}-{assignor}-{members}-{time.monotonic_ns()}"
+    out_dir = work_dir / group
+    out_dir.mkdir(parents=True)
+    processes = [
+        context.Process(
+            target=group_member,
+            args=(i, bootstrap, group, assignor, topic, str(out_dir), blocking_s, events, go, stop),
+            daemon=True,
+        )
+        for i in range(members)
+    ]
+    for process in processes:
+        process.start()
+    ready = 0
+    while ready < members:
+        kind, *_ = events.get(timeout=120)
+        ready += kind == "ready"
+    started = time.time()
+    go.set()
+    # Records re-read after a rebalance count once: a partition's records in the sink are
+    # offsets 0 until the highest end any member wrote (it reads on from a commit it made).
+    ends: dict[int, int] = {}
+    imported = 0
+    curve = [(0.0, 0)]
+    drain_s: float | None = None
+    while imported < total and time.time() - started < timeout_s:
+        try:
+            _, at, batch_ends = events.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        for partition, end in batch_ends.items():
+            ends[partition] = max(ends.get(partition, 0), end)
+        on_rows(sum(ends.values()) - imported)
+        imported = sum(ends.values())
+        curve.append((at - started, imported))
+    if imported >= total:
+        drain_s = curve[-1][0]
+    else:
+        curve.append((time.time() - started, imported))
+    stop.set()
+    for process in processes:
+        process.join(timeout=15)
+        if process.is_alive():
+            process.terminate()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return drain_s, imported, curve
+
+
+# --- lagless, with a source that notes when each task hands over its records ---------------
+
+
+def progress_source() -> type:
+    """The lagless source under its own name, noting (time, rows) of every batch it reads.
+
+    Registered in place of lagless's source for this run only; defined in a function so the
+    benchmark imports pyspark only when it runs lagless. Spark ships the classes to its Python
+    workers by value."""
+    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+    from pyspark.sql.types import StructType
+
+    from lagless.source.datasource import KafkaDataSource, KafkaStreamReader
+    from lagless.source.options import SourceOptions
+
+    class ProgressStreamReader(KafkaStreamReader):
+        def __init__(self, options: SourceOptions, progress_dir: str) -> None:
+            super().__init__(options)
+            self.progress_dir = progress_dir
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            log = os.path.join(self.progress_dir, f"{os.getpid()}.log")
+            for batch in super().read(partition):
+                yield batch
+                with open(log, "a") as out:
+                    out.write(f"{time.time()} {batch.num_rows}\n")
+
+    class ProgressSource(KafkaDataSource):
+        def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            return ProgressStreamReader(
+                SourceOptions.parse(self.options), self.options[PROGRESS_OPTION]
+            )
+
+    return ProgressSource
+
+
+def run_lagless(
+    spark: Any, bootstrap: str, topic: str, work_dir: Path, slots: int | None
+) -> tuple[float, int, list[tuple[float, int]]]:
+    from lagless.importer.job import ImportSpec, run_import
+    from lagless.kafka_config import KafkaConfig
+
+    run_dir = work_dir / f"lagless-{topic}-{time.monotonic_ns()}"
+    progress_dir = run_dir / "progress"
+    progress_dir.mkdir(parents=True)
+    spec = ImportSpec(
+        kafka=KafkaConfig(bootstrap),
+        topics=(topic,),
+        sink_url=f"parquet:///{run_dir / 'lake'}",
+        checkpoint=str(run_dir / "checkpoint"),
+        table="bench",
+        slots=slots,
+        extra_source_options={PROGRESS_OPTION: str(progress_dir)},
+    )
+    started = time.time()
+    summary = run_import(spec, spark=spark)
+    drain_s = time.time() - started
+    reads = sorted(
+        (float(at) - started, int(rows))
+        for log in progress_dir.iterdir()
+        for at, rows in (line.split() for line in log.read_text().splitlines())
+    )
+    curve = [(0.0, 0)]
+    for at, rows in reads:
+        curve.append((at, curve[-1][1] + rows))
+    curve.append((drain_s, summary.imported))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return drain_s, summary.imported, curve
+
+
+# --- profiles and topics ---------------------------------------------------------------------
+
+
+def profiles(args: argparse.Namespace) -> list[Any]:
+    from lagless.gen import build_profile
+
+    scales = {"seed-000": args.scale_000, "seed-002": args.scale_002, "uniform": args.scale_uniform}
+    return [
+        build_profile(name, partitions=PARTITIONS, scale=scales[name]) for name in args.profiles
+    ]
+
+
+def twin_parts(profile: Any) -> list[Any]:
+    """The same records, spread evenly over every partition: one profile per record size."""
+    from lagless.gen import explicit
+
+    by_size: dict[int, int] = {}
+    for count, size in zip(profile.counts, profile.record_bytes, strict=True):
+        by_size[size] = by_size.get(size, 0) + count
+    parts = []
+    for size, count in sorted(by_size.items()):
+        share, extra = divmod(count, PARTITIONS)
+        parts.append(explicit([share + (p < extra) for p in range(PARTITIONS)], size))
+    return parts
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def ratio(run: Run, ideal_s: float) -> float | None:
+    return run.drain_s / ideal_s if run.drain_s is not None else None
+
+
+def draw(result: ProfileResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=90)
+    for run in result.runs:
+        seconds = [t for t, _ in run.curve]
+        records = [n for _, n in run.curve]
+        ideal = run.runner == IDEAL
+        axes.step(
+            seconds,
+            records,
+            where="post",
+            label=run.runner,
+            linewidth=2.5 if run.runner.startswith("lagless") else 1.4,
+            linestyle="--" if ideal else "-",
+            color="grey" if ideal else None,
+        )
+    axes.axhline(result.records, color="black", linewidth=0.6)
+    axes.set_xlabel("seconds since start")
+    axes.set_ylabel("records imported")
+    axes.set_title(
+        f"{result.profile}: {result.records:,} records, {result.value_bytes / 1e6:.0f} MB "
+        f"over {sum(c > 0 for c in result.counts)} of {len(result.counts)} partitions"
+    )
+    axes.legend(fontsize="small", loc="lower right")
+    figure.text(
+        0.01,
+        0.01,
+        "lagless lines count records as tasks read them; the batch is in the sink at their end",
+        fontsize="x-small",
+        color="grey",
+    )
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
+    from rich.table import Table
+
+    shown = Table(title=f"Drain time (Spark session start-up {spark_startup_s:.1f} s, excluded)")
+    for column in ("profile", "runner", "drain s", "x ideal", "imported"):
+        shown.add_column(column, justify="left" if column in ("profile", "runner") else "right")
+    for result in results:
+        for run in result.runs:
+            times = ratio(run, result.ideal_s)
+            shown.add_row(
+                result.profile,
+                run.runner,
+                f"{run.drain_s:.1f}" if run.drain_s is not None else f"> {run.curve[-1][0]:.0f}",
+                f"{times:.2f}" if times is not None else "-",
+                f"{run.imported / result.records:.0%}",
+            )
+        shown.add_section()
+    return shown
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/skew.py",
+        description="Drain time of lagless and consumer groups on skewed backlogs.",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="output folder")
+    parser.add_argument(
+        "--profiles", nargs="+", default=["seed-000", "seed-002", "uniform"], metavar="NAME"
+    )
+    parser.add_argument("--scale-000", type=float, default=5.0, help="seed-000 scale")
+    parser.add_argument("--scale-002", type=float, default=8.0, help="seed-002 scale")
+    parser.add_argument("--scale-uniform", type=float, default=3.0, help="uniform scale")
+    parser.add_argument(
+        "--members", type=int, nargs="+", default=[2, 16], help="consumer-group sizes"
+    )
+    parser.add_argument("--assignors", nargs="+", default=list(ASSIGNORS), choices=ASSIGNORS)
+    parser.add_argument(
+        "--blocking-s",
+        type=float,
+        default=0.0,
+        help="also run seed 002's blocking importer (range, largest --members) with this wait",
+    )
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark local[N] cores")
+    parser.add_argument("--slots", type=int, default=None, help="lagless --slots (job default)")
+    parser.add_argument(
+        "--run-timeout", type=float, default=60.0, help="give up on a consumer group after this"
+    )
+    args = parser.parse_args(argv)
+    if any(n < 1 for n in args.members) or args.parallelism < 1 or args.blocking_s < 0:
+        parser.error("--members and --parallelism must be at least 1, --blocking-s >= 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from lagless.broker import EmbeddedBroker
+    from lagless.gen import explicit, produce_profile
+    from lagless.importer.spark import spark_session
+    from lagless.kafka_config import KafkaConfig
+
+    console = Console()
+    args.out.mkdir(parents=True, exist_ok=True)
+    chosen = profiles(args)
+    groups = [(a, n, 0.0) for n in args.members for a in args.assignors]
+    if args.blocking_s > 0:
+        groups.append(("range", max(args.members), args.blocking_s))
+    load_before = load()
+    results: list[ProfileResult] = []
+    with (
+        EmbeddedBroker(brokers=1) as broker,
+        tempfile.TemporaryDirectory(prefix="lagless-skew-") as work,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
+        work_dir = Path(work)
+        kafka = KafkaConfig(broker.bootstrap)
+        producing = progress.add_task("producing topics", total=2 * len(chosen) + 1)
+        broker.create_topic("warm-up", 4)
+        produce_profile(kafka, "warm-up", explicit([2000] * 4), compression="lz4")
+        progress.advance(producing)
+        produced = {}
+        for profile in chosen:
+            broker.create_topic(profile.name, PARTITIONS)
+            summary = produce_profile(kafka, profile.name, profile, compression="lz4")
+            produced[profile.name] = summary.value_bytes
+            progress.advance(producing)
+            broker.create_topic(f"{profile.name}-twin", PARTITIONS)
+            for part in twin_parts(profile):
+                produce_profile(kafka, f"{profile.name}-twin", part, compression="lz4")
+            progress.advance(producing)
+
+        starting = progress.add_task("starting Spark", total=1)
+        began = time.monotonic()
+        spark = spark_session(f"local[{args.parallelism}]", args.parallelism)
+        spark.dataSource.register(progress_source())
+        spark_startup_s = time.monotonic() - began
+        run_lagless(spark, broker.bootstrap, "warm-up", work_dir, args.slots)
+        progress.advance(starting)
+
+        for profile in chosen:
+            total = profile.total_records
+            runs: list[Run] = []
+            lagless_drains: list[float] = []
+            for topic, name in ((f"{profile.name}-twin", IDEAL), (profile.name, "lagless")):
+                running = progress.add_task(f"{profile.name}: {name}", total=total)
+                drain_s, imported, curve = run_lagless(
+                    spark, broker.bootstrap, topic, work_dir, args.slots
+                )
+                progress.update(running, completed=imported)
+                lagless_drains.append(drain_s)
+                runs.append(Run(name, drain_s, imported, curve))
+            for assignor, members, blocking_s in groups:
+                name = f"group {assignor}, {members} members"
+                if blocking_s:
+                    name += f", blocking {blocking_s:g} s"
+                running = progress.add_task(f"{profile.name}: {name}", total=total)
+                group_drain_s, imported, curve = run_group(
+                    broker.bootstrap,
+                    profile.name,
+                    total,
+                    members,
+                    assignor,
+                    blocking_s,
+                    work_dir,
+                    args.run_timeout,
+                    functools.partial(progress.advance, running),
+                )
+                runs.append(Run(name, group_drain_s, imported, curve))
+            ideal_s = lagless_drains[0]
+            result = ProfileResult(
+                profile.name,
+                list(profile.counts),
+                list(profile.record_bytes),
+                total,
+                produced[profile.name],
+                ideal_s,
+                runs,
+            )
+            results.append(result)
+            draw(result, args.out / f"skew-{profile.name}.png")
+        spark.stop()
+
+    console.print(table(results, spark_startup_s))
+    report = {
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": load(),
+        "spark_startup_s": round(spark_startup_s, 2),
+        "spark_master": f"local[{args.parallelism}]",
+        "slots": args.slots or f"default (2 x defaultParallelism = {2 * args.parallelism})",
+        "sink": "parquet: lagless a folder per batch (Spark writes it); a group a file per poll",
+        "profiles": [
+            {
+                **{k: v for k, v in asdict(result).items() if k != "runs"},
+                "ideal_s": round(result.ideal_s, 2),
+                "runs": [
+                    {
+                        "runner": run.runner,
+                        "drain_s": _rounded(run.drain_s, 2),
+                        "x_ideal": _rounded(ratio(run, result.ideal_s), 3),
+                        "imported": run.imported,
+                        "curve": [(round(s, 3), n) for s, n in run.curve],
+                    }
+                    for run in result.runs
+                ],
+            }
+            for result in results
+        ],
+    }
+    (args.out / "skew.json").write_text(json.dumps(report, indent=1) + "\n")
+    console.print(f"wrote {args.out}/skew.json and {args.out}/skew-<profile>.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

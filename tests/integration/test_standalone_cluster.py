@@ -1,0 +1,202 @@
+"""The import on a real Spark standalone cluster: a master and two workers on loopback.
+
+The cluster is started through pyspark's own `spark-class`, and the import runs as a
+`lagless import --master spark://...` subprocess: this test process already holds the local
+session of the other Spark tests, and a JVM has one SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from lagless.broker import EmbeddedBroker
+from lagless.gen import explicit, produce_profile
+from lagless.kafka_config import KafkaConfig
+
+pytestmark = pytest.mark.spark
+
+SPARK_HOME = Path(pyspark.__file__).parent
+PYTHON = sys.executable
+WORKERS = 2
+STARTUP_TIMEOUT_S = 90.0
+IMPORT_TIMEOUT_S = 240.0  # a loaded 2-core machine took 90 s
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    web_url: str
+    worker_dirs: list[Path]
+    logs: Path
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as response:
+            state: dict[str, Any] = json.load(response)
+            return state
+
+    def log_tails(self) -> str:
+        return "\n".join(
+            f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            for log in sorted(self.logs.glob("*.log"))
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def spark_env(tmp: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(tmp),
+        "SPARK_CONF_DIR": str(tmp),  # an empty one: no spark-defaults.conf from elsewhere
+        # No REST submission server: it would take the fixed port 6066.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        "PYSPARK_PYTHON": PYTHON,
+        "PYSPARK_DRIVER_PYTHON": PYTHON,
+    }
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`spark-class` in its own process group, so teardown reaches the JVM it execs."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)
+
+
+def wait_for_workers(cluster: Cluster, processes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in processes):
+            raise AssertionError(f"a Spark daemon exited at startup\n{cluster.log_tails()}")
+        try:
+            if cluster.state()["aliveworkers"] == WORKERS:
+                return
+        except OSError:
+            pass  # the master's web UI is not listening yet
+        time.sleep(0.5)
+    raise AssertionError(f"{WORKERS} workers did not register in time\n{cluster.log_tails()}")
+
+
+def wait_for_completed_app(cluster: Cluster) -> list[dict[str, Any]]:
+    """The master marks an application completed once its driver has gone; give it a moment."""
+    deadline = time.monotonic() + 15
+    while True:
+        completed: list[dict[str, Any]] = cluster.state()["completedapps"]
+        if completed or time.monotonic() > deadline:
+            return completed
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    logs = tmp_path / "spark-logs"
+    logs.mkdir()
+    env = spark_env(logs)
+    port, web_port = free_port(), free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    started = [
+        spawn(
+            [
+                "org.apache.spark.deploy.master.Master",
+                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web_port)),
+            ],
+            env,
+            logs / "master.log",
+        )
+    ]
+    worker_dirs = [tmp_path / f"worker-{n}" for n in range(WORKERS)]
+    try:
+        for n, work_dir in enumerate(worker_dirs):
+            work_dir.mkdir()
+            started.append(
+                spawn(
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        *("--host", "127.0.0.1", "--webui-port", str(free_port())),
+                        *("--cores", "1", "--memory", "1g", "--work-dir", str(work_dir)),
+                        master_url,
+                    ],
+                    {**env, "SPARK_WORKER_DIR": str(work_dir)},
+                    logs / f"worker-{n}.log",
+                )
+            )
+        running = Cluster(master_url, f"http://127.0.0.1:{web_port}", worker_dirs, logs)
+        wait_for_workers(running, started)
+        yield running
+    finally:
+        for process in reversed(started):
+            stop(process)
+
+
+def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = "on_cluster"
+    with EmbeddedBroker(topics={topic: 4}) as broker:
+        produced = produce_profile(
+            KafkaConfig(broker.bootstrap), topic, explicit([1500, 0, 900, 2200]), keys=40
+        )
+        imported = subprocess.run(
+            [
+                *(PYTHON, "-m", "lagless", "import", "--master", cluster.master_url),
+                *("--bootstrap", broker.bootstrap, "--topic", topic),
+                *("--sink", f"parquet:///{tmp_path}/lake", "--checkpoint", str(tmp_path / "ckpt")),
+                "--json",
+            ],
+            env=spark_env(cluster.logs),
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_TIMEOUT_S,
+        )
+
+    assert imported.returncode == 0, f"{imported.stderr[-3000:]}\n{cluster.log_tails()}"
+    summary = json.loads(imported.stdout.strip().splitlines()[-1])
+    assert summary["records"] == produced.records
+    table = pq.read_table(tmp_path / "lake" / topic)
+    pairs = list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+    assert len(pairs) == len(set(pairs)) == produced.records
+    assert set(pairs) == {
+        (p, offset) for p, (start, end) in produced.offsets.items() for offset in range(start, end)
+    }
+    # It ran on the cluster: the master lists the finished application, and both workers
+    # launched an executor for it (each keeps a folder per application it served).
+    completed = wait_for_completed_app(cluster)
+    assert [app["name"] for app in completed] == ["lagless"]
+    app_id = completed[0]["id"]
+    assert all((work_dir / app_id).is_dir() for work_dir in cluster.worker_dirs)
