@@ -19,7 +19,7 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
 from lagless.importer.failpoints import failpoint
 from lagless.importer.group import GroupCommitter
-from lagless.importer.rows import accepted, dead_letters, shape
+from lagless.importer.rows import accepted, dead_letters, rejection_reasons, shape
 from lagless.kafka_config import KafkaConfig
 from lagless.progress import Collector, Summary
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
@@ -124,36 +124,37 @@ class BatchWriter:
         self.committer = GroupCommitter(spec.kafka, spec.group) if spec.group else None
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         target = self.checked.target
         sink = self.checked.sink
-        # Cached once, read three times: counts, dead letters, accepted rows.
-        shaped = shape(records, target, self.spec.max_record_bytes).persist()
-        try:
-            stats = (
-                shaped.groupBy("topic", "partition", "error")
-                .agg(F.count("*").alias("n"), F.sum("bytes").alias("b"))
-                .collect()
-            )
-            failpoint("before-write")
-            if any(row["error"] is not None for row in stats):
-                sink.write_dead_letters(dead_letters(shaped), target, batch_id)
-            written = sink.write(accepted(shaped, target), target, batch_id)
-            if written is None:
-                written = sum(row["n"] for row in stats if row["error"] is None)
-        finally:
-            shaped.unpersist()
-        failpoint("after-write")
-        by_partition: dict[tuple[str, int], int] = {}
-        dead: dict[str, int] = {}
-        for row in stats:
-            key = (row["topic"], row["partition"])
-            by_partition[key] = by_partition.get(key, 0) + row["n"]
-            if row["error"] is not None:
-                dead[row["error"]] = dead.get(row["error"], 0) + row["n"]
-        self.summary.add_batch(by_partition, sum(row["b"] or 0 for row in stats), written, dead)
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        partitions = sorted(end)
+        reasons = rejection_reasons(target, self.spec.max_record_bytes)
+        # Counted while the rows stream into the sink: one pass over the batch, not three.
+        observation = Observation(f"lagless_batch_{batch_id}")
+        shaped = shape(records, target, self.spec.max_record_bytes).observe(
+            observation,
+            F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
+            *(
+                F.count_if((F.col("topic") == t) & (F.col("partition") == p)).alias(f"p{i}")
+                for i, (t, p) in enumerate(partitions)
+            ),
+            *(F.count_if(F.col("error") == r).alias(f"e{i}") for i, r in enumerate(reasons)),
+        )
+        failpoint("before-write")
+        written = sink.write(accepted(shaped, target), target, batch_id)
+        counts = observation.get
+        dead = {r: counts[f"e{i}"] for i, r in enumerate(reasons) if counts[f"e{i}"]}
+        if dead:
+            # Rare: read the batch again rather than cache every batch for it.
+            sink.write_dead_letters(dead_letters(shaped), target, batch_id)
+        failpoint("after-write")
+        by_partition = {tp: counts[f"p{i}"] for i, tp in enumerate(partitions) if counts[f"p{i}"]}
+        if written is None:
+            written = sum(by_partition.values()) - sum(dead.values())
+        self.summary.add_batch(by_partition, counts["bytes"], written, dead)
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")

@@ -20,8 +20,7 @@ def too_large(limit: int) -> str:
     return f"value is larger than --max-record-bytes {limit}"
 
 
-def rejection(target: Target, max_record_bytes: int | None = None) -> Column:
-    """NULL for a record the target accepts, else the first reason it does not."""
+def _checks(target: Target, max_record_bytes: int | None) -> list[tuple[Column, str]]:
     from pyspark.sql import functions as F
 
     value = F.col("value")
@@ -35,8 +34,20 @@ def rejection(target: Target, max_record_bytes: int | None = None) -> Column:
         checks.append(
             (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
         )
+    return checks
+
+
+def rejection_reasons(target: Target, max_record_bytes: int | None = None) -> list[str]:
+    """Every error text `rejection` can give for this target."""
+    return [text for _, text in _checks(target, max_record_bytes)]
+
+
+def rejection(target: Target, max_record_bytes: int | None = None) -> Column:
+    """NULL for a record the target accepts, else the first reason it does not."""
+    from pyspark.sql import functions as F
+
     reason = F.lit(None).cast("string")
-    for condition, text in reversed(checks):
+    for condition, text in reversed(_checks(target, max_record_bytes)):
         reason = F.when(condition, F.lit(text)).otherwise(reason)
     return reason
 
