@@ -1,5 +1,8 @@
 """Named points where a test can have the import killed with SIGKILL, to prove a crash at any
-of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set."""
+of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set.
+
+`mid-write` counts sink writes, not batches: a SQL store reaches it once for the target and
+once more for the dead-letter table when a batch has dead letters."""
 
 from __future__ import annotations
 

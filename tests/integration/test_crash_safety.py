@@ -1,0 +1,625 @@
+"""Nothing lost, nothing doubled (issue 4): kill -9 of the import process at each failpoint then
+a rerun, poison records, the consumer group's offsets after every batch, and the broker going
+away mid-import.
+
+Every expectation is computed from the topic itself, read back with a plain consumer, and the
+rules the sinks promise (checked against what the producer says it wrote), never from another
+lagless run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import closing, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from lagless.exceptions import TerminalError
+from lagless.gen import ProducedSummary, RecordKind, explicit, produce_profile
+from lagless.importer.checkpoint import batch_end_offsets
+from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY, VALIDATE, too_large
+from lagless.kafka_config import KafkaConfig
+from lagless.progress import Collector, Summary
+from lagless.sinks import local_path
+from lagless.sinks.base import WriteMode
+from lagless.source.offsets import Offsets
+
+pytestmark = pytest.mark.spark
+
+PARTITIONS = 2
+RECORDS_PER_PARTITION = 300
+BATCH_RECORDS = 200  # 600 records: three batches, so a crash in the 1st or 2nd leaves work
+READ_TIMEOUT_S = 60.0
+PROCESS_TIMEOUT_S = 300.0
+SAMPLE_EVERY_S = 0.05
+DOWN_S = 4.0
+
+TARGET_COLUMNS = ("partition", "offset", "key", "value", "timestamp")
+DEAD_LETTER_COLUMNS = ("partition", "offset", "key", "value", "timestamp", "stage", "error")
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp: int
+
+
+def read_topic(kafka: KafkaConfig, topic: str, partitions: int) -> list[Record]:
+    """Every record of the topic, read with an assigned consumer (no lagless code involved)."""
+    consumer = Consumer(kafka.reader())
+    try:
+        ranges = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in range(partitions)
+        }
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, high) in ranges.items()])
+        remaining = sum(high - low for low, high in ranges.values())
+        records: list[Record] = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while remaining and time.monotonic() < deadline:
+            for message in consumer.consume(1000, timeout=1):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, error
+                    continue
+                partition, offset, value = message.partition(), message.offset(), message.value()
+                assert partition is not None and offset is not None and value is not None
+                records.append(
+                    Record(partition, offset, message.key(), value, message.timestamp()[1])
+                )
+                remaining -= 1
+        assert remaining == 0, f"{remaining} records of {topic!r} not read back"
+        return records
+    finally:
+        consumer.close()
+
+
+def rejection(record: Record, write: WriteMode, max_record_bytes: int | None) -> str | None:
+    """Why a `--format json` import must dead-letter the record, checks in the documented order:
+    null key (upsert only), size, UTF-8, JSON."""
+    if write == "upsert" and record.key is None:
+        return NULL_KEY
+    if max_record_bytes is not None and len(record.value) > max_record_bytes:
+        return too_large(max_record_bytes)
+    try:
+        json.loads(record.value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return INVALID_UTF8
+    except ValueError:
+        return INVALID_JSON
+    return None
+
+
+def is_newer(record: Record, held: Record) -> bool:
+    """The order-proof rule, stated independently of the sinks' SQL."""
+    if record.partition == held.partition:
+        return record.offset > held.offset
+    return (record.timestamp, record.partition) > (held.timestamp, held.partition)
+
+
+@dataclass(frozen=True)
+class Tables:
+    target: list[tuple[Any, ...]]
+    dead_letters: list[tuple[Any, ...]]
+
+
+def clean_run(
+    records: list[Record], write: WriteMode, max_record_bytes: int | None = None
+) -> Tables:
+    """The target and `_dlq` tables a clean `--format json` import of `records` produces."""
+    accepted: list[Record] = []
+    letters: list[tuple[Any, ...]] = []
+    for r in records:
+        error = rejection(r, write, max_record_bytes)
+        if error is None:
+            accepted.append(r)
+        else:
+            letters.append((r.partition, r.offset, r.key, r.value, r.timestamp, VALIDATE, error))
+    if write == "upsert":
+        newest: dict[bytes | None, Record] = {}
+        for r in accepted:
+            if r.key not in newest or is_newer(r, newest[r.key]):
+                newest[r.key] = r
+        accepted = list(newest.values())
+    rows = [(r.partition, r.offset, r.key, r.value.decode(), r.timestamp) for r in accepted]
+    return Tables(sorted(rows), sorted(letters))
+
+
+def below(records: list[Record], ends: Offsets, topic: str) -> list[Record]:
+    return [r for r in records if r.offset < ends.get((topic, r.partition), 0)]
+
+
+def agrees_with_producer(expected: Tables, produced: ProducedSummary, write: WriteMode) -> None:
+    """The oracle finds exactly the poison the producer wrote and the newest value it sent."""
+    rejected = {RecordKind.INVALID_UTF8, RecordKind.INVALID_JSON}
+    if write == "upsert":
+        rejected.add(RecordKind.NULL_KEY)
+    poison = {(p, o) for p, o, kind in produced.poison if kind in rejected}
+    assert {(row[0], row[1]) for row in expected.dead_letters} == poison != set()
+    if write == "upsert":
+        newest = {k.encode(): (n.partition, n.offset) for k, n in produced.newest_by_key().items()}
+        assert {row[2]: (row[0], row[1]) for row in expected.target} == newest
+    else:
+        assert len(expected.target) + len(poison) == produced.records
+
+
+def _plain(value: Any) -> Any:
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """A table of any sink, as sorted tuples of plain Python values (duplicates kept)."""
+    if sink_url.startswith("parquet:"):
+        folder = os.path.join(local_path(sink_url, "parquet"), table)
+        if not any(name.endswith(".parquet") for _, _, names in os.walk(folder) for name in names):
+            return []
+        data = pq.read_table(folder, columns=list(columns)).to_pylist()
+        return sorted(tuple(row[c] for c in columns) for row in data)
+    names = ", ".join(f'"{c}"' for c in columns)
+    select = f'SELECT {names} FROM "{table}"'
+    if sink_url.startswith("sqlite:"):
+        with closing(sqlite3.connect(local_path(sink_url, "sqlite"), timeout=30)) as conn:
+            found = conn.execute(select).fetchall()
+    else:
+        with psycopg.connect(sink_url) as conn:
+            found = conn.execute(select).fetchall()
+    return sorted(tuple(_plain(v) for v in row) for row in found)
+
+
+def sink_tables(sink_url: str, table: str) -> Tables:
+    return Tables(
+        stored(sink_url, table, TARGET_COLUMNS),
+        stored(sink_url, f"{table}_dlq", DEAD_LETTER_COLUMNS),
+    )
+
+
+def committed(kafka: KafkaConfig, group: str, topic: str) -> Offsets:
+    """The group's committed offsets, read as any lag tool would (no subscription)."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+    try:
+        found = consumer.committed(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
+        )
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+
+@dataclass
+class GroupSampler:
+    """Samples the group's offsets, then the sink, in a loop while an import runs.
+
+    Reading the sink after the offsets means a record below a sampled offset must already be
+    there if the import commits the group only after the sink."""
+
+    kafka: KafkaConfig
+    group: str
+    topic: str
+    sink_url: str
+    samples: list[tuple[Offsets, Tables]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _failure: BaseException | None = None
+
+    def __enter__(self) -> GroupSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive()
+        if self._failure is not None:
+            raise self._failure
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(SAMPLE_EVERY_S):
+                offsets = committed(self.kafka, self.group, self.topic)
+                # The table may not exist yet, or be locked by the writer beyond the timeout.
+                with suppress(sqlite3.OperationalError, psycopg.errors.UndefinedTable):
+                    self.samples.append((offsets, sink_tables(self.sink_url, self.topic)))
+        except BaseException as failure:
+            self._failure = failure
+
+    def check(self, records: list[Record], write: WriteMode, floor: Offsets) -> None:
+        """No sample runs ahead of the sink, and none goes back (from `floor` on)."""
+        assert self.samples
+        previous = dict(floor)
+        for offsets, tables in self.samples:
+            for tp, offset in offsets.items():
+                assert offset >= previous.get(tp, -1), f"{tp} went back to {offset}"
+            previous = offsets
+            assert covers(tables, clean_run(below(records, offsets, self.topic), write), write)
+
+
+def covers(tables: Tables, prefix: Tables, write: WriteMode) -> bool:
+    """The sink holds at least everything of `prefix` (for upsert: each key at least as new;
+    keys here never move between partitions, so the offset ranks them)."""
+    if not set(prefix.dead_letters) <= set(tables.dead_letters):
+        return False
+    if write == "append":
+        return set(prefix.target) <= set(tables.target)
+    held = {row[2]: row for row in tables.target}
+    return all(row[2] in held and held[row[2]][1] >= row[1] for row in prefix.target)
+
+
+class BatchProbe(Collector):
+    """Calls `probe(batch_id)` after each batch: the import has then written the sink and
+    committed the group."""
+
+    def __init__(self, probe: Callable[[int], None]) -> None:
+        self.probe = probe
+
+    def batch(self, summary: Summary, lag: int) -> None:
+        self.probe(summary.batches - 1)
+
+
+def cli_args(spec: ImportSpec) -> list[str]:
+    args = ["--bootstrap", spec.kafka.bootstrap, "--sink", spec.sink_url]
+    args += ["--checkpoint", spec.checkpoint, "--write", spec.write, "--format", spec.value_format]
+    args += [part for topic in spec.topics for part in ("--topic", topic)]
+    options = {
+        "--max-records-per-batch": spec.max_records_per_batch,
+        "--group": spec.group,
+        "--max-record-bytes": spec.max_record_bytes,
+    }
+    return args + [part for k, v in options.items() if v is not None for part in (k, str(v))]
+
+
+def run_import_process(
+    args: list[str], folder: Path, failpoint: str | None = None
+) -> tuple[int, str, str]:
+    """`python -m lagless import ARGS` in its own process group; returns code, stdout, stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "LAGLESS_FAILPOINT"}
+    if failpoint:
+        env["LAGLESS_FAILPOINT"] = failpoint
+    out, err = folder / "import.out", folder / "import.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lagless", "import", *args],
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            code = process.wait(timeout=PROCESS_TIMEOUT_S)
+        finally:
+            # A killed import's JVM and Python workers would otherwise outlive it.
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return code, out.read_text(), err.read_text()
+
+
+@dataclass(frozen=True)
+class Crash:
+    sink: str
+    write: WriteMode
+    failpoint: str
+
+    def __str__(self) -> str:
+        return f"{self.sink}-{self.write}-{self.failpoint}"
+
+    @property
+    def name(self) -> str:
+        return self.failpoint.partition(":")[0]
+
+    @property
+    def nth(self) -> int:
+        return int(self.failpoint.partition(":")[2] or 1)
+
+    def batch_killed(self, has_dead_letters: Callable[[int], bool]) -> int:
+        """The batch the nth hit of the failpoint falls in. A SQL sink reaches mid-write once
+        in the transaction of a batch's rows and once in that of its dead letters, if any."""
+        if self.name != "mid-write" or self.sink == "parquet":
+            return self.nth - 1
+        hits = 0
+        batch_id = 0
+        while True:
+            hits += 1 + int(has_dead_letters(batch_id))
+            if hits >= self.nth:
+                return batch_id
+            batch_id += 1
+
+    def check_left_behind(self, left: Tables, before: Tables, through: Tables) -> None:
+        """What the kill left in the sink, given the tables of the batches before the killed one
+        and through it: whole batches only, never part of one."""
+        assert left.target in (before.target, through.target)
+        assert left.dead_letters in (before.dead_letters, through.dead_letters)
+        if self.name == "before-write":
+            assert left == before
+        elif self.name in ("after-write", "after-group-commit"):
+            assert left == through
+        elif self.sink == "parquet":
+            assert left.target == through.target  # files written, the batch not committed
+        else:
+            # The transaction killed, of the rows or of the dead letters, left nothing; the
+            # order of the two writes is the importer's choice.
+            assert left != through
+
+    def group_committed_batch_killed(self) -> bool:
+        return self.name == "after-group-commit"
+
+
+# Each failpoint at least once, each sink and write mode at least once, the 2nd batch for some.
+CRASHES = [
+    Crash("sqlite", "append", "mid-write:3"),
+    Crash("sqlite", "upsert", "before-write:1"),
+    Crash("postgresql", "append", "after-write:2"),
+    Crash("postgresql", "upsert", "mid-write:2"),
+    Crash("postgresql", "upsert", "after-group-commit:2"),
+    Crash("parquet", "append", "mid-write:2"),
+]
+
+
+def sink_url(sink: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if sink == "postgresql":
+        return str(request.getfixturevalue("postgres").url)
+    return f"{sink}:///{tmp_path}/{'out.db' if sink == 'sqlite' else 'lake'}"
+
+
+def in_batches(
+    records: list[Record], checkpoint: str, first: int, stop: int, topic: str
+) -> list[Record]:
+    """The records of batches first..stop-1, by the offsets Spark journaled for them."""
+    start = batch_end_offsets(checkpoint, first - 1) if first else {}
+    end = batch_end_offsets(checkpoint, stop - 1) if stop else {}
+    return [
+        r
+        for r in records
+        if start.get((topic, r.partition), 0) <= r.offset < end.get((topic, r.partition), 0)
+    ]
+
+
+@pytest.mark.parametrize("crash", CRASHES, ids=str)
+def test_kill_9_at_a_failpoint_then_a_rerun_ends_like_a_clean_run(
+    crash, request, broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, PARTITIONS)
+    produced = produce_profile(
+        kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12, poison=0.03
+    )
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    expected = clean_run(records, crash.write)
+    agrees_with_producer(expected, produced, crash.write)
+    url = sink_url(crash.sink, tmp_path, request)
+    group = f"{topic_name}-importer"
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=url,
+        checkpoint=str(tmp_path / "ckpt"),
+        write=crash.write,
+        value_format="json",
+        max_records_per_batch=BATCH_RECORDS,
+        group=group,
+    )
+
+    code, _, stderr = run_import_process(cli_args(spec), tmp_path, crash.failpoint)
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    checkpoint = spec.checkpoint
+
+    def has_dead_letters(batch_id: int) -> bool:
+        batch = clean_run(
+            in_batches(records, checkpoint, batch_id, batch_id + 1, topic_name), crash.write
+        )
+        return bool(batch.dead_letters)
+
+    killed = crash.batch_killed(has_dead_letters)
+    journaled = [int(n) for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.isdigit()]
+    assert max(journaled) == killed  # the failpoint fired in the batch intended
+    crash.check_left_behind(
+        sink_tables(url, topic_name),
+        before=clean_run(in_batches(records, checkpoint, 0, killed, topic_name), crash.write),
+        through=clean_run(in_batches(records, checkpoint, 0, killed + 1, topic_name), crash.write),
+    )
+    at_crash = committed(kafka, group, topic_name)
+    in_group = killed + int(crash.group_committed_batch_killed())
+    assert at_crash == (batch_end_offsets(checkpoint, in_group - 1) if in_group else {})
+
+    if crash.sink == "parquet":  # its folders are not read while Spark may be writing them
+        run_import(spec, spark=spark)
+    else:
+        with GroupSampler(kafka, group, topic_name, url) as sampler:
+            run_import(spec, spark=spark)
+        sampler.check(records, crash.write, floor=at_crash)
+
+    assert sink_tables(url, topic_name) == expected
+    assert committed(kafka, group, topic_name) == {
+        (topic_name, p): RECORDS_PER_PARTITION for p in range(PARTITIONS)
+    }
+
+
+def test_poison_records_land_in_the_dlq_of_postgresql_and_the_counts_add_up(
+    broker, kafka, topic_name, tmp_path, postgres
+):
+    """Through the CLI with --json: every kind of rejection, including the size limit, which
+    takes precedence over the UTF-8 and JSON checks for the large records of partition 2."""
+    broker.create_topic(topic_name, 3)
+    small = produce_profile(kafka, topic_name, explicit([250, 250, 0]), keys=10, poison=0.06)
+    large = produce_profile(
+        kafka, topic_name, explicit([0, 0, 60], record_bytes=400), keys=5, poison=0.1
+    )
+    records = read_topic(kafka, topic_name, 3)
+    limit = 300
+    expected = clean_run(records, "upsert", limit)
+    reasons_by_kind = {
+        RecordKind.INVALID_UTF8: INVALID_UTF8,
+        RecordKind.INVALID_JSON: INVALID_JSON,
+        RecordKind.NULL_KEY: NULL_KEY,
+    }
+    large_poison = {(p, o): kind for p, o, kind in large.poison}
+    assert {(row[0], row[1]): row[-1] for row in expected.dead_letters} == {
+        **{(p, o): reasons_by_kind[kind] for p, o, kind in small.poison},
+        **{
+            (2, o): NULL_KEY
+            if large_poison.get((2, o)) == RecordKind.NULL_KEY
+            else too_large(limit)
+            for o in range(60)
+        },
+    }
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=postgres.url,
+        checkpoint=str(tmp_path / "ckpt"),
+        write="upsert",
+        value_format="json",
+        max_record_bytes=limit,
+    )
+
+    code, stdout, stderr = run_import_process([*cli_args(spec), "--json"], tmp_path)
+
+    assert code == 0, stderr[-3000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert sink_tables(postgres.url, topic_name) == expected
+    reasons = Counter(row[-1] for row in expected.dead_letters)
+    assert set(reasons) == {NULL_KEY, INVALID_UTF8, INVALID_JSON, too_large(limit)}
+    assert summary["dead_lettered_by_reason"] == dict(reasons)
+    assert summary["records"] == len(records) == summary["imported"] + summary["dead_lettered"]
+    assert summary["dead_lettered"] == len(expected.dead_letters)
+
+
+def test_the_group_follows_the_sink_after_every_batch_and_never_goes_back(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([500, 250]), keys=20)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    group = f"{topic_name}-importer"
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=postgres.url,
+        checkpoint=str(tmp_path / "ckpt"),
+        value_format="json",
+        max_records_per_batch=150,
+        group=group,
+    )
+    after_batches: list[tuple[Offsets, Offsets, Tables]] = []
+
+    def probe(batch_id: int) -> None:
+        end = batch_end_offsets(spec.checkpoint, batch_id)
+        after_batches.append(
+            (end, committed(kafka, group, topic_name), sink_tables(postgres.url, topic_name))
+        )
+
+    with GroupSampler(kafka, group, topic_name, postgres.url) as sampler:
+        summary = run_import(spec, BatchProbe(probe), spark=spark)
+
+    assert summary.batches == len(after_batches) == 5
+    for end, offsets, tables in after_batches:
+        assert offsets == end
+        assert tables == clean_run(below(records, end, topic_name), "append")
+    sampler.check(records, "append", floor={})
+    assert committed(kafka, group, topic_name) == {(topic_name, 0): 500, (topic_name, 1): 250}
+
+
+def test_a_replay_from_a_fresh_checkpoint_never_moves_the_group_backwards(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    """As after a crash, or seed 001's late commit: batches replayed from the log start must not
+    drag a group that is further along back."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([400, 400]), keys=20)
+    group = f"{topic_name}-importer"
+    ahead = {(topic_name, 0): 400, (topic_name, 1): 100}
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in ahead.items()], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=f"sqlite:///{tmp_path}/out.db",
+        checkpoint=str(tmp_path / "ckpt"),
+        value_format="json",
+        max_records_per_batch=200,
+        group=group,
+    )
+    seen: list[tuple[Offsets, Offsets]] = []
+
+    def probe(batch_id: int) -> None:
+        seen.append(
+            (batch_end_offsets(spec.checkpoint, batch_id), committed(kafka, group, topic_name))
+        )
+
+    summary = run_import(spec, BatchProbe(probe), spark=spark)
+
+    assert summary.batches == len(seen) == 4
+    for end, offsets in seen:
+        assert offsets == {tp: max(ahead[tp], end[tp]) for tp in ahead}
+    assert committed(kafka, group, topic_name) == {(topic_name, 0): 400, (topic_name, 1): 400}
+
+
+@pytest.mark.timeout(300)
+def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
+    broker, kafka, topic_name, tmp_path, spark, request
+):
+    """Either outcome is allowed: the import rides it out, or stops with one line and a rerun
+    completes. The one seen is recorded as the test's `outcome` property."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([400, 400]), keys=20)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=f"sqlite:///{tmp_path}/out.db",
+        checkpoint=str(tmp_path / "ckpt"),
+        value_format="json",
+        max_records_per_batch=200,
+    )
+    came_back = threading.Event()
+
+    def bring_back() -> None:
+        broker.set_up()
+        came_back.set()
+
+    back_up = threading.Timer(DOWN_S, bring_back)
+
+    def take_down_after_first_batch(batch_id: int) -> None:
+        if batch_id == 0:
+            broker.set_down()
+            back_up.start()
+
+    try:
+        first = run_import(spec, BatchProbe(take_down_after_first_batch), spark=spark)
+        outcome = f"retried and completed in {first.batches} batches"
+    except TerminalError as failure:
+        assert "\n" not in str(failure)
+        assert came_back.wait(DOWN_S + 5)
+        rerun = run_import(spec, spark=spark)
+        outcome = f"stopped ({failure}); the rerun completed {rerun.batches} batches"
+    finally:
+        back_up.cancel()  # only matters if the import failed before the first batch ended
+    request.node.user_properties.append(("outcome", outcome))
+
+    assert came_back.is_set()  # the broker really was down while the import went on
+    assert sink_tables(spec.sink_url, topic_name) == clean_run(records, "append")
