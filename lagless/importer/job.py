@@ -104,7 +104,7 @@ def check(spec: ImportSpec) -> Checked:
     target = spec.target()
     sink = sink_from_url(spec.sink_url)
     sink.check(target)
-    check_writable_path(spec.checkpoint, "checkpoint directory")
+    check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     broker = OffsetReader(spec.kafka)
     partitions = broker.partitions(spec.topics)
     return Checked(sink, target, broker, partitions)

@@ -48,15 +48,15 @@ def check_identifier(name: str, what: str = "table name") -> str:
     return name
 
 
-def check_writable_path(path: str, what: str) -> None:
-    """The path can be created or written, judged without creating anything."""
+def check_writable_path(path: str, what: str, *, folder: bool) -> None:
+    """The path can be created or written as a folder (or a file), judged without creating it."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
-    if os.path.exists(path) and os.path.isdir(path) != (what != "file"):
+    if os.path.exists(path) and os.path.isdir(path) != folder:
         kind = "a directory" if os.path.isdir(path) else "a file"
         raise BadInput(f"{what} path {path!r} is {kind}")
     if not os.path.isdir(probe) and probe != os.path.abspath(path):

@@ -48,17 +48,14 @@ def _drain(
     last_progress = time.monotonic()
     while position < piece.end:
         messages = consumer.consume(min(CONSUME_BATCH, piece.end - position), timeout=1.0)
-        records = [m for m in messages if m.error() is None]
-        if records and _offset(records[-1]) >= piece.end:
-            records = [m for m in records if _offset(m) < piece.end]
-        if records:
-            position = _offset(records[-1]) + 1
+        batch, events = _decode(messages, piece)
+        if batch is not None:
+            position = batch.column("offset")[-1].as_py() + 1
             last_progress = time.monotonic()
-            yield _to_arrow(records, piece.topic, piece.partition)
-        for event in messages:
-            if event.error() is not None:
-                position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
-        if not records and time.monotonic() - last_progress > poll_timeout_s:
+            yield batch
+        for event in events:
+            position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
+        if batch is None and time.monotonic() - last_progress > poll_timeout_s:
             raise TransientError(
                 f"no record from {piece.topic}[{piece.partition}] at offset {position} "
                 f"for {poll_timeout_s:.0f} s (range ends at {piece.end})"
@@ -104,29 +101,45 @@ def _offset(message: Message) -> int:
     return cast(int, message.offset())
 
 
-def _to_arrow(records: list[Message], topic: str, partition: int) -> pa.RecordBatch:
-    """One pass over the messages: this loop is lagless's per-record cost."""
-    count = len(records)
+def _decode(
+    messages: list[Message], piece: OffsetRange
+) -> tuple[pa.RecordBatch | None, list[Message]]:
+    """The records inside the range as one Arrow batch, and the error events beside them.
+
+    One pass over the messages: this loop is lagless's per-record cost.
+    """
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
-    offsets: list[int | None] = []
+    offsets: list[int] = []
     millis: list[int] = []
     kinds: list[int] = []
+    records: list[Message] = []
+    events: list[Message] = []
     with_headers = False
-    for m in records:
+    for m in messages:
+        if m.error() is not None:
+            events.append(m)
+            continue
+        offset = _offset(m)
+        if offset >= piece.end:
+            continue
+        records.append(m)
+        offsets.append(offset)
         keys.append(m.key())
         values.append(m.value())
-        offsets.append(m.offset())
         kind, ms = m.timestamp()
         kinds.append(kind)
         millis.append(ms)
         with_headers = with_headers or m.headers() is not None
-    return pa.RecordBatch.from_arrays(
+    count = len(offsets)
+    if not count:
+        return None, events
+    batch = pa.RecordBatch.from_arrays(
         [
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), count),
-            pa.repeat(pa.scalar(partition, pa.int32()), count),
+            pa.repeat(pa.scalar(piece.topic, pa.string()), count),
+            pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
             pa.array(offsets, pa.int64()),
             pc.multiply(pa.array(millis, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
             pa.array(kinds, pa.int32()),
@@ -134,6 +147,7 @@ def _to_arrow(records: list[Message], topic: str, partition: int) -> pa.RecordBa
         ],
         schema=ARROW_SCHEMA,
     )
+    return batch, events
 
 
 def _headers(records: list[Message]) -> pa.Array:

@@ -32,7 +32,7 @@ class ParquetSink(Sink):
             raise BadInput(
                 "the parquet sink supports --write append only; use sqlite or postgresql to upsert"
             )
-        check_writable_path(self.location, "directory")
+        check_writable_path(self.location, "directory", folder=True)
 
     def prepare(self, target: Target) -> None:
         for table in (target.table, target.dead_letter_table):

@@ -25,7 +25,7 @@ class SqliteSink(DriverSink):
         return cls(url, local_path(url, cls.scheme))
 
     def check(self, target: Target) -> None:
-        check_writable_path(self.location, "file")
+        check_writable_path(self.location, "file", folder=False)
         if os.path.exists(self.location):
             with self._connect() as conn:
                 for layout in (target_layout(target), dead_letter_layout(target)):
