@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -54,12 +54,6 @@ class Cluster:
             f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
             for log in sorted(self.logs.glob("*.log"))
         )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def spark_env(tmp: Path) -> dict[str, str]:
@@ -123,32 +117,48 @@ def wait_for_completed_app(cluster: Cluster) -> list[dict[str, Any]]:
         time.sleep(0.5)
 
 
+MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+MASTER_WEB_PORT = re.compile(r"Bound MasterWebUI to .* started at http://\S+:(\d+)")
+
+
+def wait_for_master(log: Path, master: subprocess.Popen[bytes]) -> tuple[str, str]:
+    """The addresses the master bound; every port is the kernel's choice (port 0), so no
+    other process on the machine can hold one between our choosing and Spark's binding."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        url, web_port = MASTER_URL.search(text), MASTER_WEB_PORT.search(text)
+        if url and web_port:
+            return url.group(1), f"http://127.0.0.1:{web_port.group(1)}"
+        if master.poll() is not None:
+            break
+        time.sleep(0.25)
+    raise AssertionError(f"the master did not start\n{log.read_text(errors='replace')[-3000:]}")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     logs = tmp_path / "spark-logs"
     logs.mkdir()
     env = spark_env(logs)
-    port, web_port = free_port(), free_port()
-    master_url = f"spark://127.0.0.1:{port}"
+    any_port = ("--port", "0", "--webui-port", "0")
     started = [
         spawn(
-            [
-                "org.apache.spark.deploy.master.Master",
-                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web_port)),
-            ],
+            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", *any_port],
             env,
             logs / "master.log",
         )
     ]
     worker_dirs = [tmp_path / f"worker-{n}" for n in range(WORKERS)]
     try:
+        master_url, web_url = wait_for_master(logs / "master.log", started[0])
         for n, work_dir in enumerate(worker_dirs):
             work_dir.mkdir()
             started.append(
                 spawn(
                     [
                         "org.apache.spark.deploy.worker.Worker",
-                        *("--host", "127.0.0.1", "--webui-port", str(free_port())),
+                        *("--host", "127.0.0.1", *any_port),
                         *("--cores", "1", "--memory", "1g", "--work-dir", str(work_dir)),
                         master_url,
                     ],
@@ -156,7 +166,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                     logs / f"worker-{n}.log",
                 )
             )
-        running = Cluster(master_url, f"http://127.0.0.1:{web_port}", worker_dirs, logs)
+        running = Cluster(master_url, web_url, worker_dirs, logs)
         wait_for_workers(running, started)
         yield running
     finally:
