@@ -58,7 +58,15 @@ class PostgresServer:
         server._run(
             _bin("initdb"), "-D", data, "-U", "lagless", f"--pwfile={pwfile}", "-A", "scram-sha-256"
         )
-        server.start()
+        for attempt in range(3):
+            try:
+                server.start()
+                break
+            except subprocess.CalledProcessError:
+                # Another process may have bound the port between our probe and pg_ctl.
+                if attempt == 2:
+                    raise
+                server.port = _free_port()
         import psycopg
 
         admin = f"host=127.0.0.1 port={server.port} dbname=postgres user=lagless password=secret-pw"
