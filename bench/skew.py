@@ -10,8 +10,8 @@ drain time (start until every record is in the sink) of:
   after each write; with the range and cooperative-sticky assignors and several N;
 - optionally (--blocking-s) seed 002's importer: group members that poll their partitions in
   turn, blocking up to that long on each, even when it has nothing left;
-- the ideal: lagless draining a twin topic that holds the same records (counts and sizes)
-  spread evenly over all partitions, so every slot is busy until the end.
+- the ideal: the profile's records divided by the throughput lagless reached while every
+  Spark core was running one of its tasks, measured in the same run (`busy_throughput`).
 
 Prints a table of drain times and ratios to the ideal, writes <out>/skew.json and one PNG per
 profile of records imported over time, one line per runner. Not a test: it asserts nothing.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import itertools
 import json
 import multiprocessing
 import os
@@ -42,7 +43,6 @@ ASSIGNORS = ("range", "cooperative-sticky")
 PARTITIONS = 24  # seed 000's topic
 CONSUME_BATCH = 500
 PROGRESS_OPTION = "benchProgressDir"
-IDEAL = "ideal (lagless, balanced twin)"
 
 
 @dataclass
@@ -56,6 +56,27 @@ class Run:
 
 
 @dataclass
+class TaskLog:
+    """What one lagless task noted: when it began and ended, and (time, rows) per Arrow batch
+    it handed over; times are seconds since the run started."""
+
+    began: float
+    ended: float
+    batches: list[tuple[float, int]]
+
+
+@dataclass
+class LaglessRun(Run):
+    tasks: list[TaskLog] = field(default_factory=list)
+
+    def phases(self) -> tuple[float, float, float]:
+        """Seconds before the first task began, from then until the last ended, and after."""
+        first = min(task.began for task in self.tasks)
+        last = max(task.ended for task in self.tasks)
+        return first, last - first, (self.drain_s or 0.0) - last
+
+
+@dataclass
 class ProfileResult:
     profile: str
     counts: list[int]
@@ -63,6 +84,8 @@ class ProfileResult:
     records: int
     value_bytes: int
     ideal_s: float
+    busy_records_per_s: float
+    busy_s: float
     runs: list[Run]
 
 
@@ -231,11 +254,14 @@ def progress_source() -> type:
             self.progress_dir = progress_dir
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            log = os.path.join(self.progress_dir, f"{os.getpid()}.log")
+            lines = [f"began {time.time()}"]
             for batch in super().read(partition):
                 yield batch
-                with open(log, "a") as out:
-                    out.write(f"{time.time()} {batch.num_rows}\n")
+                lines.append(f"{time.time()} {batch.num_rows}")
+            lines.append(f"ended {time.time()}")
+            log = os.path.join(self.progress_dir, f"{os.getpid()}-{time.monotonic_ns()}.log")
+            with open(log, "w") as out:
+                out.write("\n".join(lines) + "\n")
 
     class ProgressSource(KafkaDataSource):
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -246,9 +272,48 @@ def progress_source() -> type:
     return ProgressSource
 
 
+def read_task_logs(progress_dir: Path, started: float) -> list[TaskLog]:
+    tasks = []
+    for log in progress_dir.iterdir():
+        lines = [line.split() for line in log.read_text().splitlines()]
+        tasks.append(
+            TaskLog(
+                began=float(lines[0][1]) - started,
+                ended=float(lines[-1][1]) - started,
+                batches=[(float(at) - started, int(rows)) for at, rows in lines[1:-1]],
+            )
+        )
+    return tasks
+
+
+def busy_throughput(tasks: Sequence[TaskLog], cores: int) -> tuple[float, float]:
+    """(records per second, seconds) over the time when `cores` tasks ran at once.
+
+    A batch's rows count as read evenly between the task's previous note and this one, so
+    a batch that straddles the edge of a busy stretch counts only its share inside it."""
+    edges = sorted({t for task in tasks for t in (task.began, task.ended)})
+    busy: list[tuple[float, float]] = []
+    for left, right in itertools.pairwise(edges):
+        middle = (left + right) / 2
+        if sum(task.began <= middle < task.ended for task in tasks) >= cores:
+            busy.append((left, right))
+    busy_s = sum(right - left for left, right in busy)
+    records = 0.0
+    for task in tasks:
+        previous = task.began
+        for at, rows in task.batches:
+            span = at - previous
+            inside = sum(max(0.0, min(at, r) - max(previous, left)) for left, r in busy)
+            records += rows * (
+                inside / span if span > 0 else float(any(left <= at <= r for left, r in busy))
+            )
+            previous = at
+    return (records / busy_s if busy_s > 0 else 0.0), busy_s
+
+
 def run_lagless(
     spark: Any, bootstrap: str, topic: str, work_dir: Path, slots: int | None
-) -> tuple[float, int, list[tuple[float, int]]]:
+) -> LaglessRun:
     from lagless.importer.job import ImportSpec, run_import
     from lagless.kafka_config import KafkaConfig
 
@@ -267,17 +332,13 @@ def run_lagless(
     started = time.time()
     summary = run_import(spec, spark=spark)
     drain_s = time.time() - started
-    reads = sorted(
-        (float(at) - started, int(rows))
-        for log in progress_dir.iterdir()
-        for at, rows in (line.split() for line in log.read_text().splitlines())
-    )
+    tasks = read_task_logs(progress_dir, started)
     curve = [(0.0, 0)]
-    for at, rows in reads:
+    for at, rows in sorted(batch for task in tasks for batch in task.batches):
         curve.append((at, curve[-1][1] + rows))
     curve.append((drain_s, summary.imported))
     shutil.rmtree(run_dir, ignore_errors=True)
-    return drain_s, summary.imported, curve
+    return LaglessRun("lagless", drain_s, summary.imported, curve, tasks)
 
 
 # --- profiles and topics ---------------------------------------------------------------------
@@ -290,20 +351,6 @@ def profiles(args: argparse.Namespace) -> list[Any]:
     return [
         build_profile(name, partitions=PARTITIONS, scale=scales[name]) for name in args.profiles
     ]
-
-
-def twin_parts(profile: Any) -> list[Any]:
-    """The same records, spread evenly over every partition: one profile per record size."""
-    from lagless.gen import explicit
-
-    by_size: dict[int, int] = {}
-    for count, size in zip(profile.counts, profile.record_bytes, strict=True):
-        by_size[size] = by_size.get(size, 0) + count
-    parts = []
-    for size, count in sorted(by_size.items()):
-        share, extra = divmod(count, PARTITIONS)
-        parts.append(explicit([share + (p < extra) for p in range(PARTITIONS)], size))
-    return parts
 
 
 # --- output --------------------------------------------------------------------------------
@@ -320,18 +367,20 @@ def draw(result: ProfileResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=90)
+    axes.plot(
+        [0, result.ideal_s],
+        [0, result.records],
+        label=f"ideal: {result.busy_records_per_s:,.0f} records/s from the start",
+        linestyle="--",
+        color="grey",
+    )
     for run in result.runs:
-        seconds = [t for t, _ in run.curve]
-        records = [n for _, n in run.curve]
-        ideal = run.runner == IDEAL
         axes.step(
-            seconds,
-            records,
+            [t for t, _ in run.curve],
+            [n for _, n in run.curve],
             where="post",
             label=run.runner,
-            linewidth=2.5 if run.runner.startswith("lagless") else 1.4,
-            linestyle="--" if ideal else "-",
-            color="grey" if ideal else None,
+            linewidth=2.5 if run.runner == "lagless" else 1.4,
         )
     axes.axhline(result.records, color="black", linewidth=0.6)
     axes.set_xlabel("seconds since start")
@@ -372,6 +421,19 @@ def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
             )
         shown.add_section()
     return shown
+
+
+def lagless_phases(results: Sequence[ProfileResult]) -> list[str]:
+    lines = []
+    for result in results:
+        run = next(run for run in result.runs if isinstance(run, LaglessRun))
+        before, reading, after = run.phases()
+        lines.append(
+            f"lagless on {result.profile}: {before:.1f} s planning and starting the batch, "
+            f"{reading:.1f} s in {len(run.tasks)} tasks (every core busy for {result.busy_s:.1f} s "
+            f"at {result.busy_records_per_s:,.0f} records/s), {after:.1f} s committing"
+        )
+    return lines
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -455,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         work_dir = Path(work)
         kafka = KafkaConfig(broker.bootstrap)
-        producing = progress.add_task("producing topics", total=2 * len(chosen) + 1)
+        producing = progress.add_task("producing topics", total=len(chosen) + 1)
         broker.create_topic("warm-up", 4)
         produce_profile(kafka, "warm-up", explicit([2000] * 4), compression="lz4")
         progress.advance(producing)
@@ -464,10 +526,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             broker.create_topic(profile.name, PARTITIONS)
             summary = produce_profile(kafka, profile.name, profile, compression="lz4")
             produced[profile.name] = summary.value_bytes
-            progress.advance(producing)
-            broker.create_topic(f"{profile.name}-twin", PARTITIONS)
-            for part in twin_parts(profile):
-                produce_profile(kafka, f"{profile.name}-twin", part, compression="lz4")
             progress.advance(producing)
 
         starting = progress.add_task("starting Spark", total=1)
@@ -480,16 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         for profile in chosen:
             total = profile.total_records
-            runs: list[Run] = []
-            lagless_drains: list[float] = []
-            for topic, name in ((f"{profile.name}-twin", IDEAL), (profile.name, "lagless")):
-                running = progress.add_task(f"{profile.name}: {name}", total=total)
-                drain_s, imported, curve = run_lagless(
-                    spark, broker.bootstrap, topic, work_dir, args.slots
-                )
-                progress.update(running, completed=imported)
-                lagless_drains.append(drain_s)
-                runs.append(Run(name, drain_s, imported, curve))
+            running = progress.add_task(f"{profile.name}: lagless", total=total)
+            lagless = run_lagless(spark, broker.bootstrap, profile.name, work_dir, args.slots)
+            progress.update(running, completed=lagless.imported)
+            busy_rate, busy_s = busy_throughput(lagless.tasks, args.parallelism)
+            runs: list[Run] = [lagless]
             for assignor, members, blocking_s in groups:
                 name = f"group {assignor}, {members} members"
                 if blocking_s:
@@ -507,21 +560,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                     functools.partial(progress.advance, running),
                 )
                 runs.append(Run(name, group_drain_s, imported, curve))
-            ideal_s = lagless_drains[0]
             result = ProfileResult(
                 profile.name,
                 list(profile.counts),
                 list(profile.record_bytes),
                 total,
                 produced[profile.name],
-                ideal_s,
-                runs,
+                ideal_s=total / busy_rate,
+                busy_records_per_s=busy_rate,
+                busy_s=busy_s,
+                runs=runs,
             )
             results.append(result)
             draw(result, args.out / f"skew-{profile.name}.png")
         spark.stop()
 
     console.print(table(results, spark_startup_s))
+    for line in lagless_phases(results):
+        console.print(line)
     report = {
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "cores": os.cpu_count(),
@@ -535,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             {
                 **{k: v for k, v in asdict(result).items() if k != "runs"},
                 "ideal_s": round(result.ideal_s, 2),
+                "busy_records_per_s": round(result.busy_records_per_s),
+                "busy_s": round(result.busy_s, 2),
                 "runs": [
                     {
                         "runner": run.runner,
