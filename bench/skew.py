@@ -10,8 +10,9 @@ drain time (start until every record is in the sink) of:
   after each write; with the range and cooperative-sticky assignors and several N;
 - optionally (--blocking-s) seed 002's importer: group members that poll their partitions in
   turn, blocking up to that long on each, even when it has nothing left;
-- the ideal: the profile's records divided by the throughput lagless reached while every
-  Spark core was running one of its tasks, measured in the same run (`busy_throughput`).
+- the ideal: the profile's records divided by the throughput lagless reaches with every Spark
+  core busy, measured in the same run: records per second of task time (Spark's event log
+  has each task's launch and finish) times the cores (`busy_throughput`).
 
 Prints a table of drain times and ratios to the ideal, writes <out>/skew.json and one PNG per
 profile of records imported over time, one line per runner. Not a test: it asserts nothing.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import itertools
 import json
 import multiprocessing
 import os
@@ -56,23 +56,23 @@ class Run:
 
 
 @dataclass
-class TaskLog:
-    """What one lagless task noted: when it began and ended, and (time, rows) per Arrow batch
-    it handed over; times are seconds since the run started."""
+class SparkTask:
+    """One task of a lagless run as Spark's event log has it, in seconds since the run began."""
 
-    began: float
-    ended: float
-    batches: list[tuple[float, int]]
+    launched: float
+    finished: float
 
 
 @dataclass
 class LaglessRun(Run):
-    tasks: list[TaskLog] = field(default_factory=list)
+    began_at: float = 0.0  # wall clock, to find the run's tasks in the event log
+    tasks: list[SparkTask] = field(default_factory=list)
 
     def phases(self) -> tuple[float, float, float]:
-        """Seconds before the first task began, from then until the last ended, and after."""
-        first = min(task.began for task in self.tasks)
-        last = max(task.ended for task in self.tasks)
+        """Seconds before the first task launched, from then until the last finished, and
+        after it until the import returned."""
+        first = min(task.launched for task in self.tasks)
+        last = max(task.finished for task in self.tasks)
         return first, last - first, (self.drain_s or 0.0) - last
 
 
@@ -83,10 +83,20 @@ class ProfileResult:
     record_bytes: list[int]
     records: int
     value_bytes: int
-    ideal_s: float
-    busy_records_per_s: float
-    busy_s: float
+    cores: int
     runs: list[Run]
+
+    @property
+    def lagless(self) -> LaglessRun:
+        return next(run for run in self.runs if isinstance(run, LaglessRun))
+
+    @property
+    def busy_records_per_s(self) -> float:
+        return busy_throughput(self.lagless.imported, self.lagless.tasks, self.cores)
+
+    @property
+    def ideal_s(self) -> float:
+        return self.records / self.busy_records_per_s
 
 
 # --- consumer-group importer, one process per member --------------------------------------
@@ -254,14 +264,11 @@ def progress_source() -> type:
             self.progress_dir = progress_dir
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            lines = [f"began {time.time()}"]
+            log = os.path.join(self.progress_dir, f"{os.getpid()}.log")
             for batch in super().read(partition):
                 yield batch
-                lines.append(f"{time.time()} {batch.num_rows}")
-            lines.append(f"ended {time.time()}")
-            log = os.path.join(self.progress_dir, f"{os.getpid()}-{time.monotonic_ns()}.log")
-            with open(log, "w") as out:
-                out.write("\n".join(lines) + "\n")
+                with open(log, "a") as out:
+                    out.write(f"{time.time()} {batch.num_rows}\n")
 
     class ProgressSource(KafkaDataSource):
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -272,43 +279,26 @@ def progress_source() -> type:
     return ProgressSource
 
 
-def read_task_logs(progress_dir: Path, started: float) -> list[TaskLog]:
+def spark_tasks(event_log: Path, began_at: float, ended_at: float) -> list[SparkTask]:
+    """The tasks Spark launched between the two wall-clock times."""
     tasks = []
-    for log in progress_dir.iterdir():
-        lines = [line.split() for line in log.read_text().splitlines()]
-        tasks.append(
-            TaskLog(
-                began=float(lines[0][1]) - started,
-                ended=float(lines[-1][1]) - started,
-                batches=[(float(at) - started, int(rows)) for at, rows in lines[1:-1]],
-            )
-        )
+    for line in event_log.read_text().splitlines():
+        event = json.loads(line)
+        if event["Event"] != "SparkListenerTaskEnd":
+            continue
+        info = event["Task Info"]
+        launched, finished = info["Launch Time"] / 1000, info["Finish Time"] / 1000
+        if began_at <= launched <= ended_at:
+            tasks.append(SparkTask(launched - began_at, finished - began_at))
     return tasks
 
 
-def busy_throughput(tasks: Sequence[TaskLog], cores: int) -> tuple[float, float]:
-    """(records per second, seconds) over the time when `cores` tasks ran at once.
-
-    A batch's rows count as read evenly between the task's previous note and this one, so
-    a batch that straddles the edge of a busy stretch counts only its share inside it."""
-    edges = sorted({t for task in tasks for t in (task.began, task.ended)})
-    busy: list[tuple[float, float]] = []
-    for left, right in itertools.pairwise(edges):
-        middle = (left + right) / 2
-        if sum(task.began <= middle < task.ended for task in tasks) >= cores:
-            busy.append((left, right))
-    busy_s = sum(right - left for left, right in busy)
-    records = 0.0
-    for task in tasks:
-        previous = task.began
-        for at, rows in task.batches:
-            span = at - previous
-            inside = sum(max(0.0, min(at, r) - max(previous, left)) for left, r in busy)
-            records += rows * (
-                inside / span if span > 0 else float(any(left <= at <= r for left, r in busy))
-            )
-            previous = at
-    return (records / busy_s if busy_s > 0 else 0.0), busy_s
+def busy_throughput(records: int, tasks: Sequence[SparkTask], cores: int) -> float:
+    """Records per second with every core running a task: the records read per second of
+    task time, times the cores. Tasks that ran alone in a tail count at their pace too, so
+    an idle core never lowers this figure; it can only lengthen the drain."""
+    task_seconds = sum(task.finished - task.launched for task in tasks)
+    return records * cores / task_seconds
 
 
 def run_lagless(
@@ -332,13 +322,17 @@ def run_lagless(
     started = time.time()
     summary = run_import(spec, spark=spark)
     drain_s = time.time() - started
-    tasks = read_task_logs(progress_dir, started)
+    reads = sorted(
+        (float(at) - started, int(rows))
+        for log in progress_dir.iterdir()
+        for at, rows in (line.split() for line in log.read_text().splitlines())
+    )
     curve = [(0.0, 0)]
-    for at, rows in sorted(batch for task in tasks for batch in task.batches):
+    for at, rows in reads:
         curve.append((at, curve[-1][1] + rows))
     curve.append((drain_s, summary.imported))
     shutil.rmtree(run_dir, ignore_errors=True)
-    return LaglessRun("lagless", drain_s, summary.imported, curve, tasks)
+    return LaglessRun("lagless", drain_s, summary.imported, curve, began_at=started)
 
 
 # --- profiles and topics ---------------------------------------------------------------------
@@ -426,12 +420,12 @@ def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
 def lagless_phases(results: Sequence[ProfileResult]) -> list[str]:
     lines = []
     for result in results:
-        run = next(run for run in result.runs if isinstance(run, LaglessRun))
-        before, reading, after = run.phases()
+        before, reading, after = result.lagless.phases()
         lines.append(
             f"lagless on {result.profile}: {before:.1f} s planning and starting the batch, "
-            f"{reading:.1f} s in {len(run.tasks)} tasks (every core busy for {result.busy_s:.1f} s "
-            f"at {result.busy_records_per_s:,.0f} records/s), {after:.1f} s committing"
+            f"{reading:.1f} s running {len(result.lagless.tasks)} tasks "
+            f"({result.busy_records_per_s:,.0f} records/s with every core busy), "
+            f"{after:.1f} s committing"
         )
     return lines
 
@@ -530,7 +524,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         starting = progress.add_task("starting Spark", total=1)
         began = time.monotonic()
-        spark = spark_session(f"local[{args.parallelism}]", args.parallelism)
+        event_logs = work_dir / "spark-events"
+        event_logs.mkdir()
+        spark = spark_session(
+            f"local[{args.parallelism}]",
+            args.parallelism,
+            {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": event_logs.as_uri(),
+                "spark.eventLog.compress": "false",
+                "spark.eventLog.rolling.enabled": "false",
+            },
+        )
         spark.dataSource.register(progress_source())
         spark_startup_s = time.monotonic() - began
         run_lagless(spark, broker.bootstrap, "warm-up", work_dir, args.slots)
@@ -541,7 +546,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             running = progress.add_task(f"{profile.name}: lagless", total=total)
             lagless = run_lagless(spark, broker.bootstrap, profile.name, work_dir, args.slots)
             progress.update(running, completed=lagless.imported)
-            busy_rate, busy_s = busy_throughput(lagless.tasks, args.parallelism)
             runs: list[Run] = [lagless]
             for assignor, members, blocking_s in groups:
                 name = f"group {assignor}, {members} members"
@@ -566,14 +570,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 list(profile.record_bytes),
                 total,
                 produced[profile.name],
-                ideal_s=total / busy_rate,
-                busy_records_per_s=busy_rate,
-                busy_s=busy_s,
-                runs=runs,
+                args.parallelism,
+                runs,
             )
             results.append(result)
-            draw(result, args.out / f"skew-{profile.name}.png")
-        spark.stop()
+        spark.stop()  # which flushes the event log
+        (event_log,) = event_logs.iterdir()
+        for result in results:
+            run = result.lagless
+            run.tasks = spark_tasks(event_log, run.began_at, run.began_at + (run.drain_s or 0))
+
+    for result in results:
+        draw(result, args.out / f"skew-{result.profile}.png")
 
     console.print(table(results, spark_startup_s))
     for line in lagless_phases(results):
@@ -592,7 +600,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 **{k: v for k, v in asdict(result).items() if k != "runs"},
                 "ideal_s": round(result.ideal_s, 2),
                 "busy_records_per_s": round(result.busy_records_per_s),
-                "busy_s": round(result.busy_s, 2),
                 "runs": [
                     {
                         "runner": run.runner,
@@ -600,6 +607,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "x_ideal": _rounded(ratio(run, result.ideal_s), 3),
                         "imported": run.imported,
                         "curve": [(round(s, 3), n) for s, n in run.curve],
+                        "tasks": [
+                            (round(t.launched, 3), round(t.finished, 3))
+                            for t in getattr(run, "tasks", [])
+                        ],
                     }
                     for run in result.runs
                 ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,13 @@ def require_java() -> None:
         )
 
 
-def spark_session(master: str | None = None, parallelism: int | None = None) -> SparkSession:
-    """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*])."""
+def spark_session(
+    master: str | None = None,
+    parallelism: int | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*]); `conf` is set
+    after lagless's own settings, so it may override them."""
     require_java()
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -50,6 +56,8 @@ def spark_session(master: str | None = None, parallelism: int | None = None) -> 
     )
     if parallelism:
         builder = builder.config("spark.default.parallelism", str(parallelism))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.dataSource.register(KafkaDataSource)
     return spark
