@@ -450,9 +450,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profiles", nargs="+", default=["seed-000", "seed-002", "uniform"], metavar="NAME"
     )
-    parser.add_argument("--scale-000", type=float, default=5.0, help="seed-000 scale")
-    parser.add_argument("--scale-002", type=float, default=8.0, help="seed-002 scale")
-    parser.add_argument("--scale-uniform", type=float, default=3.0, help="uniform scale")
+    parser.add_argument("--scale-000", type=float, default=15.0, help="seed-000 scale")
+    parser.add_argument("--scale-002", type=float, default=40.0, help="seed-002 scale")
+    parser.add_argument("--scale-uniform", type=float, default=14.0, help="uniform scale")
     parser.add_argument(
         "--members", type=int, nargs="+", default=[2, 16], help="consumer-group sizes"
     )
@@ -466,7 +466,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=2, help="Spark local[N] cores")
     parser.add_argument("--slots", type=int, default=None, help="lagless --slots (job default)")
     parser.add_argument(
-        "--run-timeout", type=float, default=60.0, help="give up on a consumer group after this"
+        "--run-timeout", type=float, default=90.0, help="give up on a consumer group after this"
     )
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.members) or args.parallelism < 1 or args.blocking_s < 0:

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 
 RunMode = Literal["bulk", "continuous"]
 
-# Without a limit, a bulk batch would be the whole backlog, collected at once on the driver
-# for SQLite. Each batch costs a few seconds of Spark bookkeeping, so batches stay large.
-DEFAULT_MAX_BYTES_PER_BATCH = 256 * 1024 * 1024
 # Task slots per Spark core: a little more than one keeps a core busy while a task starts.
 SLOTS_PER_CORE = 2
 
@@ -83,7 +80,7 @@ class ImportSpec:
             options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
         else:
             options["maxBytesPerBatch"] = str(
-                self.max_bytes_per_batch or DEFAULT_MAX_BYTES_PER_BATCH
+                self.max_bytes_per_batch or sink_from_url(self.sink_url).max_batch_bytes
             )
         options.update(self.extra_source_options)
         return options

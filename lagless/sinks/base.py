@@ -78,6 +78,10 @@ class Target:
 
 class Sink(ABC):
     scheme: ClassVar[str]
+    # Bytes of records per batch when the user sets no limit. A batch costs a second or two of
+    # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
+    # stay large; executors stream rows into the store, so memory does not bound them.
+    max_batch_bytes: ClassVar[int] = 1024 * 1024 * 1024
 
     def __init__(self, url: str, location: str) -> None:
         self.url = url
@@ -105,6 +109,9 @@ class Sink(ABC):
 
 class DriverSink(Sink):
     """A store written from the driver: rows arrive as one Arrow table per batch."""
+
+    # The whole batch is one Arrow table in the driver's memory.
+    max_batch_bytes: ClassVar[int] = 256 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         return self.write_arrow(rows.select(*COLUMNS).toArrow(), target, dead_letters=False)

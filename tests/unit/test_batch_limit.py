@@ -214,3 +214,20 @@ def test_a_tiny_byte_limit_still_drains_the_backlog(backlogs: list[int], max_byt
     for _ in range(sum(backlogs)):
         position = limit_batch(position, latest, max_bytes=max_bytes, bytes_per_record=sizes)
     assert position == latest
+
+
+def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> None:
+    """SQLite collects each batch on the driver; Parquet streams it from the executors."""
+    from lagless.importer.job import ImportSpec
+    from lagless.kafka_config import KafkaConfig
+
+    def default_batch_bytes(sink_url: str, **limits: int) -> str | None:
+        spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **limits)
+        return spec.source_options(slots=4).get("maxBytesPerBatch")
+
+    on_driver = default_batch_bytes("sqlite:///x.db")
+    on_executors = default_batch_bytes("parquet:///lake")
+    assert on_driver is not None and on_executors is not None
+    assert int(on_driver) < int(on_executors)
+    assert default_batch_bytes("parquet:///lake", max_bytes_per_batch=1000) == "1000"
+    assert default_batch_bytes("parquet:///lake", max_records_per_batch=10) is None
