@@ -41,6 +41,7 @@ from typing import Any, cast
 
 ASSIGNORS = ("range", "cooperative-sticky")
 PARTITIONS = 24  # seed 000's topic
+COMPRESSION = "zstd"  # the embedded broker keeps ~5 MiB of stored batches per partition
 CONSUME_BATCH = 500
 PROGRESS_OPTION = "benchProgressDir"
 
@@ -343,7 +344,10 @@ def profiles(args: argparse.Namespace) -> list[Any]:
 
     scales = {"seed-000": args.scale_000, "seed-002": args.scale_002, "uniform": args.scale_uniform}
     return [
-        build_profile(name, partitions=PARTITIONS, scale=scales[name]) for name in args.profiles
+        build_profile(
+            name, partitions=PARTITIONS, scale=scales[name], record_bytes=args.record_bytes
+        )
+        for name in args.profiles
     ]
 
 
@@ -450,9 +454,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profiles", nargs="+", default=["seed-000", "seed-002", "uniform"], metavar="NAME"
     )
-    parser.add_argument("--scale-000", type=float, default=15.0, help="seed-000 scale")
-    parser.add_argument("--scale-002", type=float, default=40.0, help="seed-002 scale")
-    parser.add_argument("--scale-uniform", type=float, default=14.0, help="uniform scale")
+    # Each about 25 s of lagless's work on 2 cores, and one default batch (under 1 GiB).
+    parser.add_argument("--scale-000", type=float, default=30.0, help="seed-000 scale")
+    parser.add_argument("--scale-002", type=float, default=70.0, help="seed-002 scale")
+    parser.add_argument("--scale-uniform", type=float, default=20.0, help="uniform scale")
+    parser.add_argument(
+        "--record-bytes",
+        type=int,
+        default=100,
+        help="value size of the small records (seed-002's large ones are 50 KB)",
+    )
     parser.add_argument(
         "--members", type=int, nargs="+", default=[2, 16], help="consumer-group sizes"
     )
@@ -513,12 +524,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         kafka = KafkaConfig(broker.bootstrap)
         producing = progress.add_task("producing topics", total=len(chosen) + 1)
         broker.create_topic("warm-up", 4)
-        produce_profile(kafka, "warm-up", explicit([2000] * 4), compression="lz4")
+        produce_profile(kafka, "warm-up", explicit([2000] * 4), compression=COMPRESSION)
         progress.advance(producing)
         produced = {}
         for profile in chosen:
             broker.create_topic(profile.name, PARTITIONS)
-            summary = produce_profile(kafka, profile.name, profile, compression="lz4")
+            summary = produce_profile(kafka, profile.name, profile, compression=COMPRESSION)
             produced[profile.name] = summary.value_bytes
             progress.advance(producing)
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from lagless.broker import EmbeddedBroker
 from lagless.cli.main import main
 from lagless.gen import RecordKind, explicit, produce_profile
-from lagless.gen.profiles import seed_000, seed_002
+from lagless.gen.profiles import PARTITION_BYTES_LIMIT, seed_000, seed_002
 from lagless.kafka_config import KafkaConfig
 
 
@@ -152,6 +152,23 @@ def test_seed_002_large_records_fit_without_loss_when_compressed(broker: Embedde
     summary = produce_profile(config, "wide", profile, keys=1, compression="lz4")
     assert summary.truncated_partitions() == []
     assert watermarks(config, "wide", 24) == [(0, count) for count in profile.counts]
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_a_partition_filled_to_the_estimated_limit_keeps_every_record(
+    broker: EmbeddedBroker, compression: str
+) -> None:
+    """check_fits's per-codec estimate is what lets `gen` refuse a profile the broker would cut."""
+    count = PARTITION_BYTES_LIMIT // explicit([1]).stored_bytes(0, compression)
+    topic = f"full-{compression}"
+    broker.create_topic(topic, 1)
+    profile = explicit([count])
+    profile.check_fits(compression)
+    summary = produce_profile(
+        KafkaConfig(broker.bootstrap), topic, profile, compression=compression
+    )
+    assert summary.truncated_partitions() == []
+    assert watermarks(KafkaConfig(broker.bootstrap), topic, 1) == [(0, count)]
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
