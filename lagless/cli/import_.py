@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-record-bytes", type=int, help="dead-letter values larger than this many bytes"
     )
     parser.add_argument(
+        "--dead-letter-topic",
+        help="also send rejected records to this existing topic, error context in headers",
+    )
+    parser.add_argument(
         "--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)"
     )
     parser.add_argument(
@@ -97,6 +101,7 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         master=args.master,
         group=args.group,
         max_record_bytes=args.max_record_bytes,
+        dead_letter_topic=args.dead_letter_topic,
     )
 
 

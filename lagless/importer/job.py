@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
+from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.failpoints import failpoint
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import accepted, dead_letters, rejection_reasons, shape
@@ -58,6 +59,7 @@ class ImportSpec:
     master: str | None = None
     group: str | None = None
     max_record_bytes: int | None = None
+    dead_letter_topic: str | None = None
     extra_source_options: dict[str, str] = field(default_factory=dict)
 
     def target(self) -> Target:
@@ -104,6 +106,10 @@ def check(spec: ImportSpec) -> Checked:
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     broker = OffsetReader(spec.kafka)
     partitions = broker.partitions(spec.topics)
+    if spec.dead_letter_topic is not None:
+        if spec.dead_letter_topic in spec.topics:
+            raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
+        broker.partitions([spec.dead_letter_topic])
     return Checked(sink, target, broker, partitions)
 
 
@@ -119,6 +125,9 @@ class BatchWriter:
         self.target_end = target_end
         self.summary = Summary()
         self.committer = GroupCommitter(spec.kafka, spec.group) if spec.group else None
+        self.dead_letter_topic = (
+            DeadLetterTopic(spec.kafka, spec.dead_letter_topic) if spec.dead_letter_topic else None
+        )
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -147,7 +156,12 @@ class BatchWriter:
         }
         if dead:
             # Rare: read the batch again rather than cache every batch for it.
-            sink.write_dead_letters(dead_letters(shaped), target, batch_id)
+            rejected = dead_letters(shaped)
+            if self.dead_letter_topic is not None:
+                collected = rejected.toArrow()  # once, for the topic and the table both
+                self.dead_letter_topic.send(collected)
+                rejected = records.sparkSession.createDataFrame(collected)
+            sink.write_dead_letters(rejected, target, batch_id)
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
         if written is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lagless.gen import explicit, produce_profile
 from lagless.importer.job import ImportSpec, run_import
@@ -114,6 +114,52 @@ def test_records_the_store_cannot_take_are_dead_lettered_not_dropped(
         ).fetchall()
     kinds = {"invalid-utf8": INVALID_UTF8, "invalid-json": INVALID_JSON, "null-key": NULL_KEY}
     assert sorted(letters) == sorted((p, o, "validate", kinds[k]) for p, o, k in produced.poison)
+
+
+def test_dead_letters_also_go_to_a_topic_with_their_error_context_in_headers(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    broker.create_topic(topic_name, 2)
+    broker.create_topic(f"{topic_name}-dlq", 1)
+    produced = produce_profile(kafka, topic_name, explicit([400, 300]), keys=20, poison=0.1)
+
+    summary = run_import(
+        spec(
+            kafka,
+            topic_name,
+            tmp_path,
+            write="upsert",
+            value_format="json",
+            dead_letter_topic=f"{topic_name}-dlq",
+        ),
+        spark=spark,
+    )
+
+    consumer = Consumer(kafka.reader())
+    consumer.assign([TopicPartition(f"{topic_name}-dlq", 0, 0)])
+    sent = []
+    while len(sent) < summary.dead_lettered:
+        messages = consumer.consume(1000, timeout=10)
+        assert messages, f"only {len(sent)} of {summary.dead_lettered} dead letters arrived"
+        sent.extend(m for m in messages if m.error() is None)
+    consumer.close()
+    context = [
+        {k.removeprefix("__connect.errors."): v.decode() for k, v in m.headers()} for m in sent
+    ]
+    kinds = {"invalid-utf8": INVALID_UTF8, "invalid-json": INVALID_JSON, "null-key": NULL_KEY}
+    assert sorted(
+        (c["topic"], int(c["partition"]), int(c["offset"]), c["stage"], c["exception.message"])
+        for c in context
+    ) == sorted((topic_name, p, o, "validate", kinds[k]) for p, o, k in produced.poison)
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        table = conn.execute(f'SELECT partition, offset, key, value FROM "{topic_name}_dlq"')
+        in_table = sorted(table.fetchall())
+    in_topic = sorted(
+        (int(c["partition"]), int(c["offset"]), m.key(), m.value())
+        for c, m in zip(context, sent, strict=True)
+    )
+    assert in_topic == in_table
+    assert summary.dead_lettered == len(produced.poison) > 0
 
 
 def test_bulk_stops_at_the_end_seen_at_start_while_a_producer_keeps_writing(

@@ -46,6 +46,8 @@ def orders_broker():  # type: ignore[no-untyped-def]
         ({"--sink": "parquet:///{tmp}/lake", "--write": "upsert"}, "append only"),
         ({"--max-records-per-batch": "0"}, "--max-records-per-batch must be at least 1"),
         ({"--kafka-option": "novalue"}, "is not KEY=VALUE"),
+        ({"--dead-letter-topic": "nowhere"}, "topic 'nowhere' does not exist"),
+        ({"--dead-letter-topic": "orders"}, "--dead-letter-topic 'orders' is being imported"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(orders_broker, tmp_path, over, says):
