@@ -55,6 +55,8 @@ class Run:
     drain_s: float | None  # None: not drained within the run timeout
     imported: int
     curve: list[tuple[float, int]] = field(default_factory=list)  # (seconds, records so far)
+    # Seconds at which a group member's assignment changed (a member's on_assign/on_revoke).
+    rebalances: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -170,7 +172,11 @@ def group_member(
 
     events.put(("ready", index))
     go.wait()
-    consumer.subscribe([topic])
+
+    def note_assignment(_consumer: Any, partitions: list[Any]) -> None:
+        events.put(("assigned", time.time(), index, len(partitions)))
+
+    consumer.subscribe([topic], on_assign=note_assignment, on_revoke=note_assignment)
     try:
         while not stop.is_set():
             if blocking_s > 0:
@@ -191,9 +197,10 @@ def run_group(
     work_dir: Path,
     timeout_s: float,
     on_rows: Callable[[int], None],
-) -> tuple[float | None, int, list[tuple[float, int]]]:
-    """(drain seconds or None, records imported, curve); the clock starts once every member
-    process is up, so process start-up is excluded as Spark's is."""
+) -> tuple[float | None, int, list[tuple[float, int]], list[float]]:
+    """(drain seconds or None, records imported, curve, seconds of every assignment change);
+    the clock starts once every member process is up, so process start-up is excluded as
+    Spark's is."""
     context = multiprocessing.get_context("spawn")
     events = context.Queue()
     go, stop = context.Event(), context.Event()
@@ -221,12 +228,17 @@ def run_group(
     ends: dict[int, int] = {}
     imported = 0
     curve = [(0.0, 0)]
+    rebalances: list[float] = []
     drain_s: float | None = None
     while imported < total and time.time() - started < timeout_s:
         try:
-            _, at, batch_ends = events.get(timeout=0.5)
+            kind, at, *details = events.get(timeout=0.5)
         except queue.Empty:
             continue
+        if kind == "assigned":
+            rebalances.append(round(at - started, 2))
+            continue
+        (batch_ends,) = details
         for partition, end in batch_ends.items():
             ends[partition] = max(ends.get(partition, 0), end)
         on_rows(sum(ends.values()) - imported)
@@ -242,7 +254,7 @@ def run_group(
         if process.is_alive():
             process.terminate()
     shutil.rmtree(out_dir, ignore_errors=True)
-    return drain_s, imported, curve
+    return drain_s, imported, curve, rebalances
 
 
 # --- lagless, with a source that notes when each task hands over its records ---------------
@@ -409,7 +421,7 @@ def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
     from rich.table import Table
 
     shown = Table(title=f"Drain time (Spark session start-up {spark_startup_s:.1f} s, excluded)")
-    for column in ("profile", "runner", "drain s", "x ideal", "imported"):
+    for column in ("profile", "runner", "drain s", "x ideal", "imported", "last rebalance s"):
         shown.add_column(column, justify="left" if column in ("profile", "runner") else "right")
     for result in results:
         for run in result.runs:
@@ -420,6 +432,7 @@ def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
                 f"{run.drain_s:.1f}" if run.drain_s is not None else f"> {run.curve[-1][0]:.0f}",
                 f"{times:.2f}" if times is not None else "-",
                 f"{run.imported / result.records:.0%}",
+                f"{max(run.rebalances):.1f}" if run.rebalances else "-",
             )
         shown.add_section()
     return shown
@@ -567,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if blocking_s:
                     name += f", blocking {blocking_s:g} s"
                 running = progress.add_task(f"{profile.name}: {name}", total=total)
-                group_drain_s, imported, curve = run_group(
+                group_drain_s, imported, curve, rebalances = run_group(
                     broker.bootstrap,
                     profile.name,
                     total,
@@ -578,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.run_timeout,
                     functools.partial(progress.advance, running),
                 )
-                runs.append(Run(name, group_drain_s, imported, curve))
+                runs.append(Run(name, group_drain_s, imported, curve, rebalances))
             result = ProfileResult(
                 profile.name,
                 list(profile.counts),
@@ -621,6 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "drain_s": _rounded(run.drain_s, 2),
                         "x_ideal": _rounded(ratio(run, result.ideal_s), 3),
                         "imported": run.imported,
+                        "rebalances": run.rebalances,
                         "curve": [(round(s, 3), n) for s, n in run.curve],
                         "tasks": [
                             (round(t.launched, 3), round(t.finished, 3))
