@@ -293,17 +293,14 @@ def progress_source() -> type:
     return ProgressSource
 
 
-def spark_tasks(event_log: Path, began_at: float, ended_at: float) -> list[SparkTask]:
-    """The tasks Spark launched between the two wall-clock times."""
+def spark_tasks(event_log: Path) -> list[tuple[float, float]]:
+    """(launch, finish) wall-clock seconds of every task in the event log."""
     tasks = []
     for line in event_log.read_text().splitlines():
         event = json.loads(line)
-        if event["Event"] != "SparkListenerTaskEnd":
-            continue
-        info = event["Task Info"]
-        launched, finished = info["Launch Time"] / 1000, info["Finish Time"] / 1000
-        if began_at <= launched <= ended_at:
-            tasks.append(SparkTask(launched - began_at, finished - began_at))
+        if event["Event"] == "SparkListenerTaskEnd":
+            info = event["Task Info"]
+            tasks.append((info["Launch Time"] / 1000, info["Finish Time"] / 1000))
     return tasks
 
 
@@ -604,9 +601,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(result)
         spark.stop()  # which flushes the event log
         (event_log,) = event_logs.iterdir()
+        every_task = spark_tasks(event_log)
         for result in results:
             run = result.lagless
-            run.tasks = spark_tasks(event_log, run.began_at, run.began_at + (run.drain_s or 0))
+            ended_at = run.began_at + (run.drain_s or 0)
+            run.tasks = [
+                SparkTask(launched - run.began_at, finished - run.began_at)
+                for launched, finished in every_task
+                if run.began_at <= launched <= ended_at
+            ]
 
     for result in results:
         draw(result, args.out / f"skew-{result.profile}.png")
