@@ -63,6 +63,9 @@ class KafkaConfig:
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
             "queued.min.messages": 200_000,
+            # Prefetch bounded in bytes, so a task's memory does not grow with record size.
+            "queued.max.messages.kbytes": 16 * 1024,
+            "fetch.max.bytes": 8 * 1024 * 1024,
         }
         conf.update(self._base())
         return conf

@@ -126,15 +126,17 @@ def plan_table(plan: dict[str, Any]) -> Table:
     table = Table(
         title=f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
     )
-    for name in ("topic", "partition", "from", "until", "records", "bytes"):
+    for name in ("task", "topic", "partition", "from", "until", "records", "bytes"):
         table.add_column(name, justify="left" if name == "topic" else "right")
-    for t in tasks:
-        table.add_row(
-            t["topic"],
-            str(t["partition"]),
-            f"{t['from']:,}",
-            f"{t['until']:,}",
-            f"{t['records']:,}",
-            f"{t['bytes']:,}",
-        )
+    for number, task in enumerate(tasks, 1):
+        for p in task["pieces"]:
+            table.add_row(
+                str(number),
+                p["topic"],
+                str(p["partition"]),
+                f"{p['from']:,}",
+                f"{p['until']:,}",
+                f"{p['records']:,}",
+                f"{p['bytes']:,}",
+            )
     return table

@@ -35,8 +35,7 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
     tasks = []
     for task in reader.partitions(start, end):
         assert isinstance(task, RangePartition)
-        piece = task.piece
-        tasks.append(
+        pieces: list[dict[str, Any]] = [
             {
                 "topic": piece.topic,
                 "partition": piece.partition,
@@ -44,6 +43,14 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
                 "until": piece.end,
                 "records": piece.records,
                 "bytes": reader.estimated_bytes(piece),
+            }
+            for piece in task.pieces
+        ]
+        tasks.append(
+            {
+                "records": sum(p["records"] for p in pieces),
+                "bytes": sum(p["bytes"] for p in pieces),
+                "pieces": pieces,
             }
         )
     return {"slots": slots, "tasks": tasks}

@@ -27,10 +27,11 @@ from pyspark.sql.types import StructType
 
 from lagless.exceptions import BadInput, DataLossError
 from lagless.planner import limit_batch, plan_tasks
+from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
 from lagless.source.offsets import TP, OffsetReader, Offsets
 from lagless.source.options import EARLIEST, LATEST, SourceOptions
-from lagless.source.reader import read_range
+from lagless.source.reader import read_ranges
 from lagless.source.sampling import sample_bytes_per_record
 from lagless.source.schema import SPARK_SCHEMA
 
@@ -49,9 +50,11 @@ def from_json_offsets(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
 
 
 class RangePartition(InputPartition):
-    def __init__(self, piece: OffsetRange) -> None:
-        super().__init__(piece)
-        self.piece = piece
+    """One Spark task: the pieces it reads, in turn."""
+
+    def __init__(self, pieces: tuple[OffsetRange, ...]) -> None:
+        super().__init__(pieces)
+        self.pieces = pieces
 
 
 class KafkaDataSource(DataSource):
@@ -138,19 +141,19 @@ class _Planning:
             for (t, p), until in sorted(end.items())
             if until > start.get((t, p), until)
         ]
-        tasks = plan_tasks(
-            ranges,
-            self.options.slots,
-            self.bytes_per_record(ranges),
-            min_task_records=self.options.min_task_records,
+        sizes = self.bytes_per_record(ranges)
+        pieces = plan_tasks(
+            ranges, self.options.slots, sizes, min_task_records=self.options.min_task_records
         )
-        return [RangePartition(task) for task in tasks]
+        return [
+            RangePartition(task) for task in pack_tasks(pieces, self.options.min_task_bytes, sizes)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_range(
+        yield from read_ranges(
             self.options.kafka,
-            partition.piece,
+            partition.pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
         )

@@ -26,6 +26,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     slots: int = 2
     min_task_records: int = 1
+    # A batch lighter than this per task is packed into fewer tasks (planner/pack.py).
+    min_task_bytes: int = 8 * 1024 * 1024
     poll_timeout_s: float = 60.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -59,6 +61,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(lowered.get("failondataloss", "true"), "failOnDataLoss"),
             slots=_positive(lowered, "slots") or 2,
             min_task_records=_positive(lowered, "mintaskrecords") or 1,
+            min_task_bytes=_positive(lowered, "mintaskbytes") or cls.min_task_bytes,
             poll_timeout_s=float(lowered.get("polltimeoutms", "60000")) / 1000,
         )
 

@@ -1,4 +1,4 @@
-"""The executor side: read exactly one offset range with assign + seek, as Arrow batches.
+"""The executor side: read exactly the offset ranges of a task with assign, as Arrow batches.
 
 No consumer group is joined and nothing is committed, so a slow or finished range never
 blocks another task and never triggers a rebalance (seeds 000, 002, 003).
@@ -6,8 +6,10 @@ blocks another task and never triggers a rebalance (seeds 000, 002, 003).
 
 from __future__ import annotations
 
+import atexit
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import cast
 
 import pyarrow as pa
@@ -20,8 +22,60 @@ from lagless.planner.ranges import OffsetRange
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
 
 CONSUME_BATCH = 10_000
+# Bytes of records in one Arrow batch handed to Spark. With librdkafka's prefetch capped in
+# KafkaConfig.reader(), this keeps a task's memory bounded whatever the record size: 10,000
+# records of seed 002's 800 KB would otherwise be 8 GB in one batch.
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+# Records asked for before any record's size is known.
+FIRST_CONSUME = 16
 
 Headers = list[tuple[str, bytes]]
+
+# One idle consumer per configuration in this process. Spark reuses its Python workers
+# between tasks, so a task borrows the consumer (and its broker connections) that the last
+# task left, as Spark's own Kafka source keeps a consumer pool per executor.
+_idle: dict[tuple[tuple[str, str], ...], Consumer] = {}
+
+
+@contextmanager
+def pooled_consumer(config: KafkaConfig) -> Iterator[Consumer]:
+    """A reader consumer with nothing assigned; returned to the pool unless the task failed."""
+    settings = config.reader()
+    key = tuple(sorted((k, str(v)) for k, v in settings.items()))
+    consumer = _idle.pop(key, None) or Consumer(settings)
+    try:
+        yield consumer
+    except BaseException:
+        consumer.close()
+        raise
+    consumer.unassign()
+    stale = _idle.pop(key, None)
+    _idle[key] = consumer
+    if stale is not None:
+        stale.close()
+
+
+@atexit.register
+def _close_idle() -> None:
+    while _idle:
+        _idle.popitem()[1].close()
+
+
+def read_ranges(
+    config: KafkaConfig,
+    pieces: Sequence[OffsetRange],
+    *,
+    fail_on_data_loss: bool = True,
+    poll_timeout_s: float = 60.0,
+) -> Iterator[pa.RecordBatch]:
+    """Read each piece in turn with one pooled consumer."""
+    pieces = [piece for piece in pieces if piece.start < piece.end]
+    if not pieces:
+        return
+    with pooled_consumer(config) as consumer:
+        for piece in pieces:
+            consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
+            yield from _drain(consumer, piece, fail_on_data_loss, poll_timeout_s)
 
 
 def read_range(
@@ -31,14 +85,9 @@ def read_range(
     fail_on_data_loss: bool = True,
     poll_timeout_s: float = 60.0,
 ) -> Iterator[pa.RecordBatch]:
-    if piece.start >= piece.end:
-        return
-    consumer = Consumer(config.reader())
-    try:
-        consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
-        yield from _drain(consumer, piece, fail_on_data_loss, poll_timeout_s)
-    finally:
-        consumer.close()
+    return read_ranges(
+        config, [piece], fail_on_data_loss=fail_on_data_loss, poll_timeout_s=poll_timeout_s
+    )
 
 
 def _drain(
@@ -46,20 +95,30 @@ def _drain(
 ) -> Iterator[pa.RecordBatch]:
     position = piece.start
     last_progress = time.monotonic()
+    per_call = FIRST_CONSUME
     while position < piece.end:
-        messages = consumer.consume(min(CONSUME_BATCH, piece.end - position), timeout=1.0)
-        batch, events = _decode(messages, piece)
+        messages = consumer.consume(min(per_call, piece.end - position), timeout=1.0)
+        batch, events = _decode(messages, piece, position)
         if batch is not None:
             position = batch.column("offset")[-1].as_py() + 1
             last_progress = time.monotonic()
+            record_bytes = max(1, batch.nbytes // batch.num_rows)
+            per_call = max(1, min(CONSUME_BATCH, MAX_BATCH_BYTES // record_bytes))
             yield batch
         for event in events:
-            position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
+            if _concerns(event, piece):
+                position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
         if batch is None and time.monotonic() - last_progress > poll_timeout_s:
             raise TransientError(
                 f"no record from {piece.topic}[{piece.partition}] at offset {position} "
                 f"for {poll_timeout_s:.0f} s (range ends at {piece.end})"
             )
+
+
+def _concerns(event: Message, piece: OffsetRange) -> bool:
+    """False for an event about a partition a pooled consumer was assigned before."""
+    partition = event.partition()
+    return partition is None or partition < 0 or (event.topic(), partition) == piece.key
 
 
 def _after_event(
@@ -102,12 +161,22 @@ def _offset(message: Message) -> int:
 
 
 def _decode(
-    messages: list[Message], piece: OffsetRange
+    messages: list[Message], piece: OffsetRange, position: int
 ) -> tuple[pa.RecordBatch | None, list[Message]]:
-    """The records inside the range as one Arrow batch, and the error events beside them.
+    """The records from position to the range's end as one Arrow batch, and the error events
+    beside them.
 
-    One pass over the messages: this loop is lagless's per-record cost.
+    One pass over the messages: this loop is lagless's per-record cost. A pooled consumer was
+    assigned other partitions before; librdkafka drops what it fetched for them on assign, and
+    the check on the first record makes that an error rather than a wrong row.
     """
+    first = next((m for m in messages if m.error() is None), None)
+    if first is not None and (first.topic(), first.partition()) != piece.key:
+        raise TerminalError(
+            f"reading {piece.topic}[{piece.partition}] returned a record of "
+            f"{first.topic()}[{first.partition()}]"
+        )
+    end = piece.end
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -121,7 +190,7 @@ def _decode(
             events.append(m)
             continue
         offset = _offset(m)
-        if offset >= piece.end:
+        if not position <= offset < end:
             continue
         records.append(m)
         offsets.append(offset)

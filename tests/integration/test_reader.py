@@ -1,0 +1,62 @@
+"""The executor's reader on the embedded broker: exact ranges, a pooled consumer reused across
+tasks and partitions, and Arrow batches bounded in bytes whatever the record size."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lagless.gen import explicit, produce_profile
+from lagless.planner.ranges import OffsetRange
+from lagless.source import reader
+from lagless.source.reader import MAX_BATCH_BYTES, read_ranges
+
+
+def _offsets(batches: list[pa.RecordBatch]) -> list[tuple[int, int]]:
+    table = pa.Table.from_batches(batches)
+    return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+
+def test_one_task_reads_its_pieces_in_turn_and_nothing_else(broker, kafka, topic_name):
+    broker.create_topic(topic_name, 3)
+    produce_profile(kafka, topic_name, explicit([500, 500, 500]), keys=10)
+    pieces = [
+        OffsetRange(topic_name, 2, 100, 130),
+        OffsetRange(topic_name, 0, 0, 10),
+        OffsetRange(topic_name, 2, 400, 405),
+        OffsetRange(topic_name, 1, 499, 500),
+    ]
+
+    got = _offsets(list(read_ranges(kafka, pieces)))
+
+    expected = [(p.partition, o) for p in pieces for o in range(p.start, p.end)]
+    assert got == expected
+
+
+def test_the_consumer_is_reused_by_the_next_task_without_stale_records(broker, kafka, topic_name):
+    broker.create_topic(topic_name, 2)
+    produce_profile(kafka, topic_name, explicit([2000, 2000]), keys=10)
+    reader._close_idle()
+
+    # The first task stops half way (as when Spark cancels it): its consumer has prefetched
+    # records of partition 0 that the next task must never see.
+    first = read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 2000)])
+    next(first)
+    first.close()
+    list(read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 10)]))
+    pooled = next(iter(reader._idle.values()))
+    got = _offsets(list(read_ranges(kafka, [OffsetRange(topic_name, 1, 1500, 1600)])))
+
+    assert got == [(1, o) for o in range(1500, 1600)]
+    assert next(iter(reader._idle.values())) is pooled
+
+
+def test_batches_stay_within_the_byte_cap_for_large_records(broker, kafka, topic_name):
+    broker.create_topic(topic_name, 1)
+    produce_profile(kafka, topic_name, explicit([40], record_bytes=400_000), compression="zstd")
+
+    batches = list(read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 40)]))
+
+    assert sum(b.num_rows for b in batches) == 40
+    assert len(batches) > 1
+    # Sized by the size of the records before, one record at the least.
+    assert all(b.nbytes <= MAX_BATCH_BYTES + 400_100 for b in batches)
