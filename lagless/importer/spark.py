@@ -25,6 +25,11 @@ def require_java() -> None:
         )
 
 
+def quiet_logging_option() -> str:
+    log_config = resources.files("lagless.importer").joinpath("log4j2.properties")
+    return f"-Dlog4j2.configurationFile=file:{log_config}"
+
+
 def spark_session(
     master: str | None = None,
     parallelism: int | None = None,
@@ -36,11 +41,10 @@ def spark_session(
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from lagless.source import KafkaDataSource
-
-    log_config = resources.files("lagless.importer").joinpath("log4j2.properties")
-    quiet = f"-Dlog4j2.configurationFile=file:{log_config}"
     from pyspark.sql import SparkSession
+
+    from lagless.importer.class_archive import java_options
+    from lagless.source import KafkaDataSource
 
     builder = (
         SparkSession.builder.appName("lagless")
@@ -48,8 +52,8 @@ def spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", os.environ.get("LAGLESS_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", quiet)
-        .config("spark.executor.extraJavaOptions", quiet)
+        .config("spark.driver.extraJavaOptions", f"{quiet_logging_option()} {java_options()}")
+        .config("spark.executor.extraJavaOptions", quiet_logging_option())
         .config("spark.sql.shuffle.partitions", str(parallelism or 4))
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.python.worker.reuse", "true")
