@@ -277,7 +277,13 @@ class Launched:
     """A `lagless import` subprocess whose sink a thread probes until the first row shows."""
 
     def __init__(
-        self, args: Sequence[str], sink: str, url: str, table: str, poll_s: float = POLL_S
+        self,
+        args: Sequence[str],
+        sink: str,
+        url: str,
+        table: str,
+        poll_s: float = POLL_S,
+        probe: bool = True,
     ) -> None:
         self.command = [*lagless_command(), "import", *args]
         self.sink = sink
@@ -294,7 +300,8 @@ class Launched:
         self._probe = has_rows(url, table)
         self._poll_s = poll_s
         self._watcher = threading.Thread(target=self._watch, daemon=True)
-        self._watcher.start()
+        if probe:
+            self._watcher.start()
 
     def _watch(self) -> None:
         while self.first_row_at is None:
@@ -331,7 +338,8 @@ class Launched:
         assert self.process.stdout is not None
         out = self.process.stdout.read().decode(errors="replace")
         self.process.wait()
-        self._watcher.join(timeout=5)
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
         self.stderr.seek(0)
         err = self.stderr.read().decode(errors="replace")
         self.stderr.close()
