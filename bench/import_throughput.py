@@ -290,7 +290,7 @@ def main() -> int:
                     plain_consumers(broker.bootstrap, TOPIC, args.partitions, args.processes)
                 ]
             with console.status("kcat"):
-                found = kcat(broker.bootstrap, TOPIC)
+                found = kcat(broker.bootstrap, TOPIC, value_bytes)
             if found is None:
                 console.print("kcat not installed (apt-get install kcat): no kcat figure")
             else:
