@@ -1,109 +1,85 @@
-"""Throughput of a bulk `lagless import` beside a plain confluent-kafka consumer, in one run.
+"""Throughput of `lagless import --mode bulk`, as users launch it, against the client's speed.
 
-Starts the embedded broker, fills a topic, then reads it three times:
+Starts the embedded broker, fills one topic, then reads it, all in one run:
 
-1. baseline: one confluent-kafka consumer assigned every partition from the start, reading
-   until the end offsets and touching each record's key and value (no store);
-2. a bulk import into Parquet (written by the executors);
-3. a bulk import into SQLite (written by the driver).
+1. the baseline: two plain confluent-kafka consumers in separate OS processes, each assigned
+   half the partitions from the start, reading to the end offsets and touching every record's
+   key and value (no store); timed from when both are connected to when the last one is done;
+2. kcat reading the topic to its end (when installed), launch to exit;
+3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
+   SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
+   start-up counts. Measured: launch to the first row visible in the sink (polled every
+   50 ms), launch to exit, records/s over the query's own seconds (the summary's `seconds`)
+   and over launch to exit, and both as ratios to the baseline.
 
-Spark session startup is timed apart from the imports, which reuse that one session; tiny
-warm-up imports of another topic (also timed apart) start the Python workers first, so the
-drain times compare steady states (--no-warmup to include that cost in the Parquet run).
-Records/s and MB/s (MB = 10^6 bytes of key + value) are printed as a table, then as one line
-of JSON for quoting.
+--breakdown then runs bench/breakdown.py on the same topic: where an import's seconds go.
+Prints a table, then one line of JSON for quoting.
 
-    .venv/bin/python bench/import_throughput.py [--partitions 8] [--records N] [--master URL]
+    .venv/bin/python bench/import_throughput.py [--records N] [--partitions 24] [--breakdown]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from benchlib import Baseline, CliRun, Launched, kcat, plain_consumers, postgres_server, sink_url
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
 from lagless.gen.profiles import COMPRESSIONS, DEFAULT_RECORD_BYTES, PARTITION_BYTES_LIMIT
-from lagless.importer.job import ImportSpec, run_import
 from lagless.kafka_config import KafkaConfig
-from lagless.progress import Collector, Summary
 
 TOPIC = "bench"
-CONSUME_BATCH = 10_000
-WARMUP_TOPIC = "warmup"
-WARMUP_RECORDS = 100
+SINKS = ("parquet", "sqlite", "postgresql")
 console = Console(stderr=True)
-
-
-@dataclass
-class Measured:
-    name: str
-    records: int
-    bytes: int
-    seconds: float
-    startup_seconds: float | None = None
-
-    @property
-    def records_per_second(self) -> float:
-        return self.records / self.seconds
-
-    @property
-    def mb_per_second(self) -> float:
-        return self.bytes / self.seconds / 1e6
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--partitions", type=int, default=8, help="topic partitions (default 8)")
+    parser.add_argument("--partitions", type=int, default=24, help="topic partitions (24)")
     parser.add_argument(
-        "--records",
-        type=int,
-        help="records in all (default: as many as the embedded broker keeps)",
+        "--records", type=int, help="records in all (default: as many as the broker keeps, ~7M)"
     )
     parser.add_argument(
-        "--record-bytes", type=int, default=DEFAULT_RECORD_BYTES, help="value size (default 100)"
+        "--record-bytes", type=int, default=DEFAULT_RECORD_BYTES, help="value size (100)"
     )
-    parser.add_argument(
-        "--compression",
-        choices=COMPRESSIONS,
-        default="lz4",
-        help="producer compression; lz4 fits ~6x more records in the broker (default lz4)",
-    )
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd")
     parser.add_argument("--keys", type=int, default=1_000, help="distinct keys per partition")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    parser.add_argument("--max-records-per-batch", type=int, help="import micro-batch limit")
     parser.add_argument(
-        "--no-warmup",
-        dest="warmup",
-        action="store_false",
-        help="measure the first import cold (Python workers, JIT) instead of after a tiny one",
+        "--sinks", nargs="+", choices=SINKS, default=list(SINKS), help="lagless runs (all)"
     )
+    parser.add_argument(
+        "--postgres-url", help="PostgreSQL to import into (default: a throwaway one via initdb)"
+    )
+    parser.add_argument("--processes", type=int, default=2, help="baseline consumer processes")
+    parser.add_argument("--master", help="lagless import --master (default: its local[*])")
+    parser.add_argument(
+        "--import-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every lagless import, e.g. --import-option=--slots=8",
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="also run bench/breakdown.py on the topic"
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="per import, seconds")
     args = parser.parse_args()
-    if args.partitions < 1:
-        parser.error("--partitions must be at least 1")
+    if args.partitions < 1 or args.processes < 1:
+        parser.error("--partitions and --processes must be at least 1")
     if args.records is not None and args.records < args.partitions:
         parser.error("--records must be at least --partitions")
     return args
@@ -116,22 +92,17 @@ def counts_that_fit(args: argparse.Namespace) -> list[int]:
     return [share + (p < extra) for p in range(args.partitions)]
 
 
-@contextmanager
-def progress_bar(label: str, total: int | None) -> Iterator[tuple[Progress, TaskID]]:
+def produce(kafka: KafkaConfig, args: argparse.Namespace) -> tuple[int, int]:
+    counts = counts_that_fit(args)
     with Progress(
-        SpinnerColumn(),
-        TextColumn(f"[bold]{label:<18}"),
+        TextColumn("[bold]producing"),
         BarColumn(),
         TextColumn("{task.completed:>12,.0f} records"),
         TimeElapsedColumn(),
         console=console,
-    ) as progress:
-        yield progress, progress.add_task(label, total=total)
-
-
-def produce(kafka: KafkaConfig, args: argparse.Namespace) -> tuple[int, int]:
-    counts = counts_that_fit(args)
-    with progress_bar("producing", sum(counts)) as (bar, task):
+        transient=True,
+    ) as bar:
+        task = bar.add_task("produce", total=sum(counts))
         produced = produce_profile(
             kafka,
             TOPIC,
@@ -150,156 +121,218 @@ def produce(kafka: KafkaConfig, args: argparse.Namespace) -> tuple[int, int]:
     return produced.records, produced.value_bytes
 
 
-def consume_baseline(kafka: KafkaConfig, partitions: int, expected: int) -> Measured:
-    """Every partition from the start to its end offset, as fast as one consumer goes."""
-    consumer = Consumer(kafka.reader())
-    try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-            for p in range(partitions)
-        }
-        remaining = {p for p, end in ends.items() if end > 0}
-        records = size = 0
-        with progress_bar("baseline consumer", expected) as (bar, task):
-            started = time.perf_counter()
-            consumer.assign([TopicPartition(TOPIC, p, 0) for p in remaining])
-            while remaining:
-                for message in consumer.consume(CONSUME_BATCH, timeout=1.0):
-                    error = message.error()
-                    if error is not None:
-                        if error.code() != KafkaError._PARTITION_EOF:
-                            raise RuntimeError(error.str())
-                        continue
-                    key, value = message.key(), message.value()
-                    size += (len(key) if key else 0) + (len(value) if value else 0)
-                    records += 1
-                    partition, offset = message.partition() or 0, message.offset() or 0
-                    if offset + 1 >= ends[partition]:
-                        remaining.discard(partition)
-                bar.update(task, completed=records)
-            seconds = time.perf_counter() - started
-    finally:
-        consumer.close()
-    return Measured("confluent-kafka", records, size, seconds)
+def run_cli(
+    sink: str, url: str, bootstrap: str, work: Path, args: argparse.Namespace, records: int
+) -> CliRun:
+    cli_args = [
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        TOPIC,
+        "--sink",
+        url,
+        "--checkpoint",
+        str(work / f"checkpoint-{sink}"),
+        "--mode",
+        "bulk",
+        "--json",
+        *(["--master", args.master] if args.master else []),
+        *args.import_option,
+    ]
+    with console.status(f"lagless → {sink}: launching") as status:
 
+        def tick(run: Launched) -> None:
+            seen = run.first_row_s
+            phase = "waiting for the first row" if seen is None else f"first row at {seen:.1f} s"
+            status.update(f"lagless → {sink} ({records:,} records): {phase}, {run.elapsed:.0f} s")
 
-def warm_up(spark: Any, broker: EmbeddedBroker, workdir: Path, args: argparse.Namespace) -> float:
-    """Tiny imports first, so that the measured ones do not pay for starting Python workers."""
-    broker.create_topic(WARMUP_TOPIC, args.partitions)
-    kafka = KafkaConfig(broker.bootstrap)
-    produce_profile(kafka, WARMUP_TOPIC, explicit([WARMUP_RECORDS] * args.partitions))
-    started = time.perf_counter()
-    for sink in ("parquet", "sqlite"):
-        bulk_import(spark, kafka, WARMUP_TOPIC, sink, workdir, args)
-    return time.perf_counter() - started
-
-
-class BarCollector(Collector):
-    """The import's progress on a rich bar, without the CLI's summary tables."""
-
-    def __init__(self, progress: Progress, task: TaskID) -> None:
-        self.progress = progress
-        self.task = task
-
-    def start(self, lag: int) -> None:
-        self.progress.update(self.task, total=lag)
-
-    def batch(self, summary: Summary, lag: int) -> None:
-        self.progress.update(self.task, completed=summary.records, total=summary.records + lag)
-
-
-def start_spark(master: str) -> tuple[Any, float]:
-    from lagless.importer.spark import spark_session
-
-    with console.status(f"starting a Spark session on {master}"):
-        started = time.perf_counter()
-        spark = spark_session(master)
-        return spark, time.perf_counter() - started
-
-
-def bulk_import(
-    spark: Any, kafka: KafkaConfig, topic: str, sink: str, workdir: Path, args: argparse.Namespace
-) -> Measured:
-    url = f"sqlite:///{workdir}/bench.db" if sink == "sqlite" else f"parquet:///{workdir}/lake"
-    spec = ImportSpec(
-        kafka=kafka,
-        topics=(topic,),
-        sink_url=url,
-        checkpoint=str(workdir / f"checkpoint-{topic}-{sink}"),
-        max_records_per_batch=args.max_records_per_batch,
-    )
-    with progress_bar(f"{topic} → {sink}", None) as (bar, task):
-        started = time.perf_counter()
-        summary = run_import(spec, BarCollector(bar, task), spark=spark)
-        seconds = time.perf_counter() - started
-    return Measured(f"lagless → {sink}", summary.records, summary.bytes, seconds)
-
-
-def report(results: list[Measured], produced: int, warmup: float, args: argparse.Namespace) -> None:
-    baseline = results[0]
-    table = Table(
-        title=f"{produced:,} records x {args.record_bytes} B, {args.partitions} partitions",
-        caption=f"drain = run_import on a ready session; warm-up imports took {warmup:.1f} s",
-    )
-    for column in ("reader", "records", "startup s", "drain s", "records/s", "MB/s", "vs baseline"):
-        table.add_column(column, justify="left" if column == "reader" else "right", no_wrap=True)
-    for result in results:
-        startup = "" if result.startup_seconds is None else f"{result.startup_seconds:.1f}"
-        table.add_row(
-            result.name,
-            f"{result.records:,}",
-            startup,
-            f"{result.seconds:.2f}",
-            f"{result.records_per_second:,.0f}",
-            f"{result.mb_per_second:.1f}",
-            f"{result.records_per_second / baseline.records_per_second:.3f}",
+        result = Launched(cli_args, sink, url, TOPIC).wait(tick, args.timeout)
+    if result.returncode != 0:
+        console.print(f"[red]lagless → {sink} exited {result.returncode}[/]\n{result.stderr_tail}")
+    else:
+        console.print(
+            f"lagless → {sink}: first row {result.first_row_s or 0:.1f} s, "
+            f"exit {result.exit_s:.1f} s, {result.records:,} records"
         )
-    # Wide enough for the table when stdout is a pipe (rich assumes 80 columns there).
-    Console(width=max(Console().width, 100)).print(table)
-    figures: dict[str, object] = {
+    return result
+
+
+def run_breakdown(bootstrap: str, work: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("breakdown.py")),
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        TOPIC,
+        "--sink",
+        "parquet",
+        "--work",
+        str(work / "breakdown"),
+        *(["--master", args.master] if args.master else []),
+    ]
+    with console.status("breakdown: an in-process import to Parquet with a query listener"):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    sys.stderr.write(done.stderr[-3000:] if done.returncode else "")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        console.print(f"[red]breakdown.py exited {done.returncode}[/]")
+        return None
+    # Its table went to stdout before the JSON line: show it as it printed it.
+    print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("{")))
+    return dict(json.loads(lines[-1]))
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value else "-"
+
+
+def report(
+    produced: int,
+    value_bytes: int,
+    baselines: list[Baseline],
+    runs: list[CliRun],
+    args: argparse.Namespace,
+    breakdown: dict[str, Any] | None,
+    load_before: list[float],
+) -> None:
+    base = baselines[0].records_per_second
+    table = Table(
+        title=f"{produced:,} records x {args.record_bytes} B, {args.partitions} partitions, "
+        f"{args.compression}, {os.cpu_count()} cores",
+        caption="query: the import's own seconds (summary JSON); launch: from the process start "
+        f"(Spark start-up included). Baseline = {baselines[0].name}.",
+    )
+    columns = (
+        "reader",
+        "records",
+        "first row s",
+        "exit s",
+        "records/s query",
+        "records/s launch",
+        "x baseline query",
+        "x baseline launch",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column == "reader" else "right")
+    for b in baselines:
+        launch_rate = b.records / b.launch_s if b.launch_s else 0.0
+        table.add_row(
+            b.name,
+            f"{b.records:,}",
+            "-",
+            f"{b.launch_s:.2f}",
+            _rate(b.records_per_second),
+            _rate(launch_rate),
+            f"{b.records_per_second / base:.3f}",
+            f"{launch_rate / base:.3f}",
+        )
+    for run in runs:
+        ok = run.returncode == 0
+        table.add_row(
+            f"lagless → {run.sink}" + ("" if ok else f" (exit {run.returncode})"),
+            f"{run.records:,}",
+            f"{run.first_row_s:.1f}" if run.first_row_s is not None else "-",
+            f"{run.exit_s:.1f}",
+            _rate(run.per_second_of_query()),
+            _rate(run.per_second_of_launch()),
+            f"{run.per_second_of_query() / base:.3f}" if ok else "-",
+            f"{run.per_second_of_launch() / base:.3f}" if ok else "-",
+        )
+    Console(width=max(Console().width, 140)).print(table)
+    figures: dict[str, Any] = {
         "records": produced,
+        "value_bytes": value_bytes,
         "record_bytes": args.record_bytes,
         "partitions": args.partitions,
         "compression": args.compression,
-        "master": args.master,
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
     }
-    for key, result in zip(("baseline", "parquet", "sqlite"), results, strict=True):
-        entry: dict[str, float] = {
-            "records_per_s": round(result.records_per_second),
-            "mb_per_s": round(result.mb_per_second, 2),
-            "seconds": round(result.seconds, 2),
+    for b, key in zip(baselines, ("baseline", "kcat"), strict=False):
+        figures[key] = {
+            "name": b.name,
+            "records_per_s": round(b.records_per_second),
+            "mb_per_s": round(b.mb_per_second, 2),
+            "seconds": round(b.seconds, 3),
+            "launch_to_exit_s": round(b.launch_s, 3),
+            "ratio": round(b.records_per_second / base, 4),
         }
-        if result is not baseline:
-            entry["ratio"] = round(result.records_per_second / baseline.records_per_second, 4)
-        figures[key] = entry
-    figures["spark_startup_s"] = round(results[1].startup_seconds or 0.0, 2)
-    figures["warmup_imports_s"] = round(warmup, 2)
+    for run in runs:
+        figures[run.sink] = {
+            "exit_code": run.returncode,
+            "records": run.records,
+            "first_row_s": None if run.first_row_s is None else round(run.first_row_s, 2),
+            "exit_s": round(run.exit_s, 2),
+            "query_s": round(run.query_s, 2),
+            "records_per_s_query": round(run.per_second_of_query()),
+            "records_per_s_launch": round(run.per_second_of_launch()),
+            "ratio_query": round(run.per_second_of_query() / base, 4),
+            "ratio_launch": round(run.per_second_of_launch() / base, 4),
+        }
+    if breakdown is not None:
+        figures["breakdown"] = breakdown.get("phases")
     print(json.dumps(figures))
 
 
 def main() -> int:
     args = parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
+    stop_postgres = None
     try:
         with EmbeddedBroker(topics={TOPIC: args.partitions}) as broker:
             kafka = KafkaConfig(broker.bootstrap)
-            produced, _ = produce(kafka, args)
-            results = [consume_baseline(kafka, args.partitions, produced)]
-            spark, startup = start_spark(args.master)
-            try:
-                warmup = warm_up(spark, broker, workdir, args) if args.warmup else 0.0
-                for sink in ("parquet", "sqlite"):
-                    results.append(bulk_import(spark, kafka, TOPIC, sink, workdir, args))
-            finally:
-                spark.stop()
-            results[1].startup_seconds = startup
-        short = [r.name for r in results if r.records != produced]
-        if short:
-            sys.exit(f"{', '.join(short)} read a different number of records than produced")
-        report(results, produced, warmup, args)
+            produced, value_bytes = produce(kafka, args)
+            with console.status(f"baseline: {args.processes} plain consumer processes"):
+                baselines = [
+                    plain_consumers(broker.bootstrap, TOPIC, args.partitions, args.processes)
+                ]
+            with console.status("kcat"):
+                found = kcat(broker.bootstrap, TOPIC, value_bytes)
+            if found is None:
+                console.print("kcat not installed (apt-get install kcat): no kcat figure")
+            else:
+                baselines.append(found)
+            for b in baselines:
+                console.print(f"{b.name}: {b.records_per_second:,.0f} records/s")
+            postgres_url = args.postgres_url
+            if "postgresql" in args.sinks and not postgres_url:
+                with console.status("starting a throwaway PostgreSQL"):
+                    postgres_url, stop_postgres = postgres_server()
+                if postgres_url is None:
+                    console.print("no --postgres-url and initdb not installed: no PostgreSQL run")
+            runs = []
+            for sink in args.sinks:
+                if sink == "postgresql" and not postgres_url:
+                    continue
+                folder = work / sink
+                folder.mkdir()
+                url = sink_url(sink, folder, postgres_url)
+                runs.append(run_cli(sink, url, broker.bootstrap, folder, args, produced))
+                if sink == "postgresql":
+                    _drop_table(url)
+            breakdown = run_breakdown(broker.bootstrap, work, args) if args.breakdown else None
+        wrong = [b.name for b in baselines if b.records != produced]
+        wrong += [f"lagless → {r.sink}" for r in runs if r.records != produced]
+        report(produced, value_bytes, baselines, runs, args, breakdown, load_before)
+        if wrong:
+            console.print(f"[red]read a different number of records than produced: {wrong}[/]")
+            return 1
+        return 0 if all(r.returncode == 0 for r in runs) else 1
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+        if stop_postgres is not None:
+            stop_postgres()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _drop_table(url: str) -> None:
+    """A --postgres-url database keeps nothing of the bench."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE IF EXISTS "{TOPIC}", "{TOPIC}_dlq"')
 
 
 if __name__ == "__main__":

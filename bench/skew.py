@@ -10,9 +10,12 @@ drain time (start until every record is in the sink) of:
   after each write; with the range and cooperative-sticky assignors and several N;
 - optionally (--blocking-s) seed 002's importer: group members that poll their partitions in
   turn, blocking up to that long on each, even when it has nothing left;
-- the ideal: the profile's records divided by the throughput lagless reaches with every Spark
-  core busy, measured in the same run: records per second of task time (Spark's event log
-  has each task's launch and finish) times the cores (`busy_throughput`).
+- the ideal: the profile's records divided by the client's speed, measured in the same run
+  on that profile's topic: two plain confluent-kafka consumers in separate OS processes, each
+  assigned half the partitions, reading to the end offsets and storing nothing
+  (benchlib.plain_consumers). Every runner, lagless included, is judged against it. Also
+  printed: the throughput lagless reaches with every Spark core busy (records per second of
+  task time from Spark's event log, times the cores: `busy_throughput`).
 
 Prints a table of drain times and ratios to the ideal, writes <out>/skew.json and one PNG per
 profile of records imported over time, one line per runner. Not a test: it asserts nothing.
@@ -38,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any, cast
+
+from benchlib import Baseline, plain_consumers
 
 ASSIGNORS = ("range", "cooperative-sticky")
 PARTITIONS = 24  # seed 000's topic
@@ -89,6 +94,7 @@ class ProfileResult:
     value_bytes: int
     cores: int
     runs: list[Run]
+    baseline: Baseline
 
     @property
     def lagless(self) -> LaglessRun:
@@ -100,7 +106,8 @@ class ProfileResult:
 
     @property
     def ideal_s(self) -> float:
-        return self.records / self.busy_records_per_s
+        """The profile's records at the plain consumers' pace, from the first second."""
+        return self.records / self.baseline.records_per_second
 
 
 # --- consumer-group importer, one process per member --------------------------------------
@@ -381,7 +388,8 @@ def draw(result: ProfileResult, path: Path) -> None:
     axes.plot(
         [0, result.ideal_s],
         [0, result.records],
-        label=f"ideal: {result.busy_records_per_s:,.0f} records/s from the start",
+        label=f"ideal: plain consumers' {result.baseline.records_per_second:,.0f} records/s "
+        "from the start",
         linestyle="--",
         color="grey",
     )
@@ -417,7 +425,10 @@ def draw(result: ProfileResult, path: Path) -> None:
 def table(results: Sequence[ProfileResult], spark_startup_s: float) -> Any:
     from rich.table import Table
 
-    shown = Table(title=f"Drain time (Spark session start-up {spark_startup_s:.1f} s, excluded)")
+    shown = Table(
+        title=f"Drain time (Spark session start-up {spark_startup_s:.1f} s, excluded); ideal = "
+        "records / the plain consumers' rate on the same topic"
+    )
     for column in ("profile", "runner", "drain s", "x ideal", "imported", "last rebalance s"):
         shown.add_column(column, justify="left" if column in ("profile", "runner") else "right")
     for result in results:
@@ -439,6 +450,10 @@ def lagless_phases(results: Sequence[ProfileResult]) -> list[str]:
     lines = []
     for result in results:
         before, reading, after = result.lagless.phases()
+        lines.append(
+            f"{result.profile}: plain consumers (2 processes) "
+            f"{result.baseline.records_per_second:,.0f} records/s, ideal {result.ideal_s:.1f} s"
+        )
         lines.append(
             f"lagless on {result.profile}: {before:.1f} s planning and starting the batch, "
             f"{reading:.1f} s running {len(result.lagless.tasks)} tasks "
@@ -568,6 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         for profile in chosen:
             total = profile.total_records
+            measuring = progress.add_task(f"{profile.name}: plain consumers", total=total)
+            baseline = plain_consumers(broker.bootstrap, profile.name, PARTITIONS, 2)
+            progress.update(measuring, completed=baseline.records)
             running = progress.add_task(f"{profile.name}: lagless", total=total)
             lagless = run_lagless(spark, broker.bootstrap, profile.name, work_dir, args.slots)
             progress.update(running, completed=lagless.imported)
@@ -597,6 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 produced[profile.name],
                 args.parallelism,
                 runs,
+                baseline,
             )
             results.append(result)
         spark.stop()  # which flushes the event log
@@ -628,8 +647,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sink": "parquet: lagless a folder per batch (Spark writes it); a group a file per poll",
         "profiles": [
             {
-                **{k: v for k, v in asdict(result).items() if k != "runs"},
+                **{k: v for k, v in asdict(result).items() if k not in ("runs", "baseline")},
                 "ideal_s": round(result.ideal_s, 2),
+                "plain_consumers": {
+                    "processes": 2,
+                    "records_per_s": round(result.baseline.records_per_second),
+                    "seconds": round(result.baseline.seconds, 3),
+                },
                 "busy_records_per_s": round(result.busy_records_per_s),
                 "runs": [
                     {

@@ -1,0 +1,419 @@
+"""What the benchmarks share: the client's speed (plain consumers, kcat), launching the
+`lagless` CLI and watching its sink, and reading processes' memory from /proc.
+
+Not a benchmark itself; the scripts beside it import it (they run from this folder).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CONSUME_BATCH = 10_000
+POLL_S = 0.05
+
+
+# --- the client's speed: plain confluent-kafka consumers, one OS process each ---------------
+
+
+@dataclass
+class Baseline:
+    """Records read by `processes` plain consumers between the go signal and the last one's
+    end (their process start-up and connection are excluded; `launch_s` includes them)."""
+
+    name: str
+    records: int
+    bytes: int
+    seconds: float
+    launch_s: float
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+
+def _plain_consumer(
+    bootstrap: str, topic: str, partitions: list[int], results: Any, go: Any
+) -> None:
+    """Assigned `partitions` from their start, read to their end offsets, touching every
+    record's key and value; report (records, bytes, started, finished) in wall-clock time."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from lagless.kafka_config import KafkaConfig
+
+    consumer = Consumer(KafkaConfig(bootstrap).reader())
+    try:
+        marks = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in partitions
+        }
+        remaining = {p for p, (low, high) in marks.items() if high > low}
+        results.put(("ready",))
+        go.wait()
+        started = time.time()
+        consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in remaining])
+        records = size = 0
+        while remaining:
+            for message in consumer.consume(CONSUME_BATCH, timeout=1.0):
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(error.str())
+                    continue
+                key, value = message.key(), message.value()
+                size += (len(key) if key else 0) + (len(value) if value else 0)
+                records += 1
+                if (message.offset() or 0) + 1 >= marks[message.partition() or 0][1]:
+                    remaining.discard(message.partition() or 0)
+        results.put(("done", records, size, started, time.time()))
+    finally:
+        consumer.close()
+
+
+def plain_consumers(bootstrap: str, topic: str, partitions: int, processes: int = 2) -> Baseline:
+    """`processes` consumers in separate OS processes, partition p read by process p % N."""
+    launched = time.time()
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    go = context.Event()
+    workers = [
+        context.Process(
+            target=_plain_consumer,
+            args=(bootstrap, topic, list(range(i, partitions, processes)), results, go),
+            daemon=True,
+        )
+        for i in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in workers:
+            _get(results, workers)
+        began = time.time()
+        go.set()
+        done = [_get(results, workers) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.terminate()
+    finished = max(d[4] for d in done)
+    return Baseline(
+        f"plain consumers, {processes} processes",
+        sum(d[1] for d in done),
+        sum(d[2] for d in done),
+        finished - began,
+        finished - launched,
+    )
+
+
+def _get(results: Any, workers: Sequence[Any], timeout_s: float = 600) -> tuple[Any, ...]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            return results.get(timeout=0.5)
+        except queue.Empty:
+            if any(w.exitcode not in (None, 0) for w in workers):
+                raise RuntimeError("a baseline consumer process failed") from None
+    raise RuntimeError("baseline consumers did not finish")
+
+
+def kcat(bootstrap: str, topic: str, value_bytes: int = 0) -> Baseline | None:
+    """kcat reading the whole topic to its end; None if not installed. It prints one byte per
+    record (counted here without parsing, so this process is never the bottleneck); its bytes
+    are taken as `value_bytes`, what was produced."""
+    binary = shutil.which("kcat") or shutil.which("kafkacat")
+    if binary is None:
+        return None
+    command = [binary, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q"]
+    started = time.time()
+    process = subprocess.Popen([*command, "-f", "."], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    records = 0
+    while chunk := process.stdout.read(1 << 20):
+        records += len(chunk)
+    code = process.wait()
+    seconds = time.time() - started
+    if code != 0:
+        raise RuntimeError(f"kcat exited {code}")
+    return Baseline("kcat (1 process)", records, value_bytes, seconds, seconds)
+
+
+# --- sinks: is a row there yet? --------------------------------------------------------------
+
+
+def sink_url(kind: str, work: Path, postgres_url: str | None = None) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{work}/bench.db"
+    if kind == "parquet":
+        return f"parquet:///{work}/lake"
+    if kind == "postgresql":
+        if not postgres_url:
+            raise ValueError("postgresql needs a URL")
+        return postgres_url
+    raise ValueError(kind)
+
+
+def sink_path(url: str) -> str:
+    return url.split(":///", 1)[1]
+
+
+def has_rows(url: str, table: str) -> Callable[[], bool]:
+    """A probe answering whether `table` of the sink at `url` has a committed row."""
+    if url.startswith("sqlite:"):
+        path = sink_path(url)
+
+        def sqlite_probe() -> bool:
+            if not os.path.exists(path):
+                return False
+            try:
+                # Read-only: the probe must not create the file before lagless does.
+                with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as conn:
+                    return conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone() is not None
+            except sqlite3.OperationalError:
+                return False
+
+        return sqlite_probe
+    if url.startswith("parquet:"):
+        folder = os.path.join(sink_path(url), table)
+
+        def parquet_probe() -> bool:
+            for _, dirs, files in os.walk(folder):
+                dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]  # _temporary
+                if any(f.endswith(".parquet") for f in files):
+                    return True
+            return False
+
+        return parquet_probe
+    return _postgres_probe(url, table)
+
+
+def _postgres_probe(url: str, table: str) -> Callable[[], bool]:
+    import psycopg
+
+    conn: list[Any] = []
+
+    def probe() -> bool:
+        try:
+            if not conn:
+                conn.append(psycopg.connect(url, autocommit=True, connect_timeout=2))
+            row = conn[0].execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone()
+            return row is not None
+        except psycopg.errors.UndefinedTable:
+            return False
+        except psycopg.OperationalError:
+            conn.clear()
+            return False
+
+    return probe
+
+
+# --- the lagless CLI as users launch it ---------------------------------------------------------
+
+
+def lagless_command() -> list[str]:
+    script = Path(sys.executable).parent / "lagless"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lagless"]
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return env
+
+
+@dataclass
+class CliRun:
+    """One `lagless import` process: seconds from launch to its first visible row and to exit."""
+
+    sink: str
+    command: list[str]
+    returncode: int
+    first_row_s: float | None
+    exit_s: float
+    summary: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: str = ""
+
+    @property
+    def records(self) -> int:
+        return int(self.summary.get("records", 0))
+
+    @property
+    def query_s(self) -> float:
+        return float(self.summary.get("seconds", 0.0))
+
+    def per_second_of_query(self) -> float:
+        return self.records / self.query_s if self.query_s > 0 else 0.0
+
+    def per_second_of_launch(self) -> float:
+        return self.records / self.exit_s if self.exit_s > 0 else 0.0
+
+
+class Launched:
+    """A `lagless import` subprocess whose sink a thread probes until the first row shows."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        sink: str,
+        url: str,
+        table: str,
+        poll_s: float = POLL_S,
+        probe: bool = True,
+    ) -> None:
+        self.command = [*lagless_command(), "import", *args]
+        self.sink = sink
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in wait()
+        self.launched = time.time()
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=cli_env(),
+            start_new_session=True,  # a Ctrl-C in the terminal reaches the bench, not it
+        )
+        self.first_row_at: float | None = None
+        self._probe = has_rows(url, table)
+        self._poll_s = poll_s
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        if probe:
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while self.first_row_at is None:
+            if self._probe():
+                self.first_row_at = time.time()
+                return
+            if self.process.poll() is not None:
+                return
+            time.sleep(self._poll_s)
+
+    @property
+    def elapsed(self) -> float:
+        return time.time() - self.launched
+
+    @property
+    def first_row_s(self) -> float | None:
+        return None if self.first_row_at is None else self.first_row_at - self.launched
+
+    def interrupt(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+
+    def wait(
+        self, on_tick: Callable[[Launched], None] | None = None, timeout_s: float = 3600
+    ) -> CliRun:
+        deadline = time.time() + timeout_s
+        while self.process.poll() is None:
+            if time.time() > deadline:
+                self.process.kill()
+                break
+            if on_tick:
+                on_tick(self)
+            time.sleep(0.1)
+        exited = time.time()
+        assert self.process.stdout is not None
+        out = self.process.stdout.read().decode(errors="replace")
+        self.process.wait()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
+        self.stderr.seek(0)
+        err = self.stderr.read().decode(errors="replace")
+        self.stderr.close()
+        summary: dict[str, Any] = {}
+        for line in reversed(out.splitlines()):
+            if line.startswith("{"):
+                import json
+
+                summary = json.loads(line)
+                break
+        return CliRun(
+            self.sink,
+            self.command,
+            self.process.returncode,
+            self.first_row_s,
+            exited - self.launched,
+            summary,
+            "\n".join(err.strip().splitlines()[-15:]),
+        )
+
+
+def postgres_server() -> tuple[str | None, Callable[[], None]]:
+    """A throwaway PostgreSQL (tests/harness) when initdb is installed: (url, stop)."""
+    if not (shutil.which("initdb") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))):
+        return None, lambda: None
+    sys.path.insert(0, str(ROOT))
+    from tests.harness.postgres import PostgresServer
+
+    server = PostgresServer.start_new()
+    return server.url, server.destroy
+
+
+# --- memory, from /proc ---------------------------------------------------------------------
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: the ppid follows the last ')'.
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    children = _children_map()
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def memory_kib(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) in KiB, or None when the process is gone."""
+    rss = hwm = 0
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1])
+    except OSError:
+        return None
+    return rss, hwm
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return []
