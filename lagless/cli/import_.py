@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--trigger-seconds",
         type=float,
-        default=1.0,
-        help="continuous mode: seconds between batches",
+        default=ImportSpec.trigger_seconds,
+        help="continuous mode: seconds between batch starts (default %(default)s)",
     )
     parser.add_argument(
         "--skip-lost-offsets",

@@ -54,7 +54,7 @@ class ImportSpec:
     max_records_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
     slots: int | None = None
-    trigger_seconds: float = 1.0
+    trigger_seconds: float = 0.5
     fail_on_data_loss: bool = True
     master: str | None = None
     group: str | None = None
