@@ -39,6 +39,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
+from lagless.importer.job import ImportSpec
 from lagless.kafka_config import KafkaConfig
 
 TOPIC = "latency"
@@ -254,7 +255,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument("--sink", choices=("sqlite", "parquet"), default="sqlite")
-    parser.add_argument("--trigger-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=ImportSpec.trigger_seconds,
+        help="seconds between batch starts (default: lagless's, %(default)s)",
+    )
     parser.add_argument("--poll-ms", type=float, default=30.0, help="sink polling period (30)")
     parser.add_argument("--master", help="lagless import --master")
     parser.add_argument(

@@ -21,10 +21,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql.datasource import DataSource
 
 SWITCH = "LAGLESS_CLASS_ARCHIVE"
 # The archive's own warnings (classes it cannot hold) are not the user's business.
@@ -99,42 +95,18 @@ def _run(step: str, archive: Path) -> bool:
     return not os.path.exists(f"/proc/{jvm}")
 
 
-def _arrow_source() -> type[DataSource]:
-    """A Python data source yielding Arrow, so the dump holds the classes lagless's uses."""
-    import pyarrow as pa
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-
-    class Reader(DataSourceReader):
-        def read(self, partition):
-            yield pa.record_batch({"id": list(range(100)), "value": ["x"] * 100})
-
-    class ArrowSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "lagless-class-archive"
-
-        def schema(self) -> str:
-            return "id long, value string"
-
-        def reader(self, schema):
-            return Reader()
-
-    return ArrowSource
-
-
 def _session(java_option: str) -> None:
     """Start a session with `java_option`, run jobs like an import's, print the JVM's pid."""
     from lagless.importer.spark import quiet_logging_option, spark_session
+    from lagless.source.warmup import TASKS_OPTION, WARM_UP_SOURCE
 
     spark = spark_session(
         "local[2]",
         conf={"spark.driver.extraJavaOptions": f"{quiet_logging_option()} {java_option}"},
     )
-    source = _arrow_source()
-    spark.dataSource.register(source)
-    frame = spark.read.format(source.name()).load()
+    frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, "2").load()
     frame.toArrow()
-    frame.selectExpr("id", "upper(value) AS value").write.format("noop").mode("overwrite").save()
+    frame.selectExpr("task + 1 AS next").write.format("noop").mode("overwrite").save()
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
     spark.stop()
     print(pid)

@@ -210,9 +210,12 @@ def _stop_requests(enabled: bool) -> Iterator[threading.Event]:
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     collector = collector or Collector()
     checked = check(spec)
-    from lagless.importer.spark import spark_session
+    from lagless.importer.spark import spark_session, warm_up_in_background
 
-    spark = spark or spark_session(spec.master)
+    warming = None
+    if spark is None:
+        spark = spark_session(spec.master)
+        warming = warm_up_in_background(spark)
     slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
     checked.sink.prepare(checked.target)
 
@@ -239,6 +242,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             if query.isActive:
                 query.stop()
     writer.summary.seconds = time.monotonic() - started
+    if warming is not None:
+        warming.join()
     if writer.committer is not None:
         writer.committer.close()
     failure = query.exception()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ def spark_session(
 
     from lagless.importer.class_archive import java_options
     from lagless.source import KafkaDataSource
+    from lagless.source.warmup import WarmUpSource
 
     builder = (
         SparkSession.builder.appName("lagless")
@@ -64,4 +66,24 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(WarmUpSource)
     return spark
+
+
+def warm_up_in_background(spark: SparkSession) -> threading.Thread:
+    """Start a Python worker per core now, while the caller starts its query (source/warmup.py).
+
+    A failure only means the first batch starts them itself, so it is not reported."""
+    from lagless.source.warmup import TASKS_OPTION, WARM_UP_SOURCE
+
+    def warm_up() -> None:
+        try:
+            tasks = spark.sparkContext.defaultParallelism
+            frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, str(tasks)).load()
+            frame.write.format("noop").mode("overwrite").save()
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=warm_up, name="lagless-warm-up", daemon=True)
+    thread.start()
+    return thread
