@@ -10,10 +10,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.checkpoint import batch_end_offsets, last_end_offsets
@@ -84,8 +87,25 @@ class ImportSpec:
             options["maxBytesPerBatch"] = str(
                 self.max_bytes_per_batch or sink_from_url(self.sink_url).max_batch_bytes
             )
+        writer = self.executor_writer()
+        if writer is not None:
+            options["executorWriter"], options["executorWriterConfig"] = writer
         options.update(self.extra_source_options)
         return options
+
+    def executor_writer(self) -> tuple[str, str] | None:
+        """The store's writer for the source's tasks, when they may write records themselves:
+        no record can be rejected (raw values, no size limit), none goes to a dead-letter topic,
+        nothing needs Spark's rows (append). Else None: rows go through Spark."""
+        target = self.target()
+        if (
+            target.value_format != "raw"
+            or target.mode != "append"
+            or self.max_record_bytes is not None
+            or self.dead_letter_topic is not None
+        ):
+            return None
+        return sink_from_url(self.sink_url).executor_writer(target)
 
 
 @dataclass
@@ -128,15 +148,46 @@ class BatchWriter:
         self.dead_letter_topic = (
             DeadLetterTopic(spec.kafka, spec.dead_letter_topic) if spec.dead_letter_topic else None
         )
+        self.written_by_tasks = spec.executor_writer() is not None
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
+        end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        if self.written_by_tasks:
+            self._commit_task_files(records, batch_id)
+        else:
+            self._write_rows(records, batch_id, sorted(end))
+        if self.committer is not None:
+            self.committer.commit(end)
+            failpoint("after-group-commit")
+        self.collector.batch(self.summary, self.remaining_lag(end))
+
+    def _commit_task_files(self, receipts: DataFrame, batch_id: int) -> None:
+        """The source's tasks wrote the records (executorWriter); `receipts` says what."""
+        target = self.checked.target
+        sink = self.checked.sink
+        sink.discard_staged(target)
+        failpoint("before-write")
+        collected = receipts.toArrow()  # runs the tasks: a row per piece, not per record
+        sink.commit_staged(collected, target, batch_id)
+        failpoint("after-write")
+        by_partition: Counter[tuple[str, int]] = Counter()
+        for topic, partition, records in zip(
+            *(collected.column(c).to_pylist() for c in ("topic", "partition", "records")),
+            strict=True,
+        ):
+            by_partition[(topic, partition)] += records
+        read = sum(by_partition.values())
+        size = pc.sum(collected.column("bytes")).as_py() or 0
+        self.summary.add_batch({tp: n for tp, n in by_partition.items() if n}, size, read, {})
+
+    def _write_rows(
+        self, records: DataFrame, batch_id: int, partitions: list[tuple[str, int]]
+    ) -> None:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         target = self.checked.target
         sink = self.checked.sink
-        end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        partitions = sorted(end)
         reasons = rejection_reasons(target, self.spec.max_record_bytes)
         # Counted while the rows stream into the sink: one pass over the batch, not three.
         # Two SQL expressions rather than a Column per partition: building Columns costs a
@@ -167,10 +218,6 @@ class BatchWriter:
         if written is None:
             written = sum(by_partition.values()) - sum(dead.values())
         self.summary.add_batch(by_partition, observed["bytes"], written, dead)
-        if self.committer is not None:
-            self.committer.commit(end)
-            failpoint("after-group-commit")
-        self.collector.batch(self.summary, self.remaining_lag(end))
 
     def remaining_lag(self, end: Offsets) -> int:
         broker = self.checked.broker

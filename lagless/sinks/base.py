@@ -103,6 +103,20 @@ class Sink(ABC):
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
         """Store rejected records (DEAD_LETTER_COLUMNS) idempotently."""
 
+    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+        """Where the source's tasks may write accepted records themselves, as its options
+        executorWriter and executorWriterConfig (source/executor_write.py); None: this store
+        takes rows through Spark. Asked once, before the query starts."""
+        return None
+
+    def discard_staged(self, target: Target) -> None:  # noqa: B027 - only with executor_writer
+        """Before a batch's tasks run: drop what a crashed attempt staged."""
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+        """After a batch's tasks wrote (receipts in source.executor_write.RECEIPT_SCHEMA):
+        make the batch visible, idempotently."""
+        raise NotImplementedError(f"{type(self).__name__} takes rows through Spark")
+
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Release connections."""
 

@@ -29,6 +29,7 @@ from lagless.exceptions import BadInput, DataLossError
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
+from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.offsets import TP, OffsetReader, Offsets
 from lagless.source.options import EARLIEST, LATEST, SourceOptions
 from lagless.source.reader import read_ranges
@@ -63,6 +64,8 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        if "executorWriter" in self.options:
+            return RECEIPT_SCHEMA
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -151,9 +154,17 @@ class _Planning:
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_ranges(
+        options = self.options
+        if options.executor_writer is None:
+            yield from self._read(partition.pieces)
+            return
+        writer = load_writer(options.executor_writer, options.executor_writer_config)
+        yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+
+    def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
+        return read_ranges(
             self.options.kafka,
-            partition.pieces,
+            pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
         )

@@ -28,6 +28,9 @@ class SourceOptions:
     min_task_records: int = 1
     # A batch lighter than this per task is packed into fewer tasks (planner/pack.py).
     min_task_bytes: int = 8 * 1024 * 1024
+    # "module:function" and its JSON config: tasks write their records there (executor_write.py).
+    executor_writer: str | None = None
+    executor_writer_config: str = "{}"
     poll_timeout_s: float = 60.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -62,6 +65,8 @@ class SourceOptions:
             slots=_positive(lowered, "slots") or 2,
             min_task_records=_positive(lowered, "mintaskrecords") or 1,
             min_task_bytes=_positive(lowered, "mintaskbytes") or cls.min_task_bytes,
+            executor_writer=lowered.get("executorwriter") or None,
+            executor_writer_config=lowered.get("executorwriterconfig", "{}"),
             poll_timeout_s=float(lowered.get("polltimeoutms", "60000")) / 1000,
         )
 

@@ -623,3 +623,43 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
 
     assert came_back.is_set()  # the broker really was down while the import went on
     assert sink_tables(spec.sink_url, topic_name) == clean_run(records, "append")
+
+
+@pytest.mark.parametrize("failpoint", ["before-write:2", "mid-write:2", "after-write:1"])
+def test_parquet_written_by_the_source_tasks_survives_kill_9_at_each_failpoint(
+    failpoint, broker, kafka, topic_name, tmp_path, spark
+):
+    """Raw values into Parquet take the path where the source's tasks write the files and the
+    driver makes a batch visible by a rename (source/executor_write.py): a kill leaves whole
+    batches only, and the rerun ends with every record exactly once."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    url = f"parquet:///{tmp_path}/lake"
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=url,
+        checkpoint=str(tmp_path / "ckpt"),
+        max_records_per_batch=BATCH_RECORDS,
+    )
+    assert spec.executor_writer() is not None  # the path under test
+
+    code, _, stderr = run_import_process(cli_args(spec), tmp_path, failpoint)
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    name, _, nth = failpoint.partition(":")
+    killed = int(nth) - 1
+    visible_through = killed + 1 if name == "after-write" else killed
+
+    def rows(batch_records: list[Record]) -> list[tuple[Any, ...]]:
+        return sorted((r.partition, r.offset, r.key, r.value, r.timestamp) for r in batch_records)
+
+    left = stored(url, topic_name, TARGET_COLUMNS)
+    assert left == rows(in_batches(records, spec.checkpoint, 0, visible_through, topic_name))
+
+    run_import(spec, spark=spark)
+
+    assert stored(url, topic_name, TARGET_COLUMNS) == rows(records)
+    table = tmp_path / "lake" / topic_name
+    assert not [p for p in table.rglob("*") if "partial" in p.name or p.suffix == ".replaced"]

@@ -1,22 +1,29 @@
-"""Parquet files, written by the executors.
+"""Parquet files, written on the executors.
 
 Each micro-batch goes to its own folder `<dir>/<table>/batch=<id>` (dead letters to
-`<dir>/<table>_dlq/batch=<id>`), overwritten whole when a batch is replayed: a batch's offsets
-are fixed in the checkpoint before it runs, so a replay writes the same rows again instead of
-adding them twice.
+`<dir>/<table>_dlq/batch=<id>`). Raw values are written by the Kafka source's tasks themselves
+(staged.py): the files wait under `<table>/_staging` and the driver makes the batch visible by
+renaming one folder into place, so a reader never sees part of a batch. Otherwise Spark writes
+the folder, overwritten whole when a batch is replayed. Either way a batch's offsets are fixed
+in the checkpoint before it runs, so a replay writes the same rows again instead of adding them
+twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.importer.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
+from lagless.sinks.parquet import staged
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 # Offsets, timestamps and values are nearly all distinct: trying a dictionary for them cost a
@@ -50,6 +57,39 @@ class ParquetSink(Sink):
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> None:
         self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
+
+    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+        config = {"folder": self._staging(target)}
+        return f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config)
+
+    def discard_staged(self, target: Target) -> None:
+        shutil.rmtree(self._staging(target), ignore_errors=True)
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+        """Make the batch's staged files visible as `batch=<id>` in one rename."""
+        files = sorted(set(receipts.column("file").to_pylist()))
+        if not files:
+            return
+        table = os.path.join(self.location, target.table)
+        final = os.path.join(table, f"batch={batch_id}")
+        gathering = os.path.join(table, f"_batch={batch_id}.partial")
+        shutil.rmtree(gathering, ignore_errors=True)
+        os.makedirs(gathering)
+        for path in files:
+            os.replace(path, os.path.join(gathering, os.path.basename(path)))
+        failpoint("mid-write")  # files written, the batch not yet visible nor committed
+        if os.path.exists(final):
+            # A replay of a batch made visible before a crash: the same offsets, the same rows.
+            replaced = os.path.join(table, f"_batch={batch_id}.replaced")
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.replace(final, replaced)
+            os.replace(gathering, final)
+            shutil.rmtree(replaced)
+        else:
+            os.replace(gathering, final)
+
+    def _staging(self, target: Target) -> str:
+        return os.path.join(self.location, target.table, staged.STAGING)
 
     def _write(self, rows: DataFrame, table: str, batch_id: int) -> None:
         folder = os.path.join(self.location, table, f"batch={batch_id}")
