@@ -63,9 +63,12 @@ class KafkaConfig:
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
             "queued.min.messages": 200_000,
-            # Prefetch bounded in bytes, so a task's memory does not grow with record size.
+            # Prefetch bounded in bytes, so a task's memory does not grow with record size;
+            # when the bound is reached librdkafka waits fetch.queue.backoff.ms (1 s by default)
+            # before fetching again, which cut reading 50 KB records from 1.3 GB/s to 25 MB/s.
             "queued.max.messages.kbytes": 16 * 1024,
             "fetch.max.bytes": 8 * 1024 * 1024,
+            "fetch.queue.backoff.ms": 10,
         }
         conf.update(self._base())
         return conf
