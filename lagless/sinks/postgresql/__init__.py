@@ -1,11 +1,12 @@
-"""PostgreSQL, written from the driver: COPY into a temporary table, then one INSERT ... ON
+"""PostgreSQL, written from the driver: Arrow into a temporary table, then one INSERT ... ON
 CONFLICT that a replay cannot double. The password never appears in a message."""
 
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pyarrow as pa
 
@@ -13,7 +14,6 @@ from lagless.exceptions import BadInput, TransientError
 from lagless.importer.failpoints import failpoint
 from lagless.kafka_config import Secret
 from lagless.sinks.base import DriverSink, Target
-from lagless.sinks.rows import arrow_rows
 from lagless.sinks.sql import (
     Layout,
     create_table,
@@ -24,9 +24,12 @@ from lagless.sinks.sql import (
 )
 
 try:
+    import adbc_driver_postgresql.dbapi as adbc_pg
     import psycopg
 except ImportError:  # pragma: no cover - depends on the installation
     psycopg = None  # type: ignore[assignment]
+
+STAGE = "lagless_stage"
 
 RETRY_FOR_S = 60.0
 CONNECT_TIMEOUT_S = 10
@@ -93,7 +96,7 @@ class PostgresSink(DriverSink):
         while True:
             try:
                 return self._write_once(table, layout)
-            except (psycopg.OperationalError, TransientError) as exc:
+            except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
                 if time.monotonic() + pause > deadline:
                     raise TransientError(
                         f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
@@ -102,24 +105,38 @@ class PostgresSink(DriverSink):
                 pause = min(pause * 2, 5.0)
 
     def _write_once(self, table: pa.Table, layout: Layout) -> int:
+        """One transaction: the Arrow table into a temporary table through ADBC (binary COPY,
+        no Python object per cell), then one INSERT ... ON CONFLICT."""
         names = ", ".join(quoted(name) for name in layout.names)
-        with self._connect() as conn, conn.transaction():
-            conn.execute(
-                f"CREATE TEMPORARY TABLE lagless_stage (LIKE {quoted(layout.table)}) ON COMMIT DROP"
-            )
-            with conn.cursor().copy(f"COPY lagless_stage ({names}) FROM STDIN") as copy:
-                for row in arrow_rows(table, layout.names):
-                    copy.write_row(row)
+        with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
+            cur.adbc_ingest(STAGE, table.select(list(layout.names)), mode="create", temporary=True)
             failpoint("mid-write")
-            rows = f"SELECT {names} FROM lagless_stage"
+            rows = f"SELECT {names} FROM {STAGE}"
             if layout.newer_only:
                 # One statement may not update a row twice: keep each key's newest record.
                 rows = (
-                    f'SELECT DISTINCT ON ("key") {names} FROM lagless_stage '
+                    f'SELECT DISTINCT ON ("key") {names} FROM {STAGE} '
                     'ORDER BY "key", "timestamp" DESC, "partition" DESC, "offset" DESC'
                 )
-            cursor = conn.execute(insert(layout, rows))
-            return max(cursor.rowcount, 0)
+            cur.execute(insert(layout, rows))
+            changed = cur.rowcount
+            conn.commit()
+        return max(changed, 0)
+
+    def _connect_arrow(self) -> Any:
+        """An ADBC connection (its temporary tables go with it)."""
+        parts = urlsplit(self.url)
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc = f"{netloc}:{parts.port}"
+        if parts.username:
+            password = f":{quote(self._password.reveal(), safe='')}" if self._password else ""
+            netloc = f"{quote(parts.username, safe='')}{password}@{netloc}"
+        uri = urlunsplit(parts._replace(netloc=netloc))
+        try:
+            return adbc_pg.connect(uri)
+        except adbc_pg.Error as exc:
+            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
 
 def _check_layout(conn: Any, layout: Layout) -> None:
