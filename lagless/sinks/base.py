@@ -122,19 +122,25 @@ class Sink(ABC):
 
 
 class DriverSink(Sink):
-    """A store written from the driver: rows arrive as one Arrow table per batch."""
+    """A store written from the driver: rows arrive as Arrow while the batch's tasks finish."""
 
-    # The whole batch is one Arrow table in the driver's memory.
+    # A batch's rows pass through the driver's memory (as little of them at once as the store
+    # allows), so batches stay smaller than where executors write.
     max_batch_bytes: ClassVar[int] = 256 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        return self.write_arrow(rows.select(*COLUMNS).toArrow(), target, dead_letters=False)
+        from lagless.sinks.arrow_stream import arrow_batches
+
+        with arrow_batches(rows.select(*COLUMNS)) as batches:
+            return self.write_arrow(batches, target, dead_letters=False)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        return self.write_arrow(
-            rows.select(*DEAD_LETTER_COLUMNS).toArrow(), target, dead_letters=True
-        )
+        from lagless.sinks.arrow_stream import arrow_batches
+
+        with arrow_batches(rows.select(*DEAD_LETTER_COLUMNS)) as batches:
+            return self.write_arrow(batches, target, dead_letters=True)
 
     @abstractmethod
-    def write_arrow(self, table: pa.Table, target: Target, *, dead_letters: bool) -> int:
-        """Store an Arrow table into the target (or its dead-letter table)."""
+    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
+        """Store rows (in the columns of the target or of its dead-letter table, in order) into
+        the target or its dead-letter table; returns the rows changed."""

@@ -88,9 +88,11 @@ class PostgresSink(DriverSink):
             for layout in (target_layout(target), dead_letter_layout(target)):
                 conn.execute(create_table(layout, "postgresql"))
 
-    def write_arrow(self, table: pa.Table, target: Target, *, dead_letters: bool) -> int:
-        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction."""
+    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
+        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction, so
+        the rows are held to be sent again."""
         layout = dead_letter_layout(target) if dead_letters else target_layout(target)
+        table = rows.read_all()
         deadline = time.monotonic() + RETRY_FOR_S
         pause = 0.5
         while True:
@@ -109,7 +111,7 @@ class PostgresSink(DriverSink):
         no Python object per cell), then one INSERT ... ON CONFLICT."""
         names = ", ".join(quoted(name) for name in layout.names)
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-            cur.adbc_ingest(STAGE, table.select(list(layout.names)), mode="create", temporary=True)
+            cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
             rows = f"SELECT {names} FROM {STAGE}"
             if layout.newer_only:
