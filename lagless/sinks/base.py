@@ -122,23 +122,18 @@ class Sink(ABC):
 
 
 class DriverSink(Sink):
-    """A store written from the driver: rows arrive as Arrow while the batch's tasks finish."""
+    """A store written from the driver: rows arrive as one Arrow table per batch."""
 
-    # A batch's rows pass through the driver's memory (as little of them at once as the store
-    # allows), so batches stay smaller than where executors write.
+    # The whole batch is one Arrow table in the driver's memory.
     max_batch_bytes: ClassVar[int] = 256 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        from lagless.sinks.arrow_stream import arrow_batches
-
-        with arrow_batches(rows.select(*COLUMNS)) as batches:
-            return self.write_arrow(batches, target, dead_letters=False)
+        table = rows.select(*COLUMNS).toArrow()
+        return self.write_arrow(table.to_reader(), target, dead_letters=False)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        from lagless.sinks.arrow_stream import arrow_batches
-
-        with arrow_batches(rows.select(*DEAD_LETTER_COLUMNS)) as batches:
-            return self.write_arrow(batches, target, dead_letters=True)
+        table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()
+        return self.write_arrow(table.to_reader(), target, dead_letters=True)
 
     @abstractmethod
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:

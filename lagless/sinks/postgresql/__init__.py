@@ -89,8 +89,7 @@ class PostgresSink(DriverSink):
                 conn.execute(create_table(layout, "postgresql"))
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
-        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction, so
-        the rows are held to be sent again."""
+        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction."""
         layout = dead_letter_layout(target) if dead_letters else target_layout(target)
         table = rows.read_all()
         deadline = time.monotonic() + RETRY_FOR_S
