@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import adbc_driver_sqlite.dbapi as adbc_sqlite
 import psycopg
 import pyarrow.parquet as pq
 import pytest
@@ -177,8 +177,16 @@ def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[An
     names = ", ".join(f'"{c}"' for c in columns)
     select = f'SELECT {names} FROM "{table}"'
     if sink_url.startswith("sqlite:"):
-        with closing(sqlite3.connect(local_path(sink_url, "sqlite"), timeout=30)) as conn:
-            found = conn.execute(select).fetchall()
+        # Through the SQLite library the sink writes with (ADBC bundles its own): two copies of
+        # SQLite in one process do not see each other's file locks, so a GroupSampler reading
+        # with the sqlite3 module beside an in-process import could read a half-written file.
+        with (
+            closing(adbc_sqlite.connect(local_path(sink_url, "sqlite"))) as conn,
+            closing(conn.cursor()) as cursor,
+        ):
+            cursor.execute("PRAGMA busy_timeout = 30000")
+            cursor.execute(select)
+            found = cursor.fetchall()
     else:
         with psycopg.connect(sink_url) as conn:
             found = conn.execute(select).fetchall()
@@ -238,7 +246,7 @@ class GroupSampler:
             while not self._stop.wait(SAMPLE_EVERY_S):
                 offsets = committed(self.kafka, self.group, self.topic)
                 # The table may not exist yet, or be locked by the writer beyond the timeout.
-                with suppress(sqlite3.OperationalError, psycopg.errors.UndefinedTable):
+                with suppress(adbc_sqlite.OperationalError, psycopg.errors.UndefinedTable):
                     self.samples.append((offsets, sink_tables(self.sink_url, self.topic)))
         except BaseException as failure:
             self._failure = failure
