@@ -138,7 +138,8 @@ class KafkaConfig:
         named = re.search(r'property:? "([^"]+)"', reason)
         if named and named.group(1) in self.extra:
             return f"kafka option {named.group(1)}: {reason}"
-        return f"kafka options refused by librdkafka ({role}): {reason}"
+        given = ", ".join(sorted(self.extra)) or "none"
+        return f"kafka options refused by librdkafka ({role}): {reason} (kafka options: {given})"
 
     def _base(self) -> dict[str, str]:
         conf = {"bootstrap.servers": self.bootstrap, "log_level": "2"}
