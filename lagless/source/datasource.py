@@ -215,7 +215,9 @@ class _Planning:
         return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # A batch query with nothing to read: PySpark then runs one task of its own.
+            return
         options = self.options
         if options.executor_writer is None:
             yield from self._read(partition.pieces)

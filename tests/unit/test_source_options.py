@@ -203,7 +203,7 @@ def test_option_names_match_case_insensitively_as_in_spark() -> None:
 
 
 def test_unknown_option_is_refused_with_a_hint() -> None:
-    with pytest.raises(BadInput, match="unknown option 'startingOffset' .*startingOffsets"):
+    with pytest.raises(BadInput, match=r"unknown option 'startingOffset' .*startingOffsets"):
         parse(startingOffset="earliest")
     with pytest.raises(BadInput, match="unknown option 'groupIdPrefix'"):
         parse(groupIdPrefix="x")
@@ -221,7 +221,7 @@ def test_every_constant_is_known() -> None:
 
 
 def test_bootstrap_is_required() -> None:
-    with pytest.raises(BadInput, match="kafka.bootstrap.servers is required"):
+    with pytest.raises(BadInput, match=r"kafka\.bootstrap\.servers is required"):
         parse(drop=("kafka.bootstrap.servers",))
 
 
@@ -235,7 +235,7 @@ def test_settings_that_break_lagless_are_refused(key: str) -> None:
 
 
 def test_refused_settings_match_case_insensitively() -> None:
-    with pytest.raises(BadInput, match="kafka option Group.Id cannot be set"):
+    with pytest.raises(BadInput, match=r"kafka option Group\.Id cannot be set"):
         KafkaConfig.from_options("127.0.0.1:9", {"Group.Id": "g"})
 
 
@@ -289,7 +289,7 @@ def test_secret_does_not_leak_through_string_operations() -> None:
     secret = Secret("hunter2")
     assert not isinstance(secret, str)
     assert str(secret) == repr(secret).replace("Secret('", "").replace("')", "") == "****"
-    assert f"{secret}" == "****" and "%s" % secret == "****"
+    assert f"{secret}" == "****" and format(secret) == "****"
     with pytest.raises(TypeError):
         secret + ""  # type: ignore[operator]
     with pytest.raises(TypeError):
