@@ -294,7 +294,10 @@ def progress_source() -> type:
     class ProgressSource(KafkaDataSource):
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
             return ProgressStreamReader(
-                SourceOptions.parse(self.options), self.options[PROGRESS_OPTION]
+                SourceOptions.parse(
+                    {k: v for k, v in self.options.items() if k != PROGRESS_OPTION}
+                ),
+                self.options[PROGRESS_OPTION],
             )
 
     return ProgressSource

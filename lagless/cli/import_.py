@@ -26,17 +26,62 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--sink",
         required=True,
-        help="sqlite:///file.db | parquet:///dir (relative; //// for absolute)",
+        help="sqlite:///file.db | postgresql://user:password@host:port/db | parquet:///dir "
+        "(three slashes: a relative path; four: an absolute one)",
     )
     parser.add_argument(
         "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
     )
     parser.add_argument("--table", help="target table (default: the topic name)")
-    parser.add_argument("--write", choices=("append", "upsert"), default="append")
-    parser.add_argument("--mode", choices=("bulk", "continuous"), default="bulk")
-    parser.add_argument("--format", choices=("raw", "json"), default="raw", dest="value_format")
-    parser.add_argument("--max-records-per-batch", type=int)
-    parser.add_argument("--max-bytes-per-batch", type=int)
+    parser.add_argument(
+        "--write",
+        choices=("append", "upsert"),
+        default="append",
+        help="append: a row per record, unique on (topic, partition, offset); upsert: a row per "
+        "key, replaced only by a newer record (default %(default)s)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("bulk", "continuous"),
+        default="bulk",
+        help="bulk: drain up to the end offsets seen at start, then stop; continuous: follow "
+        "the topic until SIGINT/SIGTERM (default %(default)s)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("raw", "json"),
+        default="raw",
+        dest="value_format",
+        help="raw: values stored as bytes; json: values must be UTF-8 JSON, stored as text "
+        "(others are dead-lettered) (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        metavar="N",
+        help="at most N records per micro-batch (Spark's maxOffsetsPerTrigger)",
+    )
+    parser.add_argument(
+        "--max-bytes-per-batch",
+        type=int,
+        metavar="N",
+        help="at most about N bytes per micro-batch (default: 1 GiB for Parquet, 256 MiB for "
+        "SQLite and PostgreSQL)",
+    )
+    parser.add_argument(
+        "--starting-timestamp",
+        type=int,
+        metavar="MS",
+        help="start at each partition's first record at or after MS milliseconds since the "
+        "epoch (Spark's startingTimestamp); a checkpoint to resume from overrides it",
+    )
+    parser.add_argument(
+        "--ending-timestamp",
+        type=int,
+        metavar="MS",
+        help="bulk mode: stop before each partition's first record at or after MS "
+        "milliseconds since the epoch (Spark's endingTimestamp)",
+    )
     parser.add_argument(
         "--max-record-bytes", type=int, help="dead-letter values larger than this many bytes"
     )
@@ -61,12 +106,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--group", help="also commit progress to this Kafka consumer group (for lag tools)"
     )
-    parser.add_argument("--master", help="Spark master URL (default: local[*])")
+    parser.add_argument(
+        "--master", help="Spark master URL (default: $LAGLESS_SPARK_MASTER, else local[*])"
+    )
     parser.add_argument(
         "--kafka-option",
         action="append",
         metavar="KEY=VALUE",
-        help="librdkafka setting, e.g. security.protocol=SSL",
+        help="librdkafka setting, e.g. security.protocol=SSL (repeatable); settings lagless "
+        "decides itself (group.id, enable.auto.commit, auto.offset.reset, ...) are refused",
     )
     parser.add_argument(
         "--explain", action="store_true", help="print the next batch's plan; import nothing"
@@ -84,6 +132,12 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("starting_timestamp", "ending_timestamp"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
+    if args.ending_timestamp is not None and args.mode != "bulk":
+        raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     return ImportSpec(
         kafka=KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option)),
         topics=tuple(args.topic),
@@ -102,6 +156,8 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         group=args.group,
         max_record_bytes=args.max_record_bytes,
         dead_letter_topic=args.dead_letter_topic,
+        starting_timestamp=args.starting_timestamp,
+        ending_timestamp=args.ending_timestamp,
     )
 
 

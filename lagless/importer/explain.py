@@ -29,6 +29,8 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
     check(spec)
     slots = spec.slots or default_slots(spec.master)
     reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots)))
+    if spec.mode == "bulk":
+        reader.prepareForTriggerAvailableNow()
     done = last_end_offsets(spec.checkpoint)
     start = to_json_offsets(done) if done else reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())

@@ -63,6 +63,10 @@ class ImportSpec:
     group: str | None = None
     max_record_bytes: int | None = None
     dead_letter_topic: str | None = None
+    # Milliseconds since the epoch: start at the first record this recent; in bulk mode, stop
+    # before the first one that recent (Spark's startingTimestamp / endingTimestamp).
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
     extra_source_options: dict[str, str] = field(default_factory=dict)
 
     def target(self) -> Target:
@@ -71,7 +75,7 @@ class ImportSpec:
         return Target(check_identifier(self.table or self.topics[0]), self.write, self.value_format)
 
     def source_options(self, slots: int) -> dict[str, str]:
-        options = {f"kafka.{k}": v for k, v in self.kafka.extra.items()}
+        options = self.kafka.source_options()
         options.update(
             {
                 "kafka.bootstrap.servers": self.kafka.bootstrap,
@@ -87,6 +91,10 @@ class ImportSpec:
             options["maxBytesPerBatch"] = str(
                 self.max_bytes_per_batch or sink_from_url(self.sink_url).max_batch_bytes
             )
+        if self.starting_timestamp is not None:
+            options["startingTimestamp"] = str(self.starting_timestamp)
+        if self.ending_timestamp is not None:
+            options["availableNowEndingTimestamp"] = str(self.ending_timestamp)
         writer = self.executor_writer()
         if writer is not None:
             options["executorWriter"], options["executorWriterConfig"] = writer
@@ -269,6 +277,11 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     low, high = checked.broker.watermarks(checked.partitions)
     done = last_end_offsets(spec.checkpoint)
     target_end = dict(high) if spec.mode == "bulk" else None
+    if target_end is not None and spec.ending_timestamp is not None:
+        target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
+    if spec.starting_timestamp is not None:
+        low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
+    high = target_end or high
     writer = BatchWriter(spec, checked, collector, target_end)
     started = time.monotonic()
     collector.start(sum(max(0, h - max(done.get(tp, low[tp]), low[tp])) for tp, h in high.items()))
@@ -298,6 +311,16 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         raise TerminalError(f"import stopped: {_first_line(str(failure))}")
     collector.finish(writer.summary)
     return writer.summary
+
+
+def timestamp_offsets(checked: Checked, ms: int, low: Offsets, high: Offsets) -> Offsets:
+    """Each partition's first offset at or after ms, else its high offset."""
+    found = checked.broker.offsets_for_times(dict.fromkeys(high, ms), high)
+    resolved = {}
+    for tp, h in high.items():
+        offset = found.get(tp)
+        resolved[tp] = h if offset is None else min(max(offset, low[tp]), h)
+    return resolved
 
 
 def _await(query: Any, stop: threading.Event) -> None:

@@ -36,6 +36,8 @@ def plan_tasks(
     slots: int,
     bytes_per_record: Mapping[tuple[str, int], float] | None = None,
     min_task_records: int = 1,
+    min_tasks: int = 1,
+    max_task_records: int | None = None,
 ) -> list[OffsetRange]:
     """The tasks that read ranges on slots parallel task slots, largest weight first.
 
@@ -55,14 +57,32 @@ def plan_tasks(
     - count: there are fewer than 4 * slots + len(non-empty ranges) tasks;
     - the pieces cover every input offset exactly once; empty ranges yield no task.
 
+    Then two caps, Spark's maxRecordsPerPartition and minPartitions (both off by default, when
+    the plan is exactly the one above): a task of more than max_task_records records is cut
+    into ceil(records / max_task_records) pieces of near-equal size, and while there are fewer
+    than min_tasks tasks the heaviest task holding at least 2 records (ties as below) is cut
+    into halves. Both overrule min_task_records. So, besides coverage and the balance bound
+    above (a cut only makes pieces lighter):
+
+    - no task holds more than max_task_records records;
+    - there are at least min(min_tasks, records in all ranges) tasks;
+    - count: fewer than max(4 * slots + len(non-empty ranges) + total records /
+      max_task_records, min_tasks + 1) tasks;
+    - the largest-first schedule ends by total / slots + the heaviest task's weight (list
+      scheduling's bound; the tighter bound above is only promised without the caps).
+
     Ties in weight are ordered by (topic, partition, start), so a plan is reproducible.
-    Raises ValueError when slots or min_task_records is below 1, when a range ends before it
-    starts, or when two ranges of one partition overlap.
+    Raises ValueError when slots, min_task_records, min_tasks or max_task_records is below 1,
+    when a range ends before it starts, or when two ranges of one partition overlap.
     """
     if slots < 1:
         raise ValueError(f"slots must be at least 1, not {slots}")
     if min_task_records < 1:
         raise ValueError(f"min_task_records must be at least 1, not {min_task_records}")
+    if min_tasks < 1:
+        raise ValueError(f"min_tasks must be at least 1, not {min_tasks}")
+    if max_task_records is not None and max_task_records < 1:
+        raise ValueError(f"max_task_records must be at least 1, not {max_task_records}")
     for offset_range in ranges:
         if offset_range.start > offset_range.end:
             raise ValueError(f"{offset_range} ends before it starts")
@@ -87,7 +107,40 @@ def plan_tasks(
         tasks.sort(key=lambda t: (-weight(t), t.topic, t.partition, t.start))
         plans.append((_makespan([float(weight(t)) for t in tasks], slots), tasks))
     best = min(makespan for makespan, _ in plans)
-    return next(tasks for makespan, tasks in plans if makespan <= best * (1 + FINER_CUT_MIN_GAIN))
+    chosen = next(tasks for makespan, tasks in plans if makespan <= best * (1 + FINER_CUT_MIN_GAIN))
+    if max_task_records is None and min_tasks == 1:
+        return chosen
+    if max_task_records is not None:
+        chosen = [piece for task in chosen for piece in _even_cut(task, max_task_records)]
+    # Heaviest first (ties by topic, partition, start): heapq pops the smallest key.
+    heap = [((-weight(t), t.topic, t.partition, t.start), t) for t in chosen]
+    heapq.heapify(heap)
+    done: list[OffsetRange] = []
+    while len(heap) + len(done) < min_tasks and heap:
+        _, task = heapq.heappop(heap)
+        if task.records < 2:
+            done.append(task)
+            continue
+        for half in _even_cut(task, math.ceil(task.records / 2)):
+            heapq.heappush(heap, ((-weight(half), half.topic, half.partition, half.start), half))
+    tasks = done + [task for _, task in heap]
+    tasks.sort(key=lambda t: (-weight(t), t.topic, t.partition, t.start))
+    return tasks
+
+
+def _even_cut(task: OffsetRange, max_records: int) -> list[OffsetRange]:
+    """task in ceil(records / max_records) pieces whose sizes differ by at most one record."""
+    count = math.ceil(task.records / max_records)
+    if count <= 1:
+        return [task]
+    size, extra = divmod(task.records, count)
+    pieces = []
+    start = task.start
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        pieces.append(OffsetRange(task.topic, task.partition, start, end))
+        start = end
+    return pieces
 
 
 def _cut(offset_range: OffsetRange, piece_records: int, min_last: int) -> list[OffsetRange]:

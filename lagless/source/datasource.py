@@ -6,6 +6,7 @@ ranges they are handed (read). Offsets travel as {"topic": {"partition": next_of
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -31,10 +32,17 @@ from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.offsets import TP, OffsetReader, Offsets
-from lagless.source.options import EARLIEST, LATEST, SourceOptions
+from lagless.source.options import (
+    AVAILABLE_NOW_ENDING_TIMESTAMP,
+    EARLIEST,
+    LATEST,
+    OffsetsSpec,
+    SourceOptions,
+    TimestampSpec,
+)
 from lagless.source.reader import read_ranges
 from lagless.source.sampling import sample_bytes_per_record
-from lagless.source.schema import SPARK_SCHEMA
+from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
 
 SOURCE_NAME = "lagless-kafka"
 
@@ -69,7 +77,7 @@ class KafkaDataSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(SourceOptions.parse(self.options))
+        return KafkaBatchReader(SourceOptions.parse(self.options, batch=True))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
@@ -94,11 +102,58 @@ class _Planning:
         return self._broker
 
     def partitions(self) -> list[TP]:
-        return self.broker.partitions(self.options.topics, self.options.pattern)
+        options = self.options
+        return self.broker.partitions(options.topics, options.pattern, options.assign)
 
-    def resolve(
-        self, spec: str | dict[str, dict[str, int]], low: Offsets, high: Offsets
+    def starting_offsets(self, low: Offsets, high: Offsets) -> Offsets:
+        """Where a query starts: by time (startingTimestamp, startingOffsetsByTimestamp) when
+        given, else by startingOffsets."""
+        options = self.options
+        if options.starting_timestamps is not None:
+            return self.by_time(options.starting_timestamps, low, high, starting=True)
+        return self.resolve(options.starting, low, high)
+
+    def ending_offsets(self, low: Offsets, high: Offsets) -> Offsets:
+        """Where a batch query ends: by time (endingTimestamp, endingOffsetsByTimestamp) when
+        given, else by endingOffsets."""
+        options = self.options
+        if options.ending_timestamps is not None:
+            return self.by_time(options.ending_timestamps, low, high, starting=False)
+        return self.resolve(options.ending, low, high)
+
+    def by_time(
+        self, spec: TimestampSpec, low: Offsets, high: Offsets, *, starting: bool
     ) -> Offsets:
+        """Each partition's first offset at or after its timestamp (the broker's ListOffsets by
+        time). A partition whose records are all older ends at its latest offset; it starts
+        there too, unless startingOffsetsByTimestampStrategy is error. A partition the JSON does
+        not name starts at the earliest offset, or ends at the latest."""
+        if isinstance(spec, int):
+            wanted = dict.fromkeys(high, spec)
+        else:
+            wanted = from_json_offsets(spec)
+            unknown = sorted(set(wanted) - set(high))
+            if unknown:
+                topic, partition = unknown[0]
+                raise BadInput(f"timestamps name {topic}[{partition}], which does not exist")
+        found = self.broker.offsets_for_times(wanted, high)
+        resolved = {}
+        for tp in high:
+            if tp not in wanted:
+                resolved[tp] = low[tp] if starting else high[tp]
+                continue
+            offset = found.get(tp)
+            if offset is None:
+                if starting and self.options.starting_timestamp_strategy == "error":
+                    raise BadInput(
+                        f"{tp[0]}[{tp[1]}] has no record at or after timestamp {wanted[tp]} "
+                        "(startingOffsetsByTimestampStrategy is error)"
+                    )
+                offset = high[tp]
+            resolved[tp] = min(max(offset, low[tp]), high[tp])
+        return resolved
+
+    def resolve(self, spec: OffsetsSpec, low: Offsets, high: Offsets) -> Offsets:
         if spec == "earliest":
             return dict(low)
         if spec == "latest":
@@ -145,15 +200,24 @@ class _Planning:
             if until > start.get((t, p), until)
         ]
         sizes = self.bytes_per_record(ranges)
+        options = self.options
         pieces = plan_tasks(
-            ranges, self.options.slots, sizes, min_task_records=self.options.min_task_records
+            ranges,
+            options.slots,
+            sizes,
+            min_task_records=options.min_task_records,
+            min_tasks=options.min_partitions or 1,
+            max_task_records=options.max_records_per_partition,
         )
-        return [
-            RangePartition(task) for task in pack_tasks(pieces, self.options.min_task_bytes, sizes)
-        ]
+        if options.min_partitions or options.max_records_per_partition:
+            # A Spark task per piece: packing would undo minPartitions and maxRecordsPerPartition.
+            return [RangePartition((piece,)) for piece in pieces]
+        return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # A batch query with nothing to read: PySpark then runs one task of its own.
+            return
         options = self.options
         if options.executor_writer is None:
             yield from self._read(partition.pieces)
@@ -162,12 +226,26 @@ class _Planning:
         yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
 
     def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
-        return read_ranges(
+        batches = read_ranges(
             self.options.kafka,
             pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
         )
+        if self.options.include_headers:
+            return batches
+        return (_without_headers(batch) for batch in batches)
+
+
+_HEADERS = ARROW_SCHEMA.get_field_index("headers")
+
+
+def _without_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """includeHeaders=false (Spark's default): the headers column holds nulls."""
+    if batch.column(_HEADERS).null_count == batch.num_rows:
+        return batch
+    field = ARROW_SCHEMA.field(_HEADERS)
+    return batch.set_column(_HEADERS, field, pa.nulls(batch.num_rows, HEADER_TYPE))
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -177,11 +255,9 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
-        start = planning.check_data_loss(
-            planning.resolve(planning.options.starting, low, high), low
-        )
-        end = planning.resolve(planning.options.ending, low, high)
-        return planning.plan(start, end)
+        start = planning.check_data_loss(planning.starting_offsets(low, high), low)
+        end = planning.ending_offsets(low, high)
+        return planning.plan(start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._planning.read(partition)
@@ -191,15 +267,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self._planning = _Planning(options)
         self._target: Offsets | None = None
+        # When the last micro-batch was planned (minOffsetsPerTrigger / maxTriggerDelay).
+        self._last_batch_at = time.monotonic()
 
     def initialOffset(self) -> dict[str, Any]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
-        return to_json_offsets(planning.resolve(planning.options.starting, low, high))
+        return to_json_offsets(planning.starting_offsets(low, high))
 
     def prepareForTriggerAvailableNow(self) -> None:
         planning = self._planning
         self._target = planning.broker.latest(planning.partitions())
+        stop_at = planning.options.available_now_ending_timestamp
+        if stop_at is not None:
+            low, high = planning.broker.watermarks(list(self._target))
+            high = {tp: min(h, self._target[tp]) for tp, h in high.items()}
+            self._target = planning.by_time(stop_at, low, high, starting=False)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         options = self._planning.options
@@ -211,6 +294,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         planning = self._planning
+        options = planning.options
+        if options.available_now_ending_timestamp is not None and self._target is None:
+            raise BadInput(
+                f"option {AVAILABLE_NOW_ENDING_TIMESTAMP} needs the availableNow trigger"
+            )
         low, high = planning.broker.watermarks(planning.partitions())
         if self._target is not None:
             high = {tp: min(h, self._target.get(tp, low[tp])) for tp, h in high.items()}
@@ -219,9 +307,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begun = {tp: begun.get(tp, low[tp]) for tp in high}
         begun = planning.check_data_loss(begun, low)
         latest = {tp: max(h, begun[tp]) for tp, h in high.items()}
+        if self._delayed(begun, latest):
+            return start
+        self._last_batch_at = time.monotonic()
         if isinstance(limit, ReadAllAvailable):
             return to_json_offsets(latest)
-        options = planning.options
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if max_records is None:
@@ -237,6 +327,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bytes_per_record=planning.bytes_per_record(ranges) if max_bytes else None,
         )
         return to_json_offsets(end)
+
+    def _delayed(self, begun: Offsets, latest: Offsets) -> bool:
+        """Whether to skip this trigger: fewer than minOffsetsPerTrigger records are available
+        and maxTriggerDelay has not passed since the last batch (never under availableNow)."""
+        options = self._planning.options
+        if options.min_offsets_per_trigger is None or self._target is not None:
+            return False
+        available = sum(latest[tp] - begun[tp] for tp in latest)
+        if available >= options.min_offsets_per_trigger:
+            return False
+        return (
+            available == 0 or time.monotonic() - self._last_batch_at < options.max_trigger_delay_s
+        )
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         planning = self._planning

@@ -1,11 +1,22 @@
-"""Options of the lagless Kafka source, parsed once from Spark's string map."""
+"""Options of the lagless Kafka source, parsed once from Spark's string map.
+
+The Kafka options have the names and the meaning of Spark's own Kafka source, as its
+"Structured Streaming + Kafka Integration Guide" describes them
+(https://spark.apache.org/docs/latest/streaming/structured-streaming-kafka-integration.html):
+names match case-insensitively, and an option the source does not know is refused rather
+than ignored, so a typo cannot silently change what is imported. lagless's own options
+(maxRecordsPerBatch, maxBytesPerBatch, slots, minTaskRecords, pollTimeoutMs, ...) keep their
+names. Every name is a constant below; KNOWN lists them all.
+"""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from lagless.exceptions import BadInput
 from lagless.kafka_config import KafkaConfig
@@ -13,16 +24,130 @@ from lagless.kafka_config import KafkaConfig
 EARLIEST = -2
 LATEST = -1
 
+# --- Spark's Kafka source options (Structured Streaming + Kafka Integration Guide) ---------
+# Exactly one of the three: a comma-separated topic list, a Java-style regex of topic names,
+# or JSON {"topicA": [0, 1], "topicB": [2, 4]} of specific partitions.
+SUBSCRIBE = "subscribe"
+SUBSCRIBE_PATTERN = "subscribePattern"
+ASSIGN = "assign"
+# "earliest", "latest" (streams only) or JSON {"topicA": {"0": 23, "1": -2}}, -2 = earliest,
+# -1 = latest. Default: "latest" for streams, "earliest" for batch queries, as in Spark.
+STARTING_OFFSETS = "startingOffsets"
+# Batch queries only: "latest" or JSON {"topicA": {"0": 50, "1": -1}} (-1 = latest).
+ENDING_OFFSETS = "endingOffsets"
+# Milliseconds since the epoch, for every partition; the start is the first offset whose
+# timestamp is at or after it (the broker's ListOffsets by time). Takes precedence over
+# startingOffsetsByTimestamp, which takes precedence over startingOffsets.
+STARTING_TIMESTAMP = "startingTimestamp"
+# JSON {"topicA": {"0": 1000, "1": 1000}}: a timestamp per partition.
+STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"
+# What a starting timestamp after the partition's last record means: "latest" (lagless's
+# default: the end offset, nothing before it is read) or "error" (Spark's default: the query
+# fails).
+STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+# Batch queries only, like endingOffsets; a timestamp after the last record means the latest
+# offset, as in Spark.
+ENDING_TIMESTAMP = "endingTimestamp"
+ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
+# Streams only: at most this many records per micro-batch, shared over the partitions in
+# proportion to their backlog (the same cap as maxRecordsPerBatch; the smaller one wins).
+MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
+# Streams only: a micro-batch waits until this many records are available, or until
+# maxTriggerDelay (default 15m; a number with a unit: ms, s, m, h, d) has passed since the
+# last one. Not applied under the availableNow trigger (a bulk import), as in Spark.
+MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+# At least this many Spark tasks per batch (long ranges are split further), when the batch
+# holds as many records.
+MIN_PARTITIONS = "minPartitions"
+# No task reads more than this many records.
+MAX_RECORDS_PER_PARTITION = "maxRecordsPerPartition"
+# Whether the headers column holds the records' headers; false (Spark's default) gives nulls.
+# The column is in the schema either way, as in Spark.
+INCLUDE_HEADERS = "includeHeaders"
+# Whether offsets deleted before they were read fail the query (default true).
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+# Spark's name for how long a task waits for a record; lagless's pollTimeoutMs is the same.
+KAFKA_CONSUMER_POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
+# kafka.<librdkafka setting>: passed to every client (kafka.bootstrap.servers is required).
+KAFKA_PREFIX = "kafka."
+
+# --- lagless's own options -----------------------------------------------------------------
+MAX_RECORDS_PER_BATCH = "maxRecordsPerBatch"
+MAX_BYTES_PER_BATCH = "maxBytesPerBatch"
+SLOTS = "slots"
+MIN_TASK_RECORDS = "minTaskRecords"
+MIN_TASK_BYTES = "minTaskBytes"
+POLL_TIMEOUT_MS = "pollTimeoutMs"
+EXECUTOR_WRITER = "executorWriter"
+EXECUTOR_WRITER_CONFIG = "executorWriterConfig"
+# Streams under the availableNow trigger only (lagless import --ending-timestamp): stop at the
+# offsets of this time (as endingTimestamp would) instead of at the latest offsets.
+AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
+
+KNOWN = (
+    SUBSCRIBE,
+    SUBSCRIBE_PATTERN,
+    ASSIGN,
+    STARTING_OFFSETS,
+    ENDING_OFFSETS,
+    STARTING_TIMESTAMP,
+    STARTING_OFFSETS_BY_TIMESTAMP,
+    STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+    ENDING_TIMESTAMP,
+    ENDING_OFFSETS_BY_TIMESTAMP,
+    MAX_OFFSETS_PER_TRIGGER,
+    MIN_OFFSETS_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
+    MIN_PARTITIONS,
+    MAX_RECORDS_PER_PARTITION,
+    INCLUDE_HEADERS,
+    FAIL_ON_DATA_LOSS,
+    KAFKA_CONSUMER_POLL_TIMEOUT_MS,
+    MAX_RECORDS_PER_BATCH,
+    MAX_BYTES_PER_BATCH,
+    SLOTS,
+    MIN_TASK_RECORDS,
+    MIN_TASK_BYTES,
+    POLL_TIMEOUT_MS,
+    EXECUTOR_WRITER,
+    EXECUTOR_WRITER_CONFIG,
+    AVAILABLE_NOW_ENDING_TIMESTAMP,
+)
+# Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
+BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
+STREAM_ONLY = (AVAILABLE_NOW_ENDING_TIMESTAMP,)
+
+PartitionMap = dict[str, dict[str, int]]
+# "earliest" | "latest" | {"topic": {"partition": offset}}
+OffsetsSpec = str | PartitionMap
+# a timestamp for every partition, or one per partition
+TimestampSpec = int | PartitionMap
+
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_DURATION_MS |= {"d": 86_400_000}
+
 
 @dataclass(frozen=True)
 class SourceOptions:
     kafka: KafkaConfig
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    starting: str | dict[str, dict[str, int]] = "earliest"
-    ending: str | dict[str, dict[str, int]] = "latest"
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: OffsetsSpec = "earliest"
+    ending: OffsetsSpec = "latest"
+    starting_timestamps: TimestampSpec | None = None
+    starting_timestamp_strategy: Literal["latest", "error"] = "latest"
+    ending_timestamps: TimestampSpec | None = None
+    available_now_ending_timestamp: int | None = None
+    # The smaller of maxRecordsPerBatch and maxOffsetsPerTrigger.
     max_records_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_s: float = 15 * 60.0
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    include_headers: bool = False
     fail_on_data_loss: bool = True
     slots: int = 2
     min_task_records: int = 1
@@ -35,74 +160,227 @@ class SourceOptions:
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        opts = {k: v for k, v in options.items()}
-        lowered = {k.lower(): v for k, v in opts.items()}
-        kafka_opts = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
+        """The options of a stream (`spark.readStream`) or, with batch, of a batch query
+        (`spark.read`); a BadInput naming the option for anything the source cannot honour."""
+        lowered = _known(options)
+        query = "batch" if batch else "streaming"
+        refused = STREAM_ONLY if batch else BATCH_ONLY
+        for name in refused:
+            if name.lower() in lowered:
+                raise BadInput(f"option {name} is not supported in {query} queries")
+        kafka_opts = {
+            k[len(KAFKA_PREFIX) :]: v
+            for k, v in options.items()
+            if k.lower().startswith(KAFKA_PREFIX)
+        }
         bootstrap = kafka_opts.pop("bootstrap.servers", "")
         if not bootstrap:
             raise BadInput("option kafka.bootstrap.servers is required")
         topics = tuple(t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip())
         pattern = lowered.get("subscribepattern") or None
-        if bool(topics) == bool(pattern):
-            raise BadInput("set exactly one of the options subscribe and subscribePattern")
+        assign = _assign(lowered["assign"]) if lowered.get("assign") else None
+        if sum(1 for given in (topics, pattern, assign) if given) != 1:
+            raise BadInput(
+                f"set exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN}"
+            )
         if pattern:
             try:
                 re.compile(pattern)
             except re.error as exc:
                 raise BadInput(
-                    f"subscribePattern {pattern!r} is not a regular expression: {exc}"
+                    f"option {SUBSCRIBE_PATTERN} {pattern!r} is not a regular expression: {exc}"
                 ) from None
+        starting = _offsets_spec(
+            lowered.get("startingoffsets", "earliest" if batch else "latest"), STARTING_OFFSETS
+        )
+        ending = _offsets_spec(lowered.get("endingoffsets", "latest"), ENDING_OFFSETS)
+        if starting == "latest" and batch:
+            raise BadInput(f"option {STARTING_OFFSETS} cannot be latest in batch queries")
+        if isinstance(starting, dict) and batch and _names(starting, LATEST):
+            raise BadInput(f"option {STARTING_OFFSETS} cannot use -1 (latest) in batch queries")
+        if ending == "earliest" or (isinstance(ending, dict) and _names(ending, EARLIEST)):
+            raise BadInput(f"option {ENDING_OFFSETS} cannot be earliest (-2)")
+        max_records = _positive(lowered, MAX_RECORDS_PER_BATCH)
+        per_trigger = _positive(lowered, MAX_OFFSETS_PER_TRIGGER)
+        if per_trigger is not None:
+            max_records = min(per_trigger, max_records or per_trigger)
+        min_per_trigger = _positive(lowered, MIN_OFFSETS_PER_TRIGGER)
+        if (
+            min_per_trigger is not None
+            and max_records is not None
+            and min_per_trigger > max_records
+        ):
+            raise BadInput(
+                f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is above the per-batch "
+                f"maximum ({max_records})"
+            )
+        strategy = lowered.get("startingoffsetsbytimestampstrategy", "latest").strip().lower()
+        if strategy not in ("latest", "error"):
+            raise BadInput(
+                f"option {STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY} must be latest or error, "
+                f"not {strategy!r}"
+            )
+        poll_ms = _positive(lowered, POLL_TIMEOUT_MS) or _positive(
+            lowered, KAFKA_CONSUMER_POLL_TIMEOUT_MS
+        )
         return cls(
             kafka=KafkaConfig.from_options(bootstrap, kafka_opts),
             topics=topics,
             pattern=pattern,
-            starting=_offsets_spec(lowered.get("startingoffsets", "earliest"), "startingOffsets"),
-            ending=_offsets_spec(lowered.get("endingoffsets", "latest"), "endingOffsets"),
-            max_records_per_batch=_positive(lowered, "maxrecordsperbatch"),
-            max_bytes_per_batch=_positive(lowered, "maxbytesperbatch"),
-            fail_on_data_loss=_bool(lowered.get("failondataloss", "true"), "failOnDataLoss"),
-            slots=_positive(lowered, "slots") or 2,
-            min_task_records=_positive(lowered, "mintaskrecords") or 1,
-            min_task_bytes=_positive(lowered, "mintaskbytes") or cls.min_task_bytes,
+            assign=assign,
+            starting=starting,
+            ending=ending,
+            starting_timestamps=_timestamps(
+                lowered, STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP
+            ),
+            starting_timestamp_strategy="error" if strategy == "error" else "latest",
+            ending_timestamps=_timestamps(lowered, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP),
+            available_now_ending_timestamp=_timestamp(lowered, AVAILABLE_NOW_ENDING_TIMESTAMP),
+            max_records_per_batch=max_records,
+            max_bytes_per_batch=_positive(lowered, MAX_BYTES_PER_BATCH),
+            min_offsets_per_trigger=min_per_trigger,
+            max_trigger_delay_s=_duration_s(lowered.get("maxtriggerdelay", "15m")),
+            min_partitions=_positive(lowered, MIN_PARTITIONS),
+            max_records_per_partition=_positive(lowered, MAX_RECORDS_PER_PARTITION),
+            include_headers=_bool(lowered.get("includeheaders", "false"), INCLUDE_HEADERS),
+            fail_on_data_loss=_bool(lowered.get("failondataloss", "true"), FAIL_ON_DATA_LOSS),
+            slots=_positive(lowered, SLOTS) or 2,
+            min_task_records=_positive(lowered, MIN_TASK_RECORDS) or 1,
+            min_task_bytes=_positive(lowered, MIN_TASK_BYTES) or cls.min_task_bytes,
             executor_writer=lowered.get("executorwriter") or None,
             executor_writer_config=lowered.get("executorwriterconfig", "{}"),
-            poll_timeout_s=float(lowered.get("polltimeoutms", "60000")) / 1000,
+            poll_timeout_s=(poll_ms or 60_000) / 1000,
         )
 
 
+def _known(options: Mapping[str, str]) -> dict[str, str]:
+    """The options by lower-cased name; a BadInput for a name the source does not know."""
+    known = {name.lower(): name for name in KNOWN}
+    lowered: dict[str, str] = {}
+    for name, value in options.items():
+        key = name.lower()
+        if key.startswith(KAFKA_PREFIX):
+            continue
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {known[close[0]]}?)" if close else ""
+            raise BadInput(f"unknown option {name!r} of the lagless-kafka source{hint}")
+        if key in lowered:
+            raise BadInput(f"option {known[key]} is given twice")
+        lowered[key] = value
+    return lowered
+
+
+def _names(spec: PartitionMap, offset: int) -> bool:
+    return any(o == offset for parts in spec.values() for o in parts.values())
+
+
 def _positive(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name)
-    if raw is None or raw == "":
+    raw = options.get(name.lower())
+    if raw is None or raw.strip() == "":
         return None
     try:
         value = int(raw)
     except ValueError:
         raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
     if value < 1:
-        raise BadInput(f"option {name} must be at least 1")
+        raise BadInput(f"option {name} must be at least 1, not {value}")
     return value
 
 
 def _bool(raw: str, name: str) -> bool:
-    if raw.lower() in ("true", "1", "yes"):
+    if raw.strip().lower() in ("true", "1", "yes"):
         return True
-    if raw.lower() in ("false", "0", "no"):
+    if raw.strip().lower() in ("false", "0", "no"):
         return False
     raise BadInput(f"option {name} must be true or false, not {raw!r}")
 
 
-def _offsets_spec(raw: str, name: str) -> str | dict[str, dict[str, int]]:
-    """earliest | latest | {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest, as in Spark)."""
-    if raw in ("earliest", "latest"):
-        return raw
+def _duration_s(raw: str) -> float:
+    """Spark's time strings: "15m", "30s", "500ms", "2h", "1d"; a bare number is milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if not match or match.group(2) not in ("", *_DURATION_MS):
+        raise BadInput(
+            f"option {MAX_TRIGGER_DELAY} must be a duration like 15m, 30s or 500ms, not {raw!r}"
+        )
+    return int(match.group(1)) * _DURATION_MS.get(match.group(2), 1) / 1000
+
+
+def _assign(raw: str) -> dict[str, tuple[int, ...]]:
+    """{"topicA": [0, 1], "topicB": [2, 4]}."""
     try:
         parsed = json.loads(raw)
-        return {
-            str(topic): {str(int(p)): int(o) for p, o in parts.items()}
-            for topic, parts in parsed.items()
-        }
-    except (ValueError, AttributeError, TypeError):
+        if not isinstance(parsed, dict) or not parsed:
+            raise ValueError
+        out: dict[str, tuple[int, ...]] = {}
+        for topic, partitions in parsed.items():
+            if not isinstance(partitions, list) or not partitions:
+                raise ValueError
+            if not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+            ):
+                raise ValueError
+            out[str(topic)] = tuple(sorted(set(partitions)))
+        return out
+    except ValueError:
         raise BadInput(
-            f'{name} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}, not {raw!r}'
+            f'option {ASSIGN} must be JSON like {{"topicA": [0, 1], "topicB": [2]}}, not {raw!r}'
         ) from None
+
+
+def _partition_map(raw: str, name: str, example: str) -> PartitionMap:
+    """{"topic": {"0": 42}} with whole numbers; a BadInput naming the option otherwise."""
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict) or not parsed:
+            raise ValueError
+        out: PartitionMap = {}
+        for topic, parts in parsed.items():
+            if not isinstance(parts, dict):
+                raise ValueError
+            out[str(topic)] = {}
+            for partition, value in parts.items():
+                if isinstance(value, bool) or not isinstance(value, int) or int(partition) < 0:
+                    raise ValueError
+                out[str(topic)][str(int(partition))] = value
+        return out
+    except ValueError:
+        raise BadInput(f"option {name} must be {example}, not {raw!r}") from None
+
+
+def _offsets_spec(raw: str, name: str) -> OffsetsSpec:
+    """earliest | latest | {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest, as in Spark)."""
+    if raw.strip().lower() in ("earliest", "latest"):
+        return raw.strip().lower()
+    spec = _partition_map(raw, name, 'earliest, latest or JSON like {"topic": {"0": 42}}')
+    if any(o < EARLIEST for parts in spec.values() for o in parts.values()):
+        raise BadInput(f"option {name}: an offset must be at least -2, as in Spark")
+    return spec
+
+
+def _timestamp(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"option {name} must be milliseconds since the epoch, not {raw!r}") from None
+    if value < 0:
+        raise BadInput(f"option {name} must be milliseconds since the epoch, not {value}")
+    return value
+
+
+def _timestamps(options: Mapping[str, str], every: str, by_partition: str) -> TimestampSpec | None:
+    """One timestamp for every partition (precedence, as in Spark), else one per partition."""
+    single = _timestamp(options, every)
+    if single is not None:
+        return single
+    raw = options.get(by_partition.lower())
+    if raw is None:
+        return None
+    spec = _partition_map(raw, by_partition, 'JSON like {"topic": {"0": 1700000000000}}')
+    if any(ts < 0 for parts in spec.values() for ts in parts.values()):
+        raise BadInput(f"option {by_partition}: timestamps are milliseconds since the epoch")
+    return spec

@@ -105,6 +105,14 @@ def _drain(
             record_bytes = max(1, batch.nbytes // batch.num_rows)
             per_call = max(1, min(CONSUME_BATCH, MAX_BATCH_BYTES // record_bytes))
             yield batch
+        last = messages[-1] if messages else None
+        if (
+            batch is None
+            and last is not None
+            and last.error() is None
+            and _offset(last) >= piece.end
+        ):
+            return  # the range's last offsets carried no record (transaction markers, aborts)
         for event in events:
             if _concerns(event, piece):
                 position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))

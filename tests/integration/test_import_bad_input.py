@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lagless.broker import EmbeddedBroker
+from lagless.kafka_config import REFUSED
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,4 +77,33 @@ def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):
         line for line in result.stderr.strip().splitlines() if line.startswith("lagless: error:")
     ]
     assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        *[
+            (["--kafka-option", f"{key}=x"], f"kafka option {key} cannot be set")
+            for key in sorted(REFUSED)
+        ],
+        (
+            ["--kafka-option", "security.protocol=bogus"],
+            'kafka option security.protocol: Invalid value "bogus"',
+        ),
+        (["--kafka-option", "no.such.setting=1"], "kafka option no.such.setting: No such"),
+        (["--kafka-option", "fetch.wait.max.ms=soon"], "kafka option fetch.wait.max.ms"),
+        (["--mode", "continuous", "--ending-timestamp", "1"], "--ending-timestamp needs"),
+        (["--starting-timestamp", "-1"], "--starting-timestamp must be milliseconds"),
+    ],
+)
+def test_refused_kafka_settings_are_one_line_exit_2_and_write_nothing(
+    orders_broker, tmp_path, extra, says
+):
+    result = run_cli(*import_args(orders_broker.bootstrap, tmp_path), *extra)
+
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lagless: error:"), result.stderr
+    assert says in lines[0]
     assert list(tmp_path.iterdir()) == []

@@ -106,3 +106,25 @@ def test_bad_password_is_one_line_and_never_shows_the_password(
     assert len(result.stderr.strip().splitlines()) == 1
     assert "wrong-Pa55" not in result.stderr and "****" in result.stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_append_table_reused_for_upsert_is_one_line_and_writes_nothing(
+    broker, topic_name, tmp_path, postgres
+):
+    from lagless.sinks import Target, sink_from_url
+
+    broker.create_topic(topic_name, 1)
+    sink_from_url(postgres.url).prepare(Target(topic_name, "append", "raw"))
+    args = ["--bootstrap", broker.bootstrap, "--topic", topic_name, "--sink", postgres.url]
+    args += ["--write", "upsert", "--checkpoint", str(tmp_path / "ckpt")]
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unique on topic, partition, offset" in lines[0], result.stderr
+    assert not (tmp_path / "ckpt").exists()
+    assert rows(postgres.url, f'SELECT count(*) FROM "{topic_name}"') == [(0,)]

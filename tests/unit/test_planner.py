@@ -9,7 +9,7 @@ from collections import defaultdict
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagless.planner import OffsetRange, plan_tasks, record_sizes
@@ -276,5 +276,106 @@ def test_plan_tasks_properties(
     assert weighted_makespan(weights, slots) <= bound * (1 + 1e-9)
     assert len(tasks) < 4 * slots + len(work) or not tasks
 
+    order = [(-t.records * sizes[t.key], t.topic, t.partition, t.start) for t in tasks]
+    assert order == sorted(order)
+
+
+CAPPED_CASES = [
+    (
+        "maxRecordsPerPartition cuts a range into near-equal pieces",
+        [r(0, 0, 10)],
+        1,
+        1,
+        4,
+        [r(0, 0, 4), r(0, 4, 7), r(0, 7, 10)],
+    ),
+    (
+        "minPartitions halves the heaviest task until there are enough",
+        [r(0, 0, 8), r(1, 0, 2)],
+        1,
+        4,
+        None,
+        [r(0, 4, 8), r(0, 0, 2), r(0, 2, 4), r(1, 0, 2)],
+    ),
+    (
+        "minPartitions above the record count: one record per task",
+        [r(0, 0, 3)],
+        1,
+        10,
+        None,
+        [r(0, 0, 1), r(0, 1, 2), r(0, 2, 3)],
+    ),
+    ("both off: the plan of plan_tasks without them", [r(0, 0, 10)], 3, 1, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("ranges", "slots", "min_tasks", "max_task_records", "expected"),
+    [case[1:] for case in CAPPED_CASES],
+    ids=[case[0] for case in CAPPED_CASES],
+)
+def test_plan_tasks_caps_table(
+    ranges: list[OffsetRange],
+    slots: int,
+    min_tasks: int,
+    max_task_records: int | None,
+    expected: list[OffsetRange] | None,
+) -> None:
+    tasks = plan_tasks(ranges, slots, min_tasks=min_tasks, max_task_records=max_task_records)
+    assert tasks == (expected if expected is not None else plan_tasks(ranges, slots))
+
+
+@pytest.mark.parametrize(
+    ("min_tasks", "max_task_records", "message"),
+    [(0, None, "min_tasks"), (1, 0, "max_task_records")],
+)
+def test_plan_tasks_rejects_bad_caps(
+    min_tasks: int, max_task_records: int | None, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        plan_tasks([r(0, 0, 10)], 1, min_tasks=min_tasks, max_task_records=max_task_records)
+
+
+@settings(deadline=None)
+@given(plans(), st.integers(1, 200), st.one_of(st.none(), st.integers(20, 10**5)))
+def test_plan_tasks_caps_properties(
+    plan: tuple[list[OffsetRange], int, dict[tuple[str, int], float], int],
+    min_tasks: int,
+    max_task_records: int | None,
+) -> None:
+    ranges, slots, bytes_per_record, min_task_records = plan
+
+    tasks = plan_tasks(
+        ranges, slots, bytes_per_record, min_task_records, min_tasks, max_task_records
+    )
+
+    work = {x.key: x for x in ranges if x.records > 0}
+    by_key: defaultdict[tuple[str, int], list[OffsetRange]] = defaultdict(list)
+    for task in tasks:
+        by_key[task.key].append(task)
+    assert by_key.keys() == work.keys()
+    for key, pieces in by_key.items():
+        pieces.sort()
+        offsets = [work[key].start] + [p.end for p in pieces]
+        assert [p.start for p in pieces] == offsets[:-1], "pieces are contiguous and disjoint"
+        assert offsets[-1] == work[key].end, "pieces cover the range"
+        assert all(p.records > 0 for p in pieces)
+    total_records = sum(x.records for x in work.values())
+    if max_task_records is not None:
+        assert all(t.records <= max_task_records for t in tasks)
+    assert len(tasks) >= min(min_tasks, total_records)
+    per_max = total_records / max_task_records if max_task_records else 0
+    assert len(tasks) < max(4 * slots + len(work) + per_max, min_tasks + 1) or not tasks
+
+    sizes = record_sizes(work, bytes_per_record)
+    target = sum((x.records * sizes[x.key] for x in work.values()), Fraction(0)) / slots
+    for task in tasks:
+        weight = task.records * sizes[task.key]
+        min_task_sized = task.records < 2 * min_task_records
+        assert weight < target + min_task_records * sizes[task.key] or min_task_sized
+    weights = [float(t.records * sizes[t.key]) for t in tasks]
+    assert weighted_makespan(weights, slots) <= (float(target) + max(weights, default=0)) * (
+        1 + 1e-9
+    )
     order = [(-t.records * sizes[t.key], t.topic, t.partition, t.start) for t in tasks]
     assert order == sorted(order)

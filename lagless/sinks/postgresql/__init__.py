@@ -141,16 +141,29 @@ class PostgresSink(DriverSink):
 
 
 def _check_layout(conn: Any, layout: Layout) -> None:
+    """A BadInput when the table exists with other columns or another unique key (an append
+    table reused for upsert would keep every record), as the SQLite sink checks."""
     found = conn.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
         "AND table_schema = current_schema() ORDER BY ordinal_position",
         (layout.table,),
     ).fetchall()
     columns = tuple(row[0] for row in found)
-    if columns and columns != layout.names:
+    if not columns:
+        return
+    keyed = tuple(
+        row[0]
+        for row in conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+            "ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            (quoted(layout.table),),
+        ).fetchall()
+    )
+    if columns != layout.names or keyed != layout.unique:
         raise BadInput(
-            f"table {layout.table!r} exists with other columns ({', '.join(columns)}); "
-            "pick another --table"
+            f"table {layout.table!r} exists with another layout (columns {', '.join(columns)}; "
+            f"unique on {', '.join(keyed) or 'nothing'}); pick another --table or --write mode"
         )
 
 

@@ -1,0 +1,182 @@
+"""Spark's Kafka source options on the embedded broker: start and end by timestamp, assign,
+includeHeaders, maxOffsetsPerTrigger, minPartitions and maxRecordsPerPartition."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from lagless.importer.job import ImportSpec, run_import
+from lagless.kafka_config import KafkaConfig
+from lagless.source import SOURCE_NAME
+from lagless.source.offsets import OffsetReader
+
+pytestmark = pytest.mark.spark
+
+T0 = 1_700_000_000_000
+
+
+def produce_timed(kafka: KafkaConfig, topic: str, partitions: int, per_partition: int) -> None:
+    """Record i of each partition has timestamp T0 + i * 1000, value b"<partition>:<i>", and a
+    header ("n", i)."""
+    producer = Producer(kafka.producer())
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(
+                topic,
+                key=f"k{i}".encode(),
+                value=f"{p}:{i}".encode(),
+                partition=p,
+                timestamp=T0 + i * 1000,
+                headers=[("n", str(i).encode())],
+            )
+    assert producer.flush(30) == 0
+
+
+def options(kafka: KafkaConfig, topic: str, **more: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **more}
+
+
+def batch_rows(spark, kafka: KafkaConfig, topic: str, **more: str) -> list:  # type: ignore[no-untyped-def]
+    frame = spark.read.format(SOURCE_NAME).options(**options(kafka, topic, **more)).load()
+    return sorted(frame.select("partition", "offset", "value", "headers").collect())
+
+
+def test_offsets_for_times_on_the_embedded_broker(broker, kafka, topic_name):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 10)
+
+    found = OffsetReader(kafka).offsets_for_times(
+        {(topic_name, 0): T0 + 3500, (topic_name, 1): T0 + 10 * 1000}
+    )
+
+    assert found == {(topic_name, 0): 4, (topic_name, 1): None}
+
+
+def test_batch_query_starts_and_ends_by_timestamp(broker, kafka, topic_name, spark):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 20)
+
+    rows = batch_rows(
+        spark,
+        kafka,
+        topic_name,
+        startingTimestamp=str(T0 + 5000),
+        endingTimestamp=str(T0 + 8000),
+    )
+    assert [(r.partition, r.offset) for r in rows] == [(p, o) for p in (0, 1) for o in (5, 6, 7)]
+
+    by_partition = batch_rows(
+        spark,
+        kafka,
+        topic_name,
+        startingOffsetsByTimestamp=f'{{"{topic_name}": {{"0": {T0 + 18000}, "1": {T0}}}}}',
+        endingOffsetsByTimestamp=f'{{"{topic_name}": {{"1": {T0 + 2000}}}}}',
+    )
+    assert [(r.partition, r.offset) for r in by_partition] == [(0, 18), (0, 19), (1, 0), (1, 1)]
+
+    # After the last record: the start is the end offset, so nothing is read (and "error"
+    # fails, as Spark's default strategy does).
+    assert batch_rows(spark, kafka, topic_name, startingTimestamp=str(T0 + 10**9)) == []
+    with pytest.raises(Exception, match="no record at or after timestamp"):
+        batch_rows(
+            spark,
+            kafka,
+            topic_name,
+            startingTimestamp=str(T0 + 10**9),
+            startingOffsetsByTimestampStrategy="error",
+        )
+
+
+def test_assign_reads_only_the_assigned_partitions(broker, kafka, topic_name, spark):
+    broker.create_topic(topic_name, 3)
+    produce_timed(kafka, topic_name, 3, 4)
+
+    frame = (
+        spark.read.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("assign", f'{{"{topic_name}": [0, 2]}}')
+        .load()
+    )
+
+    assert sorted((r.partition, r.offset) for r in frame.collect()) == [
+        (p, o) for p in (0, 2) for o in range(4)
+    ]
+
+
+def test_include_headers(broker, kafka, topic_name, spark):
+    broker.create_topic(topic_name, 1)
+    produce_timed(kafka, topic_name, 1, 3)
+
+    without = batch_rows(spark, kafka, topic_name)
+    with_headers = batch_rows(spark, kafka, topic_name, includeHeaders="true")
+
+    assert [r.headers for r in without] == [None, None, None]
+    assert [[(h.key, bytes(h.value)) for h in r.headers] for r in with_headers] == [
+        [("n", str(i).encode())] for i in range(3)
+    ]
+
+
+def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name, spark, tmp_path):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 250)
+    sizes: list[int] = []
+
+    stream = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**options(kafka, topic_name, startingOffsets="earliest"))
+        .option("maxOffsetsPerTrigger", "120")
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(lambda frame, _: sizes.append(frame.count()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+
+    assert query.exception() is None
+    assert sizes == [120, 120, 120, 120, 20]
+
+
+def test_min_partitions_and_max_records_per_partition_shape_the_tasks(
+    broker, kafka, topic_name, spark
+):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 30)
+
+    def tasks(**more: str) -> list[int]:
+        frame = spark.read.format(SOURCE_NAME).options(**options(kafka, topic_name, **more))
+        counts = frame.load().rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+        assert sum(counts) == 60
+        return counts
+
+    assert len(tasks(minPartitions="7")) >= 7
+    assert max(tasks(maxRecordsPerPartition="8")) <= 8
+
+
+def test_import_between_two_timestamps(broker, kafka, topic_name, spark, tmp_path: Path):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 20)
+
+    summary = run_import(
+        ImportSpec(
+            kafka=kafka,
+            topics=(topic_name,),
+            sink_url=f"sqlite:///{tmp_path}/out.db",
+            checkpoint=str(tmp_path / "ckpt"),
+            starting_timestamp=T0 + 10_000,
+            ending_timestamp=T0 + 15_000,
+        ),
+        spark=spark,
+    )
+
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        rows = conn.execute(f'SELECT partition, "offset" FROM "{topic_name}" ORDER BY 1, 2')
+        stored = rows.fetchall()
+    assert stored == [(p, o) for p in (0, 1) for o in range(10, 15)]
+    assert summary.records == 10
