@@ -6,8 +6,9 @@ with the archive against 5.3 s without, and its first job took 1.0 s against 1.9
 
 A truncated archive stops the JVM from starting at all, so an archive is dumped by a JVM of its
 own, checked by starting a session on it, and only then renamed into place: whatever lies at
-the final path is whole. The name carries a digest of the Java binary and Spark's jars, so an
-upgrade of either never meets an archive of the other. `LAGLESS_CLASS_ARCHIVE=off` turns it off.
+the final path is whole. The name carries a digest of the Java binary and of Spark's jars and
+their folder, so an upgrade or another installation never meets an archive of another.
+`LAGLESS_CLASS_ARCHIVE=off` turns it off.
 
     python -m lagless.importer.class_archive    # build it when missing (scripts/setup does)
 """
@@ -44,6 +45,9 @@ def archive_path() -> Path | None:
     digest = hashlib.sha1(os.path.realpath(java).encode())
     digest.update(str(os.stat(os.path.realpath(java)).st_mtime_ns).encode())
     digest.update(pyspark.__version__.encode())
+    # The JVM checks the archive against its class path, which names this Spark's folder: a
+    # second installation (another venv) gets an archive of its own.
+    digest.update(str(jars.resolve()).encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(jar.name.encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lagless"
