@@ -243,6 +243,19 @@ def _postgres_probe(url: str, table: str) -> Callable[[], bool]:
 # --- the lagless CLI as users launch it ---------------------------------------------------------
 
 
+def import_args(
+    bootstrap: str, topic: str, url: str, checkpoint: Path, mode: str, args: Any, *extra: str
+) -> list[str]:
+    """`lagless import` arguments as the benches launch it: --json, then --master and every
+    --import-option the bench was given (args.master, args.import_option)."""
+    return [
+        *("--bootstrap", bootstrap, "--topic", topic, "--sink", url),
+        *("--checkpoint", str(checkpoint), "--mode", mode, *extra, "--json"),
+        *(["--master", args.master] if args.master else []),
+        *args.import_option,
+    ]
+
+
 def lagless_command() -> list[str]:
     script = Path(sys.executable).parent / "lagless"
     return [str(script)] if script.exists() else [sys.executable, "-m", "lagless"]

@@ -35,7 +35,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import Baseline, CliRun, Launched, kcat, plain_consumers, postgres_server, sink_url
+from benchlib import (
+    Baseline,
+    CliRun,
+    Launched,
+    import_args,
+    kcat,
+    plain_consumers,
+    postgres_server,
+    sink_url,
+)
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -129,21 +138,7 @@ def produce(kafka: KafkaConfig, args: argparse.Namespace) -> tuple[int, int]:
 def run_cli(
     sink: str, url: str, bootstrap: str, work: Path, args: argparse.Namespace, records: int
 ) -> CliRun:
-    cli_args = [
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        TOPIC,
-        "--sink",
-        url,
-        "--checkpoint",
-        str(work / f"checkpoint-{sink}"),
-        "--mode",
-        "bulk",
-        "--json",
-        *(["--master", args.master] if args.master else []),
-        *args.import_option,
-    ]
+    cli_args = import_args(bootstrap, TOPIC, url, work / f"checkpoint-{sink}", "bulk", args)
     with console.status(f"lagless → {sink}: launching") as status:
 
         def tick(run: Launched) -> None:

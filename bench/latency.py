@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import Launched, sink_path, sink_url
+from benchlib import Launched, import_args, sink_path, sink_url
 from confluent_kafka import Producer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -290,23 +290,15 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker, work: Path, load_befor
     url = sink_url(args.sink, work)
     producer = SteadyProducer(kafka, args.partitions, args.record_bytes)
     watcher = SinkWatcher(url, TOPIC, args.partitions, args.poll_ms / 1000)
-    cli_args = [
-        "--bootstrap",
+    cli_args = import_args(
         broker.bootstrap,
-        "--topic",
         TOPIC,
-        "--sink",
         url,
-        "--checkpoint",
-        str(work / "checkpoint"),
-        "--mode",
+        work / "checkpoint",
         "continuous",
-        "--trigger-seconds",
-        str(args.trigger_seconds),
-        "--json",
-        *(["--master", args.master] if args.master else []),
-        *args.import_option,
-    ]
+        args,
+        *("--trigger-seconds", str(args.trigger_seconds)),
+    )
     launched = Launched(cli_args, args.sink, url, TOPIC, probe=False)
     producer.rate = args.rates[0]
     producer.start()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import Launched, cmdline, descendants, memory_kib, sink_url
+from benchlib import Launched, cmdline, descendants, import_args, memory_kib, sink_url
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -198,21 +198,7 @@ def main() -> int:
                 f"{chosen.counts[SEED_002_LARGE[0]]:,} x {args.large_record_bytes:,} B)"
             )
             url = sink_url(args.sink, work)
-            cli_args = [
-                "--bootstrap",
-                broker.bootstrap,
-                "--topic",
-                TOPIC,
-                "--sink",
-                url,
-                "--checkpoint",
-                str(work / "checkpoint"),
-                "--mode",
-                "bulk",
-                "--json",
-                *(["--master", args.master] if args.master else []),
-                *args.import_option,
-            ]
+            cli_args = import_args(broker.bootstrap, TOPIC, url, work / "checkpoint", "bulk", args)
             launched = Launched(cli_args, args.sink, url, TOPIC)
             sampler = Sampler(launched.process.pid, args.sample_ms / 1000)
             sampler.start()

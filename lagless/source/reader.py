@@ -78,18 +78,6 @@ def read_ranges(
             yield from _drain(consumer, piece, fail_on_data_loss, poll_timeout_s)
 
 
-def read_range(
-    config: KafkaConfig,
-    piece: OffsetRange,
-    *,
-    fail_on_data_loss: bool = True,
-    poll_timeout_s: float = 60.0,
-) -> Iterator[pa.RecordBatch]:
-    return read_ranges(
-        config, [piece], fail_on_data_loss=fail_on_data_loss, poll_timeout_s=poll_timeout_s
-    )
-
-
 def _drain(
     consumer: Consumer, piece: OffsetRange, fail_on_data_loss: bool, poll_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
