@@ -45,7 +45,8 @@ from rich.table import Table  # noqa: E402
 
 from lagless.broker import EmbeddedBroker  # noqa: E402
 from lagless.gen import explicit, produce_profile  # noqa: E402
-from lagless.importer.job import ImportSpec, run_import  # noqa: E402
+from lagless.importer.job import run_import  # noqa: E402
+from lagless.importer.spec import ImportSpec  # noqa: E402
 from lagless.kafka_config import KafkaConfig  # noqa: E402
 from lagless.progress import Collector, Summary  # noqa: E402
 

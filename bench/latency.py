@@ -39,7 +39,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
-from lagless.importer.job import ImportSpec
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 
 TOPIC = "latency"

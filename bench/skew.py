@@ -325,7 +325,8 @@ def busy_throughput(records: int, tasks: Sequence[SparkTask], cores: int) -> flo
 def run_lagless(
     spark: Any, bootstrap: str, topic: str, work_dir: Path, slots: int | None
 ) -> LaglessRun:
-    from lagless.importer.job import ImportSpec, run_import
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import ImportSpec
     from lagless.kafka_config import KafkaConfig
 
     run_dir = work_dir / f"lagless-{topic}-{time.monotonic_ns()}"

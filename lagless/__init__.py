@@ -18,7 +18,8 @@ if TYPE_CHECKING:
         TerminalError,
         TransientError,
     )
-    from lagless.importer.job import ImportSpec, run_import
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import ImportSpec
     from lagless.kafka_config import KafkaConfig
     from lagless.planner import OffsetRange, limit_batch, plan_tasks
     from lagless.progress import Collector, RichCollector, Summary
@@ -31,7 +32,7 @@ _HOMES = {
     "Collector": "lagless.progress",
     "DataLossError": "lagless.exceptions",
     "EmbeddedBroker": "lagless.broker",
-    "ImportSpec": "lagless.importer.job",
+    "ImportSpec": "lagless.importer.spec",
     "KafkaConfig": "lagless.kafka_config",
     "KafkaDataSource": "lagless.source",
     "LaglessError": "lagless.exceptions",

@@ -7,13 +7,11 @@ and read where to connect.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-from types import FrameType
 
 from lagless.broker import EmbeddedBroker, parse_topic_spec
 from lagless.exceptions import BadInput
+from lagless.signals import stop_requests
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,25 +43,15 @@ def parse_topics(specs: list[str]) -> dict[str, int]:
 
 def handler(args: argparse.Namespace) -> int:
     topics = parse_topics(args.topic)
-    stop = threading.Event()
-
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with EmbeddedBroker(brokers=args.brokers, topics=topics) as broker:
-            print(broker.bootstrap, flush=True)
-            described = ", ".join(f"{n}:{p}" for n, p in topics.items()) or "no topics"
-            print(
-                f"embedded Kafka: {args.brokers} broker(s), {described}; Ctrl-C to stop",
-                file=sys.stderr,
-                flush=True,
-            )
-            # A timed wait lets the signal handler run promptly on every platform.
-            while not stop.wait(0.5):
-                pass
-    finally:
-        for sig, handler_before in previous.items():
-            signal.signal(sig, handler_before)
+    with stop_requests() as stop, EmbeddedBroker(brokers=args.brokers, topics=topics) as broker:
+        print(broker.bootstrap, flush=True)
+        described = ", ".join(f"{n}:{p}" for n, p in topics.items()) or "no topics"
+        print(
+            f"embedded Kafka: {args.brokers} broker(s), {described}; Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
+        # A timed wait lets the signal handler run promptly on every platform.
+        while not stop.wait(0.5):
+            pass
     return 0

@@ -18,7 +18,8 @@ from lagless.broker import EmbeddedBroker
 from lagless.exceptions import TerminalError
 from lagless.gen import build_profile, produce_profile
 from lagless.importer.group import GroupCommitter
-from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.job import run_import
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 from lagless.progress import RichCollector
 from lagless.source.offsets import OffsetReader

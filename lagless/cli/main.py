@@ -7,10 +7,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from lagless.exceptions import BadInput, LaglessError
+from lagless.exceptions import BadInput, LaglessError, TransientError
 
-EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+# sysexits.h's EX_TEMPFAIL: something was away (a broker, a database); running the same command
+# again resumes where it stopped, so a supervisor may retry on this code and alert on the others.
+EXIT_TRANSIENT = 75
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"lagless: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except TransientError as exc:
+        print(f"lagless: failed, may pass on a rerun: {exc}", file=sys.stderr)
+        return EXIT_TRANSIENT
     except LaglessError as exc:
         print(f"lagless: failed: {exc}", file=sys.stderr)
         return EXIT_FAILED

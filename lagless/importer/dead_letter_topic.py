@@ -8,7 +8,7 @@ topic, partition and offset tell copies apart. `<table>_dlq` stays exactly once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from lagless.exceptions import TransientError
 from lagless.kafka_config import KafkaConfig
@@ -73,3 +73,13 @@ class DeadLetterTopic:
             reason = self._failures[0] if self._failures else f"{left} still queued"
             raise TransientError(f"dead-letter topic {self.topic!r}: not all sent ({reason})")
         return rows.num_rows
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Waits for what is still queued (sent batches were flushed already)."""
+        self._producer.flush(FLUSH_TIMEOUT_S)

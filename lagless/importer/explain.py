@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from lagless.importer.checkpoint import last_end_offsets
-from lagless.importer.job import ImportSpec, check, slots_for
+from lagless.importer.spec import ImportSpec, check, slots_for
 from lagless.source import to_json_offsets
 from lagless.source.datasource import KafkaStreamReader, RangePartition
 from lagless.source.options import SourceOptions

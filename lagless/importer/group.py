@@ -8,6 +8,8 @@ The checkpoint, not the group, stays the source of truth for resuming.
 
 from __future__ import annotations
 
+from typing import Self
+
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from lagless.exceptions import TransientError
@@ -48,6 +50,12 @@ class GroupCommitter:
         if self._consumer is None:
             self._consumer = Consumer(self._config.group_committer(self.group))
         return self._consumer
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if self._consumer is not None:

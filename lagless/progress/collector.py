@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -59,7 +60,18 @@ class Summary:
 
 
 class Collector:
-    """Receives the import's progress. The base class ignores everything."""
+    """Receives the import's progress. The base class ignores everything.
+
+    Used as a context manager around the import: `close` runs however the import ends."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """The import is over, finished or failed: release the display."""
 
     def start(self, lag: int) -> None:
         """The import begins with `lag` records to read (as far as is known)."""
@@ -106,6 +118,9 @@ class RichCollector(Collector):
             rate=rate,
             lag=lag,
         )
+
+    def close(self) -> None:
+        self._progress.stop()
 
     def finish(self, summary: Summary) -> None:
         self._progress.stop()

@@ -11,7 +11,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
 
@@ -118,7 +118,13 @@ class Sink(ABC):
         raise NotImplementedError(f"{type(self).__name__} takes rows through Spark")
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
-        """Release connections."""
+        """Last in the lifecycle, also when the import fails: release connections."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class DriverSink(Sink):

@@ -32,8 +32,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from lagless.exceptions import TerminalError
 from lagless.gen import ProducedSummary, RecordKind, explicit, produce_profile
 from lagless.importer.checkpoint import batch_end_offsets
-from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY, VALIDATE, too_large
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 from lagless.progress import Collector, Summary
 from lagless.sinks import local_path

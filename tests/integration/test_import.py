@@ -14,8 +14,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lagless.gen import explicit, produce_profile
-from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 from lagless.source.offsets import OffsetReader
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.job import run_import
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 from lagless.source import SOURCE_NAME
 from lagless.source.offsets import OffsetReader

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from lagless.gen import explicit, produce_profile
-from lagless.importer.job import ImportSpec, run_import
+from lagless.importer.job import run_import
+from lagless.importer.spec import ImportSpec
 from lagless.kafka_config import KafkaConfig
 
 pytestmark = pytest.mark.spark

@@ -17,7 +17,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
-from lagless.importer.failpoints import failpoint
+from lagless.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
 from lagless.sinks.parquet import staged

@@ -11,7 +11,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pyarrow as pa
 
 from lagless.exceptions import BadInput, TransientError
-from lagless.importer.failpoints import failpoint
+from lagless.failpoints import failpoint
 from lagless.kafka_config import Secret
 from lagless.sinks.base import DriverSink, Target
 from lagless.sinks.sql import (

@@ -11,7 +11,7 @@ import adbc_driver_sqlite.dbapi as adbc_sqlite
 import pyarrow as pa
 
 from lagless.exceptions import BadInput
-from lagless.importer.failpoints import failpoint
+from lagless.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import DriverSink, Target, check_writable_path
 from lagless.sinks.sql import (
