@@ -59,7 +59,7 @@ def _plain_consumer(
     reader settings (deeper prefetch, short backoff), which read several times faster."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
 
     settings = (
         KafkaConfig(bootstrap).reader()

@@ -47,7 +47,7 @@ from lagless.broker import EmbeddedBroker  # noqa: E402
 from lagless.gen import explicit, produce_profile  # noqa: E402
 from lagless.importer.job import run_import  # noqa: E402
 from lagless.importer.spec import ImportSpec  # noqa: E402
-from lagless.kafka_config import KafkaConfig  # noqa: E402
+from lagless.kafka.config import KafkaConfig  # noqa: E402
 from lagless.progress import Collector, Summary  # noqa: E402
 
 # Spark's order inside one trigger: offsets, then the WAL, then the batch's planning and write,

@@ -52,7 +52,7 @@ from rich.table import Table
 from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
 from lagless.gen.profiles import COMPRESSIONS, DEFAULT_RECORD_BYTES, PARTITION_BYTES_LIMIT
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 TOPIC = "bench"
 SINKS = ("parquet", "sqlite", "postgresql")

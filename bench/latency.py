@@ -40,7 +40,8 @@ from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.produce import produce
 
 TOPIC = "latency"
 TARGETS = {"first_row_s": 20.0, "p50_s": 1.0, "p99_s": 2.0}  # at 2,000 records/s
@@ -74,11 +75,7 @@ class SteadyProducer(threading.Thread):
             last = now
             while owed >= 1:
                 partition = self.produced % self.partitions
-                try:
-                    self.producer.produce(TOPIC, self.value, partition=partition)
-                except BufferError:
-                    self.producer.poll(0.01)
-                    continue
+                produce(self.producer, TOPIC, value=self.value, partition=partition)
                 self.produced += 1
                 owed -= 1
             self.producer.poll(0)

@@ -40,7 +40,7 @@ from lagless.gen.profiles import (
     explicit,
     seed_002,
 )
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 TOPIC = "memory"
 COMPRESSION = "zstd"

@@ -130,7 +130,7 @@ def group_member(
     import pyarrow.parquet as pq
     from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
 
     consumer = Consumer(KafkaConfig(bootstrap).group_member(group, assignor))
     written = 0
@@ -327,7 +327,7 @@ def run_lagless(
 ) -> LaglessRun:
     from lagless.importer.job import run_import
     from lagless.importer.spec import ImportSpec
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
 
     run_dir = work_dir / f"lagless-{topic}-{time.monotonic_ns()}"
     progress_dir = run_dir / "progress"
@@ -532,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lagless.broker import EmbeddedBroker
     from lagless.gen import explicit, produce_profile
     from lagless.importer.spark import spark_session
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
 
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)

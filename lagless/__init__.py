@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     )
     from lagless.importer.job import run_import
     from lagless.importer.spec import ImportSpec
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
     from lagless.planner import OffsetRange, limit_batch, plan_tasks
     from lagless.progress import Collector, RichCollector, Summary
     from lagless.sinks import sink_from_url
@@ -33,7 +33,7 @@ _HOMES = {
     "DataLossError": "lagless.exceptions",
     "EmbeddedBroker": "lagless.broker",
     "ImportSpec": "lagless.importer.spec",
-    "KafkaConfig": "lagless.kafka_config",
+    "KafkaConfig": "lagless.kafka.config",
     "KafkaDataSource": "lagless.source",
     "LaglessError": "lagless.exceptions",
     "OffsetRange": "lagless.planner",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from lagless.broker import EmbeddedBroker
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 _names = itertools.count()
 

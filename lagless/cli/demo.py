@@ -17,12 +17,11 @@ from rich.table import Table
 from lagless.broker import EmbeddedBroker
 from lagless.exceptions import TerminalError
 from lagless.gen import build_profile, produce_profile
-from lagless.importer.group import GroupCommitter
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
-from lagless.source.offsets import OffsetReader
 
 TOPIC = "statements"
 GROUP = "lagless-demo"
@@ -43,14 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
     """The seed's columns: partition | lag | pos (the group's committed offset) | end."""
-    broker = OffsetReader(config)
-    partitions = broker.partitions([TOPIC])
-    low, high = broker.watermarks(partitions)
-    committer = GroupCommitter(config, GROUP)
-    try:
-        committed = committer.committed(partitions)
-    finally:
-        committer.close()
+    with OffsetReader(config) as broker:
+        partitions = broker.partitions([TOPIC])
+        low, high = broker.watermarks(partitions)
+        committed = broker.committed(GROUP, partitions)
     rows = []
     for tp in partitions:
         pos = committed.get(tp)

@@ -6,7 +6,7 @@ import argparse
 
 from lagless.cli.lag import add_group_arguments
 from lagless.exceptions import BadInput
-from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource

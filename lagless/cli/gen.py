@@ -14,9 +14,7 @@ from lagless.exceptions import BadInput
 from lagless.gen.produce import (
     ProducedSummary,
     iter_kinds,
-    make_producer,
     produce_profile,
-    topic_partitions,
 )
 from lagless.gen.profiles import (
     COMPRESSIONS,
@@ -27,7 +25,8 @@ from lagless.gen.profiles import (
     explicit,
     parse_counts,
 )
-from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.kafka.config import KafkaConfig, parse_key_values
+from lagless.kafka.offset_reader import OffsetReader
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,8 +64,8 @@ def _profile(args: argparse.Namespace, config: KafkaConfig) -> Profile:
         return explicit(parse_counts(args.counts), args.record_bytes)
     partitions = 0
     if args.profile == "uniform":
-        producer, _ = make_producer(config, "none")
-        partitions = topic_partitions(producer, config.bootstrap, args.topic)
+        with OffsetReader(config) as broker:
+            partitions = len(broker.partitions([args.topic]))
     scale = 1.0 if args.scale is None else args.scale
     return build_profile(
         args.profile, partitions=partitions, scale=scale, record_bytes=args.record_bytes

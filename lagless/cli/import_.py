@@ -12,7 +12,7 @@ from rich.table import Table
 from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.progress import RichCollector
 
 

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from lagless.exceptions import BadInput
-from lagless.kafka_config import KafkaConfig, parse_key_values
+from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
 from lagless.lag.report import History, build_report, collect, records_without_time_lag
 from lagless.lag.table import markdown_table, rich_table

@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.gen.profiles import Profile
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import OffsetReader
+from lagless.kafka.produce import produce
 
-REACH_TIMEOUT_S = 5.0
 FLUSH_TIMEOUT_S = 120.0
 POLL_EVERY = 5_000
 _INVALID_UTF8_PREFIX = b"\xff\xfe\xfd"
@@ -114,36 +115,9 @@ class DeliveryErrors:
             self.first = self.first or err
 
 
-def topic_partitions(producer: Producer, bootstrap: str, topic: str) -> int:
-    """The partition count of an existing topic; BadInput when unreachable or missing."""
-    try:
-        # All topics, not just `topic`: asking for one may auto-create it on a real broker.
-        metadata = producer.list_topics(timeout=REACH_TIMEOUT_S)
-    except KafkaException as exc:
-        raise BadInput(f"cannot reach Kafka at {bootstrap}: {exc.args[0].str()}") from None
-    found = metadata.topics.get(topic)
-    if found is None or found.error is not None:
-        raise BadInput(f"topic {topic!r} does not exist at {bootstrap} (create it first)")
-    return len(found.partitions)
-
-
-def _watermarks(consumer: Consumer, topic: str, partitions: int) -> list[tuple[int, int]]:
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=REACH_TIMEOUT_S)
-            for p in range(partitions)
-        ]
-    except KafkaException as exc:
-        raise TerminalError(f"reading offsets of {topic!r}: {exc.args[0].str()}") from None
-
-
-def _produce(producer: Producer, topic: str, value: bytes, key: bytes | None, p: int) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=p)
-            return
-        except BufferError:
-            producer.poll(0.05)
+def _watermarks(broker: OffsetReader, partitions: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    low, high = broker.watermarks(partitions)
+    return [(low[tp], high[tp]) for tp in partitions]
 
 
 def make_producer(config: KafkaConfig, compression: str) -> tuple[Producer, DeliveryErrors]:
@@ -199,16 +173,17 @@ def produce_profile(
         raise BadInput(f"--keys {keys} must be at least 1")
     profile.check_fits(compression)
     poison_at = poison_positions(profile.total_records, poison)
-    producer, delivery_errors = make_producer(config, compression)
-    existing = topic_partitions(producer, config.bootstrap, topic)
+    broker = OffsetReader(config)
+    existing = len(broker.partitions([topic]))
     if existing < profile.partitions:
         raise BadInput(
             f"topic {topic!r} has {existing} partitions; profile {profile.name!r} "
             f"needs {profile.partitions}"
         )
-    consumer = Consumer(config.reader())
-    try:
-        before = _watermarks(consumer, topic, profile.partitions)
+    producer, delivery_errors = make_producer(config, compression)
+    partitions = [(topic, p) for p in range(profile.partitions)]
+    with broker:
+        before = _watermarks(broker, partitions)
         rng = random.Random(seed)
         poison_found: list[tuple[int, int, RecordKind]] = []
         newest: dict[int, dict[int, tuple[int, bytes]]] = {}
@@ -242,7 +217,7 @@ def produce_profile(
                         key = None
                         body = _null_key_value(p, profile.record_bytes[p])
                 value_bytes += len(body)
-                _produce(producer, topic, body, key, p)
+                produce(producer, topic, value=body, key=key, partition=p)
                 if not (i + 1) % POLL_EVERY:
                     producer.poll(0)
                     if on_progress:
@@ -260,9 +235,7 @@ def produce_profile(
                 f"{delivery_errors.count} records failed to reach {topic!r}: "
                 f"{delivery_errors.first.str()}"
             )
-        after = _watermarks(consumer, topic, profile.partitions)
-    finally:
-        consumer.close()
+        after = _watermarks(broker, partitions)
     offsets = {p: (before[p][1], before[p][1] + count) for p, count in enumerate(profile.counts)}
     moved = [p for p in offsets if after[p][1] != offsets[p][1]]
     if moved:

@@ -17,8 +17,8 @@ from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import accepted, dead_letters, rejection_reasons, shape
 from lagless.importer.spec import Checked, ImportSpec
+from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
-from lagless.source.offsets import Offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+from lagless.kafka.offset_reader import Offsets
 from lagless.source import from_json_offsets
-from lagless.source.offsets import Offsets
 
 
 def batch_end_offsets(checkpoint: str, batch_id: int) -> Offsets:

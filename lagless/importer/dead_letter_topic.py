@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Self
 
 from lagless.exceptions import TransientError
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.produce import produce
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,18 +57,14 @@ class DeadLetterTopic:
         """Produce every row (DEAD_LETTER_COLUMNS) and wait until the broker has them all."""
         self._failures.clear()
         for row in rows.to_pylist():
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topic,
-                        value=row["value"],
-                        key=row["key"],
-                        headers=context_headers(row),
-                        timestamp=int(row["timestamp"] or 0),
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.1)
+            produce(
+                self._producer,
+                self.topic,
+                value=row["value"],
+                key=row["key"],
+                headers=context_headers(row),
+                timestamp=int(row["timestamp"] or 0),
+            )
         left = self._producer.flush(FLUSH_TIMEOUT_S)
         if left or self._failures:
             reason = self._failures[0] if self._failures else f"{left} still queued"

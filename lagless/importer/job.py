@@ -32,6 +32,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
+        opened.enter_context(checked.broker)
         warming = None
         if spark is None:
             spark = spark_session(spec.master)
@@ -48,9 +49,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         if spec.starting_timestamp is not None:
             low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
         high = target_end or high
-        committer = (
-            opened.enter_context(GroupCommitter(spec.kafka, spec.group)) if spec.group else None
-        )
+        committer = GroupCommitter(checked.broker, spec.group) if spec.group else None
         dead_letter_topic = (
             opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
             if spec.dead_letter_topic

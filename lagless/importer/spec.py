@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lagless.exceptions import BadInput
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import ValueFormat, WriteMode, check_writable_path
-from lagless.source.offsets import OffsetReader, Offsets
 
 RunMode = Literal["bulk", "continuous"]
 

@@ -12,7 +12,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 # Assignors of the eager protocol: every member gives up all its partitions at each rebalance.
 EAGER_ASSIGNORS = frozenset({"range", "roundrobin", "sticky"})

@@ -14,7 +14,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
 from lagless.exceptions import BadInput
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 REACH_TIMEOUT_S = 5.0
 _REQUEST_TIMEOUT_S = 10.0

@@ -27,11 +27,11 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from lagless.exceptions import BadInput, DataLossError
+from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
-from lagless.source.offsets import TP, OffsetReader, Offsets
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     EARLIEST,
@@ -190,7 +190,7 @@ class _Planning:
     def bytes_per_record(self, ranges: Sequence[OffsetRange]) -> dict[TP, float]:
         unknown = [r for r in ranges if r.records and r.key not in self._bytes_per_record]
         if unknown:
-            self._bytes_per_record.update(sample_bytes_per_record(self.options.kafka, unknown))
+            self._bytes_per_record.update(sample_bytes_per_record(self.broker, unknown))
         return dict(self._bytes_per_record)
 
     def plan(self, start: Offsets, end: Offsets) -> list[RangePartition]:

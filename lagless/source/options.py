@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lagless.exceptions import BadInput
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 EARLIEST = -2
 LATEST = -1

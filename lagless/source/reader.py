@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from lagless.exceptions import DataLossError, TerminalError, TransientError
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
 

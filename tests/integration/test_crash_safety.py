@@ -35,11 +35,11 @@ from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY, VALIDATE, too_large
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks import local_path
 from lagless.sinks.base import WriteMode
-from lagless.source.offsets import Offsets
 
 pytestmark = pytest.mark.spark
 

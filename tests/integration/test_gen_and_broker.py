@@ -16,7 +16,7 @@ from lagless.broker import EmbeddedBroker
 from lagless.cli.main import main
 from lagless.gen import RecordKind, explicit, produce_profile
 from lagless.gen.profiles import PARTITION_BYTES_LIMIT, seed_000, seed_002
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 
 @pytest.fixture

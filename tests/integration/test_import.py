@@ -17,8 +17,8 @@ from lagless.gen import explicit, produce_profile
 from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
-from lagless.source.offsets import OffsetReader
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import OffsetReader
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lagless.broker import EmbeddedBroker
-from lagless.kafka_config import REFUSED
+from lagless.kafka.config import REFUSED
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

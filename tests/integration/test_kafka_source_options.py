@@ -11,9 +11,9 @@ from confluent_kafka import Producer
 
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import OffsetReader
 from lagless.source import SOURCE_NAME
-from lagless.source.offsets import OffsetReader
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from lagless.broker import EmbeddedBroker
 from lagless.cli.main import main
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 from lagless.lag.doctor import diagnose, examine
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource

@@ -14,7 +14,7 @@ import pytest
 from lagless.gen import explicit, produce_profile
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.spark
 

@@ -26,7 +26,7 @@ import pytest
 
 from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.spark
 

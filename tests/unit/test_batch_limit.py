@@ -219,7 +219,7 @@ def test_a_tiny_byte_limit_still_drains_the_backlog(backlogs: list[int], max_byt
 def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> None:
     """SQLite collects each batch on the driver; Parquet streams it from the executors."""
     from lagless.importer.spec import ImportSpec
-    from lagless.kafka_config import KafkaConfig
+    from lagless.kafka.config import KafkaConfig
 
     def default_batch_bytes(sink_url: str, **limits: int) -> str | None:
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **limits)

@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 from lagless.exceptions import BadInput
-from lagless.kafka_config import REFUSED, KafkaConfig, Secret
+from lagless.kafka.config import REFUSED, KafkaConfig
+from lagless.secret import Secret
 from lagless.source import options as o
 from lagless.source.options import SourceOptions
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
-from lagless.kafka_config import Secret
+from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Target
 from lagless.sinks.sql import (
     Layout,

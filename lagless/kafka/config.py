@@ -1,7 +1,7 @@
 """The one place that builds librdkafka configurations.
 
-Secrets (passwords, keys) are held as Secret so they never show in a repr, a log or an error;
-the plaintext leaves a Secret only through reveal(), where a client is configured.
+Secrets (passwords, keys) are held as Secret (lagless/secret.py) so they never show in a repr,
+a log or an error; the plaintext leaves a Secret only here, where a client is configured.
 
 A user's librdkafka settings are checked once (`KafkaConfig.from_options`): settings that
 would break lagless's guarantees are refused (REFUSED), and the rest must make a valid
@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from lagless.exceptions import BadInput
+from lagless.secret import Secret, reveal
 
 _SECRET_MARKERS = ("password", "secret", "key.pem", "sasl.oauthbearer.config", "ssl.key")
 
@@ -42,49 +42,8 @@ REFUSED: dict[str, str] = {
 }
 
 
-class Secret:
-    """A string that prints as asterisks and cannot be used as a string: no concatenation,
-    join, format or method leaks it. `reveal()` gives the plaintext to the one place that
-    needs it (a client's configuration)."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        if isinstance(value, Secret):
-            value = value.reveal()
-        if not isinstance(value, str):
-            raise TypeError(f"Secret holds a str, not {type(value).__name__}")
-        self._value = value
-
-    def __repr__(self) -> str:
-        return "Secret('****')"
-
-    def __str__(self) -> str:
-        return "****"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash((Secret, self._value))
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Configurations travel to Spark's executors pickled, secrets with them.
-        return (Secret, (self._value,))
-
-    def reveal(self) -> str:
-        return self._value
-
-
 def is_secret_key(key: str) -> bool:
     return any(marker in key for marker in _SECRET_MARKERS)
-
-
-def reveal(value: str | Secret) -> str:
-    return value.reveal() if isinstance(value, Secret) else str(value)
 
 
 @dataclass(frozen=True)

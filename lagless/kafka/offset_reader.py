@@ -1,8 +1,11 @@
-"""The driver's view of the broker: which partitions exist, their low and high watermarks, and
-the offsets of a time.
+"""The one way to the broker's metadata and offsets, as Spark's KafkaOffsetReader: which
+partitions exist, their watermarks (one request for all), the offsets of a time, a group's
+committed offsets (read and committed without joining it), and the records at given offsets.
 
-All broker I/O the planner depends on passes through OffsetReader, so the source's
-offset arithmetic can be tested against the embedded broker or any object with the same methods.
+Every command and the source's driver side ask here; Kafka's errors become lagless's own here
+(`_reason`): BadInput when the broker cannot be reached at the start, TransientError when a
+request keeps failing later. Executors read their ranges with their own consumers
+(source/reader.py): that is data, not metadata.
 """
 
 from __future__ import annotations
@@ -10,15 +13,32 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Self, cast
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from lagless.exceptions import BadInput, TransientError
-from lagless.kafka_config import KafkaConfig
+from lagless.kafka.config import KafkaConfig
 
 TP = tuple[str, int]
 Offsets = dict[TP, int]
+
+
+@dataclass(frozen=True)
+class RecordInfo:
+    """A record as the driver needs it: when it was written and how big it is."""
+
+    timestamp_s: float | None
+    size_bytes: int
 
 
 class OffsetReader:
@@ -27,6 +47,7 @@ class OffsetReader:
         self._timeout_s = timeout_s
         self._retry_s = retry_s
         self._admin = AdminClient(config.admin())
+        self._group_clients: dict[str, Consumer] = {}
         # The latest offset a reader can reach: under read_committed (librdkafka's default) the
         # last stable offset, so a batch never waits on an open transaction.
         self._isolation = (
@@ -35,14 +56,25 @@ class OffsetReader:
             else IsolationLevel.READ_UNCOMMITTED
         )
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for client in self._group_clients.values():
+            client.close()
+        self._group_clients.clear()
+
     def partitions(
         self,
         topics: Iterable[str] = (),
         pattern: str | None = None,
         assign: Mapping[str, Iterable[int]] | None = None,
     ) -> list[TP]:
-        """Partitions of the named topics (each must exist), of the topics matching pattern, or
-        the assigned ones (each must exist)."""
+        """Partitions of the named topics (each must exist), of the topics matching pattern
+        (`.*`: every topic but Kafka's internal ones), or the assigned ones (each must exist)."""
         try:
             metadata = self._admin.list_topics(timeout=self._timeout_s)
         except KafkaException as exc:
@@ -58,7 +90,11 @@ class OffsetReader:
             return wanted
         if pattern is not None:
             regex = re.compile(pattern)
-            names = sorted(t for t in metadata.topics if regex.fullmatch(t))
+            names = sorted(
+                t
+                for t, meta in metadata.topics.items()
+                if regex.fullmatch(t) and not meta.error and not t.startswith("__")
+            )
         else:
             names = list(topics)
             missing = [t for t in names if t not in metadata.topics or metadata.topics[t].error]
@@ -97,6 +133,81 @@ class OffsetReader:
                 if top[tp] > low[tp]:
                     found[tp] = _scan_for_time(self._config, tp, low[tp], top[tp], wanted[tp])
         return found
+
+    def committed(self, group: str, partitions: Iterable[TP]) -> dict[TP, int | None]:
+        """`group`'s committed offset of each partition (None: never committed), read without
+        joining the group."""
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        if not wanted:
+            return {}
+        try:
+            found = self._group_client(group).committed(wanted, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise TransientError(
+                f"reading the offsets of group {group!r}: {_reason(exc)}"
+            ) from None
+        return {
+            (tp.topic, tp.partition): None
+            if tp.offset == OFFSET_INVALID or tp.offset < 0
+            else tp.offset
+            for tp in found
+        }
+
+    def commit(self, group: str, offsets: Mapping[TP, int]) -> None:
+        """Commit `offsets` for `group` as they are (whether they move it forward is the
+        caller's rule), without joining the group."""
+        if not offsets:
+            return
+        try:
+            self._group_client(group).commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except KafkaException as exc:
+            raise TransientError(f"committing offsets of group {group!r}: {_reason(exc)}") from None
+
+    def _group_client(self, group: str) -> Consumer:
+        if group not in self._group_clients:
+            self._group_clients[group] = Consumer(self._config.group_committer(group))
+        return self._group_clients[group]
+
+    def records_at(
+        self,
+        starts: Mapping[TP, int],
+        counts: Mapping[TP, int] | None = None,
+        timeout_s: float = 3.0,
+    ) -> dict[TP, list[RecordInfo]]:
+        """The records of each partition from its start offset, `counts` of them (default one).
+        A partition whose records do not arrive within timeout_s (none there, or deleted) has
+        fewer or none."""
+        seen: dict[TP, list[RecordInfo]] = {tp: [] for tp in starts}
+        wanted = {tp: (counts or {}).get(tp, 1) for tp in starts}
+        starts = {tp: offset for tp, offset in starts.items() if wanted[tp] > 0}
+        if not starts:
+            return seen
+        consumer = Consumer(self._config.reader())
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+            deadline = time.monotonic() + timeout_s
+            pending = set(starts)
+            while pending and time.monotonic() < deadline:
+                for message in consumer.consume(1000, timeout=0.2):
+                    tp = (cast(str, message.topic()), cast(int, message.partition()))
+                    if message.error() is not None or tp not in pending:
+                        continue
+                    kind, millis = message.timestamp()
+                    seen[tp].append(
+                        RecordInfo(
+                            timestamp_s=millis / 1000 if kind and millis > 0 else None,
+                            size_bytes=len(message.value() or b"") + len(message.key() or b""),
+                        )
+                    )
+                    if len(seen[tp]) == wanted[tp]:
+                        pending.discard(tp)
+                        consumer.pause([TopicPartition(*tp)])
+        finally:
+            consumer.close()
+        return seen
 
     def _list(self, partitions: list[TP], spec: OffsetSpec) -> Offsets:
         return self._list_specs({tp: spec for tp in partitions})
