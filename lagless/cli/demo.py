@@ -29,7 +29,9 @@ GROUP = "lagless-demo"
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "demo", help="drain a seed-000 shaped backlog from the embedded broker into SQLite"
+        "demo",
+        help="drain a seed-000 shaped backlog from the embedded broker into SQLite",
+        description=__doc__,
     )
     parser.add_argument(
         "--out", help="folder for demo.db and the checkpoint (default: a new temporary folder)"

@@ -16,7 +16,9 @@ SHORTEST_INTERVAL_S = 0.1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("doctor", help="diagnose why a consumer group lags")
+    parser = subparsers.add_parser(
+        "doctor", help="diagnose why a consumer group lags", description=__doc__
+    )
     add_group_arguments(parser)
     parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
     parser.add_argument(

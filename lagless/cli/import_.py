@@ -17,7 +17,9 @@ from lagless.progress import RichCollector
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("import", help="import a Kafka topic into a store with Spark")
+    parser = sub.add_parser(
+        "import", help="import a Kafka topic into a store with Spark", description=__doc__
+    )
     parser.add_argument(
         "--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]"
     )

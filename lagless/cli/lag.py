@@ -34,7 +34,9 @@ def add_group_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("lag", help="show a consumer group's lag per partition")
+    parser = subparsers.add_parser(
+        "lag", help="show a consumer group's lag per partition", description=__doc__
+    )
     add_group_arguments(parser)
     parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
     output = parser.add_mutually_exclusive_group()

@@ -21,7 +21,9 @@ from lagless.lag.simulate import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="predict how a consumer group drains a backlog, per assignor"
+        "simulate",
+        help="predict how a consumer group drains a backlog, per assignor",
+        description=__doc__,
     )
     backlog = parser.add_mutually_exclusive_group(required=True)
     backlog.add_argument("--counts", help="records left per partition: 9497160,9478898,...")

@@ -65,9 +65,10 @@ class ImportSpec:
         if self.max_records_per_batch:
             options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
         else:
-            options["maxBytesPerBatch"] = str(
-                self.max_bytes_per_batch or sink_from_url(self.sink_url).max_batch_bytes
-            )
+            sink = sink_from_url(self.sink_url)
+            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch or sink.max_batch_bytes)
+            if sink.first_batch_max_bytes is not None:
+                options["firstBatchMaxBytes"] = str(sink.first_batch_max_bytes)
         if self.starting_timestamp is not None:
             options["startingTimestamp"] = str(self.starting_timestamp)
         if self.ending_timestamp is not None:

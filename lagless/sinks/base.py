@@ -82,6 +82,8 @@ class Sink(ABC):
     # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
     # stay large; executors stream rows into the store, so memory does not bound them.
     max_batch_bytes: ClassVar[int] = 1024 * 1024 * 1024
+    # A smaller first batch, to show rows sooner; None: the first batch is as large as any.
+    first_batch_max_bytes: ClassVar[int | None] = None
 
     def __init__(self, url: str, location: str) -> None:
         self.url = url
@@ -132,6 +134,9 @@ class DriverSink(Sink):
 
     # The whole batch is one Arrow table in the driver's memory.
     max_batch_bytes: ClassVar[int] = 256 * 1024 * 1024
+    # A run's first batch is small: its rows are visible seconds after the start rather than
+    # after a whole 256 MiB batch went through the driver (a dozen seconds here).
+    first_batch_max_bytes: ClassVar[int | None] = 32 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         table = rows.select(*COLUMNS).toArrow()

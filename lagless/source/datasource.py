@@ -269,6 +269,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         # When the last micro-batch was planned (minOffsetsPerTrigger / maxTriggerDelay).
         self._last_batch_at = time.monotonic()
+        self._planned_a_batch = False
 
     def initialOffset(self) -> dict[str, Any]:
         planning = self._planning
@@ -318,6 +319,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_records = options.max_records_per_batch
         if max_bytes is None:
             max_bytes = options.max_bytes_per_batch
+        if max_bytes is not None and options.first_batch_max_bytes and not self._planned_a_batch:
+            max_bytes = min(max_bytes, options.first_batch_max_bytes)
         ranges = [OffsetRange(t, p, begun[(t, p)], latest[(t, p)]) for t, p in latest]
         end = limit_batch(
             begun,
@@ -326,6 +329,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes=max_bytes,
             bytes_per_record=planning.bytes_per_record(ranges) if max_bytes else None,
         )
+        self._planned_a_batch = self._planned_a_batch or end != begun
         return to_json_offsets(end)
 
     def _delayed(self, begun: Offsets, latest: Offsets) -> bool:

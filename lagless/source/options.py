@@ -75,6 +75,9 @@ KAFKA_PREFIX = "kafka."
 # --- lagless's own options -----------------------------------------------------------------
 MAX_RECORDS_PER_BATCH = "maxRecordsPerBatch"
 MAX_BYTES_PER_BATCH = "maxBytesPerBatch"
+# The first micro-batch a query plans reads at most this many bytes, so its rows land seconds
+# after the start instead of after a whole large batch; the batches after it use the limit.
+FIRST_BATCH_MAX_BYTES = "firstBatchMaxBytes"
 SLOTS = "slots"
 MIN_TASK_RECORDS = "minTaskRecords"
 MIN_TASK_BYTES = "minTaskBytes"
@@ -106,6 +109,7 @@ KNOWN = (
     KAFKA_CONSUMER_POLL_TIMEOUT_MS,
     MAX_RECORDS_PER_BATCH,
     MAX_BYTES_PER_BATCH,
+    FIRST_BATCH_MAX_BYTES,
     SLOTS,
     MIN_TASK_RECORDS,
     MIN_TASK_BYTES,
@@ -143,6 +147,7 @@ class SourceOptions:
     # The smaller of maxRecordsPerBatch and maxOffsetsPerTrigger.
     max_records_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
+    first_batch_max_bytes: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_s: float = 15 * 60.0
     min_partitions: int | None = None
@@ -239,6 +244,7 @@ class SourceOptions:
             available_now_ending_timestamp=_timestamp(lowered, AVAILABLE_NOW_ENDING_TIMESTAMP),
             max_records_per_batch=max_records,
             max_bytes_per_batch=_positive(lowered, MAX_BYTES_PER_BATCH),
+            first_batch_max_bytes=_positive(lowered, FIRST_BATCH_MAX_BYTES),
             min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay_s=_duration_s(lowered.get("maxtriggerdelay", "15m")),
             min_partitions=_positive(lowered, MIN_PARTITIONS),

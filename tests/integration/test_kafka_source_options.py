@@ -144,6 +144,34 @@ def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name
     assert sizes == [120, 120, 120, 120, 20]
 
 
+def test_first_batch_max_bytes_caps_only_the_first_micro_batch(
+    broker, kafka, topic_name, spark, tmp_path
+):
+    """lagless's firstBatchMaxBytes: the first batch is small, the next ones use
+    maxBytesPerBatch (here: everything left)."""
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 250)
+    sizes: list[int] = []
+
+    stream = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**options(kafka, topic_name, startingOffsets="earliest"))
+        .option("maxBytesPerBatch", str(1 << 30))
+        .option("firstBatchMaxBytes", "1000")  # ~100 of these ~10-byte records
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(lambda frame, _: sizes.append(frame.count()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+
+    assert query.exception() is None
+    assert len(sizes) == 2 and 0 < sizes[0] < 250 and sum(sizes) == 500, sizes
+
+
 def test_min_partitions_and_max_records_per_partition_shape_the_tasks(
     broker, kafka, topic_name, spark
 ):

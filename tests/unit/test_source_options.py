@@ -140,6 +140,7 @@ def test_batch_limits() -> None:
     both = parse(maxOffsetsPerTrigger="100", maxRecordsPerBatch="40")
     assert both.max_records_per_batch == 40
     assert parse(maxBytesPerBatch="4096").max_bytes_per_batch == 4096
+    assert parse(firstBatchMaxBytes="512").first_batch_max_bytes == 512
     waiting = parse(minOffsetsPerTrigger="10", maxTriggerDelay="30s")
     assert waiting.min_offsets_per_trigger == 10 and waiting.max_trigger_delay_s == 30
     for raw, seconds in (("500ms", 0.5), ("2m", 120), ("1h", 3600), ("1d", 86400), ("250", 0.25)):
@@ -160,6 +161,7 @@ def test_batch_limits() -> None:
         ({"maxTriggerDelay": "5 weeks"}, "maxTriggerDelay must be a duration"),
         ({"maxRecordsPerBatch": "0"}, "maxRecordsPerBatch must be at least 1"),
         ({"maxBytesPerBatch": "1k"}, "maxBytesPerBatch must be a whole number"),
+        ({"firstBatchMaxBytes": "0"}, "firstBatchMaxBytes must be at least 1"),
         ({"slots": "0"}, "slots must be at least 1"),
         ({"pollTimeoutMs": "x"}, "pollTimeoutMs must be a whole number"),
     ],

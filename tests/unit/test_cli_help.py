@@ -1,0 +1,28 @@
+"""Every command says what it does and every option has a help text (`lagless X --help`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lagless.cli.main import build_parser
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_command_has_a_description() -> None:
+    missing = [name for name, parser in _commands().items() if not parser.description]
+    assert not missing
+
+
+def test_every_option_has_help() -> None:
+    missing = [
+        f"{name} {'/'.join(action.option_strings) or action.dest}"
+        for name, parser in _commands().items()
+        for action in parser._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert not missing, missing
