@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from lagless.exceptions import TransientError
 from lagless.kafka_config import KafkaConfig
 
 # Assignors of the eager protocol: every member gives up all its partitions at each rebalance.
@@ -38,6 +39,13 @@ class GroupDescription:
 class MembershipSource(Protocol):
     def describe(self, group: str) -> GroupDescription | None:
         """The group's members and assignments; None when the broker cannot tell."""
+        ...
+
+    def list_groups(self) -> list[str] | None:
+        """Every consumer group the broker knows; None when it does not answer ListGroups.
+
+        Raises TransientError when the broker cannot be reached.
+        """
         ...
 
 
@@ -73,3 +81,18 @@ class KafkaMembership:
                 for member in found.members
             ),
         )
+
+    def list_groups(self) -> list[str] | None:
+        future = self._admin.list_consumer_groups(request_timeout=_DESCRIBE_TIMEOUT_S)
+        try:
+            listed = future.result()
+        except KafkaException as exc:
+            raise TransientError(f"ListGroups failed: {exc.args[0].str()}") from None
+        unsupported = [
+            error for error in listed.errors if error.code() == KafkaError._UNSUPPORTED_FEATURE
+        ]
+        if unsupported and not listed.valid:
+            return None
+        if listed.errors and not listed.valid:
+            raise TransientError(f"ListGroups failed: {listed.errors[0].str()}")
+        return sorted({group.group_id for group in listed.valid})

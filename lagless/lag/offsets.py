@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from lagless.exceptions import BadInput
 from lagless.kafka_config import KafkaConfig
@@ -19,6 +20,7 @@ from lagless.kafka_config import KafkaConfig
 REACH_TIMEOUT_S = 5.0
 _REQUEST_TIMEOUT_S = 10.0
 _RECORD_READ_TIMEOUT_S = 2.0
+_DESCRIBE_CONFIGS_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,28 @@ class OffsetSource(Protocol):
         """The record at each sample's committed offset (or log start), where it can be read."""
         ...
 
+    def retention_ms(self) -> dict[str, int | None] | None:
+        """retention.ms of each topic read (None: unlimited); None when the broker cannot tell."""
+        ...
+
     def close(self) -> None: ...
 
 
 class KafkaOffsetSource:
     """Reads a group's committed offsets (OffsetFetch) without joining the group."""
 
-    def __init__(self, config: KafkaConfig, group: str, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        group: str,
+        topic: str | None = None,
+        request_timeout_s: float = _REQUEST_TIMEOUT_S,
+    ) -> None:
         self.group = group
         self._config = config
+        # A service keeps sampling while the broker is away: a shorter wait per request lets
+        # it report the outage promptly instead of hanging on it.
+        self._request_timeout_s = request_timeout_s
         self._consumer = Consumer(config.group_offsets_reader(group))
         self._partitions = self._find_partitions(topic)
 
@@ -104,7 +119,7 @@ class KafkaOffsetSource:
 
     def _committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         try:
-            return list(self._consumer.committed(partitions, timeout=_REQUEST_TIMEOUT_S))
+            return list(self._consumer.committed(partitions, timeout=self._request_timeout_s))
         except KafkaException as exc:
             raise BadInput(
                 f"cannot read the offsets of group {self.group!r}: {exc.args[0].str()}"
@@ -115,7 +130,9 @@ class KafkaOffsetSource:
         samples = []
         for tp in committed:
             low, end = self._consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=_REQUEST_TIMEOUT_S, cached=False
+                TopicPartition(tp.topic, tp.partition),
+                timeout=self._request_timeout_s,
+                cached=False,
             )
             samples.append(
                 PartitionSample(
@@ -151,6 +168,25 @@ class KafkaOffsetSource:
                     )
         finally:
             reader.close()
+        return found
+
+    def retention_ms(self) -> dict[str, int | None] | None:
+        """DescribeConfigs of the topics read; the embedded broker does not answer it."""
+        admin = AdminClient({key: str(value) for key, value in self._config.admin().items()})
+        topics = sorted({tp.topic for tp in self._partitions})
+        futures = admin.describe_configs(
+            [ConfigResource("topic", topic) for topic in topics],
+            request_timeout=_DESCRIBE_CONFIGS_TIMEOUT_S,
+        )
+        found: dict[str, int | None] = {}
+        try:
+            for resource, future in futures.items():
+                entry = future.result().get("retention.ms")
+                value = None if entry is None or entry.value is None else int(entry.value)
+                # Kafka spells "no time limit" as -1.
+                found[resource.name] = None if value is None or value < 0 else value
+        except (KafkaException, ValueError):
+            return None
         return found
 
     def close(self) -> None:
