@@ -97,7 +97,8 @@ def render(
             ("lagless_consumergroup_members", "Members of the group (DescribeGroups)"),
             (
                 "lagless_consumergroup_up",
-                "1 when the latest sample of the group succeeded, 0 while the broker fails",
+                "1 when the latest sample of the group succeeded, 0 while the broker fails "
+                "(and before the first sample)",
             ),
             (
                 "lagless_consumergroup_last_sample_timestamp_seconds",
@@ -124,7 +125,8 @@ def render(
     partitions_seen: set[tuple[str, int]] = set()
     for view in views:
         group = {"cluster_name": cluster, "group": view.group}
-        f["lagless_consumergroup_up"].add(0 if view.error else 1, **group)
+        up = view.error is None and view.sampled_at is not None
+        f["lagless_consumergroup_up"].add(int(up), **group)
         if view.sampled_at is not None:
             f["lagless_consumergroup_last_sample_timestamp_seconds"].add(view.sampled_at, **group)
         if view.state is not None:

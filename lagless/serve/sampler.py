@@ -171,6 +171,8 @@ class Sampler:
         except BaseException:
             self.close()
             raise
+        # Named groups are listed from the start, with no partitions until their first sample.
+        self._views = tuple(self._watches[g].view for g in sorted(self._watches))
 
     def _find_groups(self) -> None:
         """New groups the broker lists; a group with no committed offset yet is tried again
