@@ -99,19 +99,20 @@ class GroupWatch:
             del self.records[key]
 
     def _ask_retention(self, now: float) -> None:
+        """retention.ms in a thread of its own: a broker that does not answer DescribeConfigs
+        holds the request for its timeout, which must not delay the samples."""
         asked = self.retention_asked_at
-        # Not on the first round: the first metrics should not wait for a broker that may not
-        # answer DescribeConfigs.
-        if asked is None:
-            self.retention_asked_at = now - RETENTION_CONFIG_EVERY_S + self.settings.interval_s
-            return
-        if now - asked < RETENTION_CONFIG_EVERY_S:
+        if asked is not None and now - asked < RETENTION_CONFIG_EVERY_S:
             return
         self.retention_asked_at = now
+        threading.Thread(target=self._read_retention, name="lag-retention", daemon=True).start()
+
+    def _read_retention(self) -> None:
         try:
-            self.retention_ms = self.source.retention_ms()
+            found = self.source.retention_ms()
         except KafkaException:
-            self.retention_ms = None
+            found = None
+        self.retention_ms = found  # one assignment: the sampler reads whole values only
 
     def committed_records(self) -> dict[tuple[str, int], RecordInfo]:
         latest = {s.key: s.committed for s in self.history.latest()}
