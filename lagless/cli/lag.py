@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.window is not None and args.window < 0:
         raise BadInput("--window cannot be negative")
+    if args.retention_warning < 0:
+        raise BadInput("--retention-warning cannot be negative")
     config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
     source = KafkaOffsetSource(config, args.group, args.topic)
     try:

@@ -149,6 +149,11 @@ def test_time_lag_of_a_stopped_group_is_within_a_second_of_the_truth(
         )
         assert seconds is not None
         assert before - written_at - 1 <= seconds <= after - written_at + 1
+        error_s = abs(seconds - ((before + after) / 2 - written_at))
+        print(
+            f"time lag {seconds:.3f} s, truth {(before + after) / 2 - written_at:.3f} s "
+            f"(error {error_s * 1000:.0f} ms, scrape took {(after - before) * 1000:.0f} ms)"
+        )
 
         stopped = wait_for(
             "the group to show STOP",
