@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -27,7 +28,9 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(browser: Browser) -> None:
+def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
+    browser: Browser, tmp_path: Path
+) -> None:
     with EmbeddedBroker(topics={"orders": 2}) as broker:
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         for number in range(RECORDS):
@@ -79,7 +82,8 @@ def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(browser: B
                 assert chart.get_attribute("data-last-lag") == "5"
                 assert chart.evaluate("c => c.toDataURL()") != first_image
                 assert all(r.startswith(url) for r in requested), "nothing from elsewhere"
-                page.screenshot(path="/tmp/lagless-dashboard.png", full_page=True)
+                # Kept for a person to look at when the test fails.
+                page.screenshot(path=tmp_path / "dashboard.png", full_page=True)
                 page.close()
         finally:
             committer.close()
