@@ -154,3 +154,11 @@ class EmbeddedBroker:
     def clear_request_errors(self, api: str | int) -> None:
         key = API_KEYS[api] if isinstance(api, str) else api
         library().rd_kafka_mock_clear_request_errors(self._cluster, key)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        """Move the partition's log start to before_offset, as retention or DeleteRecords would
+        (the mock answers no DeleteRecords request, so this is its own control)."""
+        code = library().rd_kafka_mock_partition_delete_records(
+            self._cluster, topic.encode(), partition, before_offset
+        )
+        self._check(code, f"delete records of {topic}:{partition} before {before_offset}")

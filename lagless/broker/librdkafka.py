@@ -53,6 +53,10 @@ def library() -> ctypes.CDLL:
             None,
         ),
         "rd_kafka_mock_clear_request_errors": ([_p, ctypes.c_int16], None),
+        "rd_kafka_mock_partition_delete_records": (
+            [_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int64],
+            _int,
+        ),
         "rd_kafka_err2str": ([_int], ctypes.c_char_p),
     }
     for name, (argtypes, restype) in signatures.items():

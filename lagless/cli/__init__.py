@@ -3,7 +3,7 @@
 import importlib
 from types import ModuleType
 
-COMMANDS = ("broker", "gen", "import_", "demo", "lag", "doctor", "simulate")
+COMMANDS = ("broker", "gen", "import_", "demo", "lag", "doctor", "serve", "simulate")
 
 
 def commands() -> list[ModuleType]:

@@ -13,9 +13,12 @@ from rich.table import Table
 
 from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig, parse_key_values
+from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
 from lagless.lag.report import History, build_report, collect, records_without_time_lag
 from lagless.lag.table import markdown_table, rich_table
+from lagless.serve import metrics
+from lagless.serve.sampler import Sampler, SamplerSettings
 
 SAMPLES_PER_WINDOW = 4
 DEFAULT_WINDOW_S = 1.0
@@ -42,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
+    output.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print the metrics of `lagless serve` once, in Prometheus's text format",
+    )
     parser.add_argument(
         "--watch", type=float, metavar="N", help="redraw every N seconds until Ctrl-C"
     )
@@ -52,16 +60,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds of samples behind the status and time lag "
         f"(default {DEFAULT_WINDOW_S:g}; with --watch, {WATCH_WINDOW_REFRESHES} refreshes)",
     )
+    from lagless.cli.serve import add_metric_arguments
+
+    add_metric_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.watch is not None and args.watch <= 0:
         raise BadInput("--watch must be a positive number of seconds")
-    if args.watch is not None and (args.json or args.markdown):
-        raise BadInput("--watch redraws the table; it cannot be combined with --json or --markdown")
+    if args.watch is not None and (args.json or args.markdown or args.prometheus):
+        raise BadInput(
+            "--watch redraws the table; it cannot be combined with --json, --markdown or "
+            "--prometheus"
+        )
     if args.window is not None and args.window < 0:
         raise BadInput("--window cannot be negative")
+    if args.retention_warning < 0:
+        raise BadInput("--retention-warning cannot be negative")
     config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
     source = KafkaOffsetSource(config, args.group, args.topic)
     try:
@@ -70,6 +86,11 @@ def run(args: argparse.Namespace) -> int:
             watch(args.group, source, args.watch, window_s, Console())
             return 0
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
+        if args.prometheus:
+            cluster = args.cluster_name or args.bootstrap
+            membership = KafkaMembership(config)
+            print(prometheus_once(args.group, source, membership, window_s, cluster, args), end="")
+            return 0
         history = History(keep_s=window_s)
         collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)
         report = build_report(
@@ -111,3 +132,23 @@ def watch(
                 live.update(table(), refresh=True)
         except KeyboardInterrupt:
             return
+
+
+def prometheus_once(
+    group: str,
+    source: OffsetSource,
+    membership: KafkaMembership,
+    window_s: float,
+    cluster: str,
+    args: argparse.Namespace,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """The serve command's metrics for one group, sampled over the window once."""
+    interval_s = window_s / SAMPLES_PER_WINDOW
+    settings = SamplerSettings(interval_s, window_s, args.retention_warning)
+    sampler = Sampler(lambda _group: source, membership, settings, [group])
+    for round_number in range(SAMPLES_PER_WINDOW + 1):
+        if round_number:
+            sleep(interval_s)
+        sampler.sample_once()
+    return metrics.render(sampler.views(), time.time(), cluster)

@@ -24,13 +24,34 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
 
 TP = tuple[str, int]
 Offsets = dict[TP, int]
+
+# Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
+# hold such a request for its whole timeout: a short one keeps callers responsive.
+_DESCRIBE_TIMEOUT_S = 5.0
+_DESCRIBE_CONFIGS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    partitions: tuple[TP, ...]
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    assignor: str
+    state: str
+    members: tuple[GroupMember, ...]
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,8 @@ class OffsetReader:
             metadata = self._admin.list_topics(timeout=self._timeout_s)
         except KafkaException as exc:
             raise BadInput(
-                f"cannot reach Kafka at {self._config.bootstrap}: {_reason(exc)}"
+                f"cannot reach the broker at {self._config.bootstrap} within "
+                f"{self._timeout_s:.0f} s ({_reason(exc)})"
             ) from None
         if assign is not None:
             wanted = [(t, p) for t, parts in sorted(assign.items()) for p in sorted(parts)]
@@ -208,6 +230,68 @@ class OffsetReader:
         finally:
             consumer.close()
         return seen
+
+    def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
+        """retention.ms of each topic (None: unlimited), from DescribeConfigs; None when the
+        broker does not tell (the embedded broker does not answer)."""
+        futures = self._admin.describe_configs(
+            [ConfigResource("topic", topic) for topic in sorted(set(topics))],
+            request_timeout=_DESCRIBE_CONFIGS_TIMEOUT_S,
+        )
+        found: dict[str, int | None] = {}
+        try:
+            for resource, future in futures.items():
+                entry = future.result().get("retention.ms")
+                value = None if entry is None or entry.value is None else int(entry.value)
+                # Kafka spells "no time limit" as -1.
+                found[resource.name] = None if value is None or value < 0 else value
+        except (KafkaException, ValueError):
+            return None
+        return found
+
+    def list_groups(self) -> list[str] | None:
+        """Every consumer group the broker knows; None when it does not answer ListGroups."""
+        future = self._admin.list_consumer_groups(request_timeout=_DESCRIBE_TIMEOUT_S)
+        try:
+            listed = future.result()
+        except KafkaException as exc:
+            raise TransientError(f"ListGroups failed: {_reason(exc)}") from None
+        unsupported = [
+            error for error in listed.errors if error.code() == KafkaError._UNSUPPORTED_FEATURE
+        ]
+        if unsupported and not listed.valid:
+            return None
+        if listed.errors and not listed.valid:
+            raise TransientError(f"ListGroups failed: {listed.errors[0].str()}")
+        return sorted({group.group_id for group in listed.valid})
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group's state, assignor, members and their partitions (DescribeGroups); None
+        when the broker does not tell."""
+        future = self._admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)
+        try:
+            found = future[group].result()
+        except KafkaException:
+            return None
+        return GroupDescription(
+            group=group,
+            assignor=found.partition_assignor or "",
+            state=str(getattr(found.state, "name", found.state)),
+            members=tuple(
+                GroupMember(
+                    member_id=member.member_id,
+                    client_id=member.client_id,
+                    partitions=tuple(
+                        sorted(
+                            (tp.topic, tp.partition)
+                            for tp in (member.assignment.topic_partitions or [])
+                        )
+                    ),
+                    group_instance_id=member.group_instance_id,
+                )
+                for member in found.members
+            ),
+        )
 
     def _list(self, partitions: list[TP], spec: OffsetSpec) -> Offsets:
         return self._list_specs({tp: spec for tp in partitions})

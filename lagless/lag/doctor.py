@@ -9,14 +9,17 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lagless.lag.members import EAGER_ASSIGNORS, GroupDescription, MembershipSource
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
 from lagless.lag.report import History, LagReport, build_report, records_without_time_lag
+from lagless.lag.retention import RetentionRisk, retention_risk
 from lagless.lag.status import Status
 
 DEFAULT_FETCH_BYTES = 1024 * 1024  # max.partition.fetch.bytes / fetch.message.max.bytes
+# Warn while there is still time to add consumers or raise retention: an hour by default.
+DEFAULT_RETENTION_WARNING_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Examination:
     records: Mapping[tuple[str, int], RecordInfo]
     memberships: Sequence[GroupDescription] | None
     sampled_s: float
+    retention: Mapping[tuple[str, int], RetentionRisk] = field(default_factory=dict)
 
 
 def examine(
@@ -63,7 +67,9 @@ def examine(
     records = records_without_time_lag(source, history)
     records = {**records, **_sizes_of_lagging(source, history, records)}
     report = build_report(group, history, window_s, records)
-    return Examination(report, history, records, snapshots, seconds)
+    risks = {key: retention_risk(samples) for key, samples in history.samples.items()}
+    retention = {key: risk for key, risk in risks.items() if risk is not None}
+    return Examination(report, history, records, snapshots, seconds, retention)
 
 
 def _sizes_of_lagging(
@@ -86,7 +92,11 @@ def _names(keys: Sequence[tuple[str, int]], most: int = 8) -> str:
     return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
-def diagnose(exam: Examination, fetch_bytes: int = DEFAULT_FETCH_BYTES) -> list[Finding]:
+def diagnose(
+    exam: Examination,
+    fetch_bytes: int = DEFAULT_FETCH_BYTES,
+    retention_warning_s: float = DEFAULT_RETENTION_WARNING_S,
+) -> list[Finding]:
     """The findings, worst first; a healthy group gets one finding saying so."""
     report = exam.report
     rows = {(row.topic, row.partition): row for row in report.rows}
@@ -94,7 +104,7 @@ def diagnose(exam: Examination, fetch_bytes: int = DEFAULT_FETCH_BYTES) -> list[
         status: sorted(key for key, row in rows.items() if row.status == status)
         for status in Status
     }
-    findings: list[Finding] = []
+    findings: list[Finding] = _retention(exam.retention, retention_warning_s)
     for key in by_status[Status.REWIND]:
         findings.append(_rewind(key, exam.history.samples[key]))
     if by_status[Status.STOP]:
@@ -138,6 +148,57 @@ def diagnose(exam: Examination, fetch_bytes: int = DEFAULT_FETCH_BYTES) -> list[
                 f"group {report.group}: {len(rows)} partitions, total lag {report.total_lag}, "
                 f"nothing stuck, rewound or falling behind over {exam.sampled_s:g} s.",
                 "nothing to do",
+            )
+        )
+    return findings
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _retention(risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float) -> list[Finding]:
+    """Records lost to retention first (the worst there is), then records about to be."""
+    lost = sorted(key for key, risk in risks.items() if risk.lost)
+    soon = sorted(key for key, risk in risks.items() if not risk.lost and risk.at_risk(warning_s))
+    findings = []
+    if lost:
+        deleted = sum(-risks[key].records_left for key in lost)
+        findings.append(
+            Finding(
+                "records-lost",
+                f"{_names(lost)}: retention deleted {deleted} records the group had not read "
+                "yet — the log start is past the committed offset; the consumer will skip "
+                "them (or fail, with auto.offset.reset=none).",
+                "replay them from a copy if one exists; then raise retention.ms / "
+                "retention.bytes or add consumers so the group keeps ahead of retention",
+            )
+        )
+    if soon:
+        first = min(soon, key=lambda key: risks[key].seconds_left or 0.0)
+        risk = risks[first]
+        basis = (
+            "retention.ms"
+            if risk.seconds_by_retention is not None
+            and risk.seconds_by_retention == risk.seconds_left
+            else f"the log start advancing {risk.log_start_per_s:.3g} records/s"
+        )
+        findings.append(
+            Finding(
+                "retention-risk",
+                f"{_names(soon)}: retention will delete records the group has not read — "
+                f"{_name(first)} has {risk.records_left} records between the log start and "
+                f"the committed offset, gone in about {_duration(risk.seconds_left or 0.0)} "
+                f"at {basis}.",
+                "catch up first (add consumers, up to one per partition), or raise "
+                "retention.ms / retention.bytes on the topic before the log start passes the "
+                "committed offset",
             )
         )
     return findings

@@ -6,33 +6,13 @@ doctor says what it could not check.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-
 from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import GroupDescription, GroupMember, OffsetReader
 
 # Assignors of the eager protocol: every member gives up all its partitions at each rebalance.
 EAGER_ASSIGNORS = frozenset({"range", "roundrobin", "sticky"})
-_DESCRIBE_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class GroupMember:
-    member_id: str
-    client_id: str
-    partitions: tuple[tuple[str, int], ...]
-    group_instance_id: str | None = None
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group: str
-    assignor: str
-    state: str
-    members: tuple[GroupMember, ...]
 
 
 class MembershipSource(Protocol):
@@ -40,36 +20,25 @@ class MembershipSource(Protocol):
         """The group's members and assignments; None when the broker cannot tell."""
         ...
 
+    def list_groups(self) -> list[str] | None:
+        """Every consumer group the broker knows; None when it does not answer ListGroups.
+
+        Raises TransientError when the broker cannot be reached.
+        """
+        ...
+
 
 class KafkaMembership:
-    """DescribeGroups through the admin client."""
+    """ListGroups and DescribeGroups, asked through the broker-access module."""
 
     def __init__(self, config: KafkaConfig) -> None:
-        # admin() holds strings only; the stubs want librdkafka's scalar types spelled out.
-        self._admin = AdminClient({key: str(value) for key, value in config.admin().items()})
+        self._broker = OffsetReader(config)
 
     def describe(self, group: str) -> GroupDescription | None:
-        future = self._admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)
-        try:
-            found = future[group].result()
-        except KafkaException:
-            return None
-        return GroupDescription(
-            group=group,
-            assignor=found.partition_assignor or "",
-            state=str(getattr(found.state, "name", found.state)),
-            members=tuple(
-                GroupMember(
-                    member_id=member.member_id,
-                    client_id=member.client_id,
-                    partitions=tuple(
-                        sorted(
-                            (tp.topic, tp.partition)
-                            for tp in (member.assignment.topic_partitions or [])
-                        )
-                    ),
-                    group_instance_id=member.group_instance_id,
-                )
-                for member in found.members
-            ),
-        )
+        return self._broker.describe_group(group)
+
+    def list_groups(self) -> list[str] | None:
+        return self._broker.list_groups()
+
+
+__all__ = ["EAGER_ASSIGNORS", "GroupDescription", "GroupMember", "KafkaMembership"]

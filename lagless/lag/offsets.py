@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
-
-from lagless.exceptions import BadInput
+from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import TP, OffsetReader, RecordInfo
 
+# How long a first look may take before the broker counts as unreachable.
 REACH_TIMEOUT_S = 5.0
-_REQUEST_TIMEOUT_S = 10.0
 _RECORD_READ_TIMEOUT_S = 2.0
 
 
@@ -43,14 +42,6 @@ class PartitionSample:
         return max(0, self.end - start)
 
 
-@dataclass(frozen=True)
-class RecordInfo:
-    """The record at an offset: when it was written and how big it is."""
-
-    timestamp_s: float | None
-    size_bytes: int
-
-
 class OffsetSource(Protocol):
     def sample(self) -> list[PartitionSample]:
         """The group's committed offset and the log bounds of every partition it reads."""
@@ -60,98 +51,74 @@ class OffsetSource(Protocol):
         """The record at each sample's committed offset (or log start), where it can be read."""
         ...
 
+    def retention_ms(self) -> dict[str, int | None] | None:
+        """retention.ms of each topic read (None: unlimited); None when the broker cannot tell."""
+        ...
+
     def close(self) -> None: ...
 
 
 class KafkaOffsetSource:
-    """Reads a group's committed offsets (OffsetFetch) without joining the group."""
+    """A group's committed offsets and its partitions' bounds, read without joining the group,
+    through the broker-access module."""
 
-    def __init__(self, config: KafkaConfig, group: str, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        group: str,
+        topic: str | None = None,
+        request_timeout_s: float = REACH_TIMEOUT_S,
+    ) -> None:
         self.group = group
-        self._config = config
-        self._consumer = Consumer(config.group_offsets_reader(group))
-        self._partitions = self._find_partitions(topic)
-
-    def _find_partitions(self, topic: str | None) -> list[TopicPartition]:
+        self._bootstrap = config.bootstrap
+        # No retries inside a request: a service keeps sampling while the broker is away and
+        # reports the outage promptly instead of hanging on it.
+        self._broker = OffsetReader(config, timeout_s=request_timeout_s, retry_s=0)
         try:
-            metadata = self._consumer.list_topics(topic=topic, timeout=REACH_TIMEOUT_S)
-        except KafkaException as exc:
-            self._consumer.close()
-            raise BadInput(
-                f"cannot reach the broker at {self._config.bootstrap} within "
-                f"{REACH_TIMEOUT_S:.0f} s ({exc.args[0].str()})"
-            ) from None
-        topics = {
-            name: meta
-            for name, meta in metadata.topics.items()
-            if meta.error is None and not name.startswith("__")
-        }
-        if topic is not None and topic not in topics:
-            self._consumer.close()
-            raise BadInput(f"topic {topic!r} does not exist on {self._config.bootstrap}")
-        every = [
-            TopicPartition(name, partition)
-            for name, meta in sorted(topics.items())
-            for partition in sorted(meta.partitions)
-        ]
-        committed = self._committed(every) if every else []
-        read_topics = {tp.topic for tp in committed if tp.offset != OFFSET_INVALID}
+            self._partitions = self._find_partitions(topic)
+        except BaseException:
+            self._broker.close()
+            raise
+
+    def _find_partitions(self, topic: str | None) -> list[TP]:
+        """The partitions of the topics the group has committed offsets on."""
+        every = self._broker.partitions([topic] if topic else (), None if topic else ".*")
+        try:
+            committed = self._broker.committed(self.group, every)
+        except TransientError as exc:
+            raise BadInput(str(exc)) from None
+        read_topics = {t for (t, _), offset in committed.items() if offset is not None}
         if not read_topics:
-            self._consumer.close()
             where = f"topic {topic!r}" if topic else "any topic"
             raise BadInput(f"group {self.group!r} has no committed offsets on {where}")
-        return [TopicPartition(tp.topic, tp.partition) for tp in every if tp.topic in read_topics]
-
-    def _committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        try:
-            return list(self._consumer.committed(partitions, timeout=_REQUEST_TIMEOUT_S))
-        except KafkaException as exc:
-            raise BadInput(
-                f"cannot read the offsets of group {self.group!r}: {exc.args[0].str()}"
-            ) from None
+        return [tp for tp in every if tp[0] in read_topics]
 
     def sample(self) -> list[PartitionSample]:
-        committed = self._committed(self._partitions)
-        samples = []
-        for tp in committed:
-            low, end = self._consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=_REQUEST_TIMEOUT_S, cached=False
+        committed = self._broker.committed(self.group, self._partitions)
+        low, end = self._broker.watermarks(self._partitions)
+        at = time.time()
+        return [
+            PartitionSample(
+                topic=t,
+                partition=p,
+                at=at,
+                committed=committed.get((t, p)),
+                low=low[(t, p)],
+                end=end[(t, p)],
             )
-            samples.append(
-                PartitionSample(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    at=time.time(),
-                    committed=None if tp.offset < 0 else tp.offset,
-                    low=low,
-                    end=end,
-                )
-            )
-        return samples
+            for t, p in self._partitions
+        ]
 
-    def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
+    def record_at(self, samples: Sequence[PartitionSample]) -> dict[TP, RecordInfo]:
         wanted = {s.key: s.end - s.lag for s in samples if s.lag > 0}
-        if not wanted:
-            return {}
-        reader = Consumer(self._config.reader())
-        found: dict[tuple[str, int], RecordInfo] = {}
-        try:
-            reader.assign([TopicPartition(t, p, offset) for (t, p), offset in wanted.items()])
-            deadline = time.monotonic() + _RECORD_READ_TIMEOUT_S
-            while len(found) < len(wanted) and time.monotonic() < deadline:
-                message = reader.poll(0.2)
-                if message is None or message.error() is not None:
-                    continue
-                key = (message.topic(), message.partition())
-                if key in wanted and key not in found:
-                    kind, millis = message.timestamp()
-                    found[key] = RecordInfo(
-                        timestamp_s=millis / 1000 if kind and millis > 0 else None,
-                        size_bytes=len(message.value() or b"") + len(message.key() or b""),
-                    )
-        finally:
-            reader.close()
-        return found
+        found = self._broker.records_at(wanted, timeout_s=_RECORD_READ_TIMEOUT_S)
+        return {tp: records[0] for tp, records in found.items() if records}
+
+    def retention_ms(self) -> dict[str, int | None] | None:
+        return self._broker.retention_ms(t for t, _ in self._partitions)
 
     def close(self) -> None:
-        self._consumer.close()
+        self._broker.close()
+
+
+__all__ = ["KafkaOffsetSource", "OffsetSource", "PartitionSample", "RecordInfo"]

@@ -218,7 +218,7 @@ def test_gen_bad_input_is_one_line_and_exit_2(
 def test_gen_against_an_unreachable_bootstrap_fails_in_one_line() -> None:
     result = run_cli("gen", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--counts", "1")
     assert result.returncode == 2
-    assert result.stderr.startswith("lagless: error: cannot reach Kafka at 127.0.0.1:1")
+    assert result.stderr.startswith("lagless: error: cannot reach the broker at 127.0.0.1:1")
     assert result.stderr.count("\n") == 1
 
 

@@ -76,7 +76,7 @@ def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):
     assert result.stderr.strip().splitlines() == [
         line for line in result.stderr.strip().splitlines() if line.startswith("lagless: error:")
     ]
-    assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+    assert "cannot reach the broker at 127.0.0.1:1" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

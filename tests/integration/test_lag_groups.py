@@ -226,5 +226,5 @@ def test_unreachable_broker_is_one_line_and_exit_2_within_seconds(
     assert code == 2
     assert time.monotonic() - started < 10
     error = capsys.readouterr().err
-    assert error.startswith("lagless: error: cannot reach the broker at 127.0.0.1:9 within 5 s")
+    assert error.startswith("lagless: error: cannot reach the broker at 127.0.0.1:9 within")
     assert error.count("\n") == 1

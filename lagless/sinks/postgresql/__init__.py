@@ -107,9 +107,12 @@ class PostgresSink(DriverSink):
 
     def _write_once(self, table: pa.Table, layout: Layout) -> int:
         """One transaction: the Arrow table into a temporary table through ADBC (binary COPY,
-        no Python object per cell), then one INSERT ... ON CONFLICT."""
+        no Python object per cell), then one INSERT ... ON CONFLICT. Rows unique on their
+        record (append, dead letters) are first copied straight into the table."""
         names = ", ".join(quoted(name) for name in layout.names)
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
+            if not layout.newer_only and _appended(conn, cur, table, layout):
+                return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
             rows = f"SELECT {names} FROM {STAGE}"
@@ -138,6 +141,20 @@ class PostgresSink(DriverSink):
             return adbc_pg.connect(uri)
         except adbc_pg.Error as exc:
             raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+
+
+def _appended(conn: Any, cur: Any, table: pa.Table, layout: Layout) -> bool:
+    """COPY the rows straight into the table, in one transaction: twice as fast as staging them
+    and merging with ON CONFLICT. A replayed batch meets a row it wrote before, and the unique
+    key fails the whole COPY: False, nothing written, and the caller merges instead."""
+    try:
+        cur.adbc_ingest(layout.table, table, mode="append")
+        failpoint("mid-write")
+        conn.commit()
+    except adbc_pg.IntegrityError:
+        conn.rollback()
+        return False
+    return True
 
 
 def _check_layout(conn: Any, layout: Layout) -> None:

@@ -1,0 +1,160 @@
+"""`lagless serve`: sample consumer groups continuously and serve their lag over HTTP.
+
+/metrics for Prometheus, /api/groups for programs, / for people. The first line of stdout is
+the server's address, so a script can start it with --port 0 and read where it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from lagless.exceptions import BadInput, TransientError
+from lagless.kafka.config import KafkaConfig, parse_key_values
+from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
+from lagless.lag.members import KafkaMembership
+from lagless.lag.offsets import KafkaOffsetSource, OffsetSource
+from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.serve.server import Content
+from lagless.serve.service import LagService, bind
+
+DEFAULT_PORT = 9308
+# Shorter than lag's 10 s: the service notices a broker that went away within a round or two.
+REQUEST_TIMEOUT_S = 3.0
+
+
+def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster-name",
+        metavar="NAME",
+        help="the cluster_name label of the metrics (default: the bootstrap address)",
+    )
+    parser.add_argument(
+        "--retention-warning",
+        type=float,
+        default=DEFAULT_RETENTION_WARNING_S,
+        metavar="S",
+        help="warn when retention deletes unread records within S seconds (default 3600)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve consumer groups' lag: Prometheus /metrics, a JSON API and a dashboard",
+        description=__doc__,
+    )
+    parser.add_argument("--bootstrap", required=True, help="broker addresses, host:port[,...]")
+    parser.add_argument(
+        "--group",
+        action="append",
+        metavar="G",
+        help="consumer group to watch (repeatable; default: every group the broker lists)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=2.0, metavar="S", help="seconds between samples (2)"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds of samples behind each status; STOP is no commit for longer (30)",
+    )
+    add_metric_arguments(parser)
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through (repeatable), e.g. security.protocol=SSL",
+    )
+    parser.set_defaults(func=run)
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise BadInput(f"--port {args.port} is not a port (0-65535)")
+    if args.interval <= 0:
+        raise BadInput("--interval must be a positive number of seconds")
+    if args.window <= 0:
+        raise BadInput("--window must be a positive number of seconds")
+    if args.retention_warning < 0:
+        raise BadInput("--retention-warning cannot be negative")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_numbers(args)
+    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    settings = SamplerSettings(args.interval, args.window, args.retention_warning)
+    started: list[Sampler] = []
+    content = Content(
+        views=lambda: started[0].views() if started else (),
+        cluster=args.cluster_name or args.bootstrap,
+        poll_time_ms=lambda: started[0].poll_time_ms if started else None,
+    )
+    # Bind first: a port in use is told at once, before the broker is asked anything.
+    server = bind(args.host, args.port, content)
+    try:
+        started.append(open_sampler(config, args.group, settings))
+    except BaseException:
+        server.server_close()
+        raise
+    service = LagService(started[0], server).start()
+    print(service.url, flush=True)
+    watched = ", ".join(args.group) if args.group else "every group the broker lists"
+    print(
+        f"lagless serve: {watched} on {args.bootstrap}; {service.url}/metrics, "
+        f"{service.url}/api/groups; Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    wait_for_signal()
+    service.stop()
+    return 0
+
+
+def open_sampler(
+    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings
+) -> Sampler:
+    """A sampler of the named groups, or of every group the broker lists; bad input when
+    the broker cannot be reached, a named group has no offsets, or no group is named and the
+    broker does not answer ListGroups."""
+    membership = KafkaMembership(config)
+
+    def open_source(group: str) -> OffsetSource:
+        return KafkaOffsetSource(config, group, request_timeout_s=REQUEST_TIMEOUT_S)
+
+    if groups is None:
+        try:
+            listed = membership.list_groups()
+        except TransientError as exc:
+            raise BadInput(f"cannot reach the broker at {config.bootstrap} ({exc})") from None
+        if listed is None:
+            raise BadInput(
+                f"the broker at {config.bootstrap} does not answer ListGroups (the embedded "
+                "broker does not): name the groups with --group"
+            )
+    return Sampler(open_source, membership, settings, groups)
+
+
+def wait_for_signal() -> None:
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # A timed wait lets the signal handler run promptly on every platform.
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,91 @@
+"""The JSON API's bodies, shaped after Burrow's v3 responses.
+
+Burrow answers `{"error": false, "message": ..., <payload>}`; a group's status carries
+`status`, `totallag`, `maxlag`, `partition_count` and `partitions`, each with `status` and
+`current_lag`. lagless adds what Burrow lacks: time lag (and how it was found), the log
+start and retention margin, the group state, the doctor's findings and a short lag series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lagless.serve.view import GroupView, PartitionView
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def partition_json(p: PartitionView, now: float, warning_s: float) -> dict[str, object]:
+    seconds, method = p.lag_seconds(now)
+    risk = p.retention
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "status": p.status.name,
+        "committed": p.committed,
+        "end": p.end,
+        "log_start": p.log_start,
+        "current_lag": p.lag,
+        "lag_seconds": _round(seconds),
+        "lag_seconds_method": method,
+        "retention": None
+        if risk is None
+        else {
+            "records_left": risk.records_left,
+            "seconds_by_rate": _round(risk.seconds_by_rate),
+            "seconds_by_retention_ms": _round(risk.seconds_by_retention),
+            "at_risk": risk.at_risk(warning_s),
+        },
+    }
+
+
+def group_summary(view: GroupView, now: float) -> dict[str, object]:
+    return {
+        "group": view.group,
+        "status": view.status.name if view.partitions else None,
+        "state": view.state,
+        "totallag": view.total_lag,
+        "max_lag_seconds": _round(view.max_lag_seconds(now)),
+        "partition_count": len(view.partitions),
+        "sampled_at": view.sampled_at,
+        "error": view.error,
+    }
+
+
+def group_status(view: GroupView, now: float) -> dict[str, object]:
+    worst = max(view.partitions, key=lambda p: p.lag, default=None)
+    return {
+        **group_summary(view, now),
+        "members": view.members,
+        "maxlag": None if worst is None else partition_json(worst, now, view.retention_warning_s),
+        "partitions": [partition_json(p, now, view.retention_warning_s) for p in view.partitions],
+        "findings": [{"code": f.code, "what": f.what, "fix": f.fix} for f in view.findings],
+        "series": [
+            {"at": point.at, "total_lag": point.total_lag, "max_lag_seconds": point.max_lag_seconds}
+            for point in view.series
+        ],
+    }
+
+
+def groups_body(views: Sequence[GroupView], now: float) -> dict[str, object]:
+    return {
+        "error": False,
+        "message": "consumer list returned",
+        "now": now,
+        "groups": [group_summary(view, now) for view in views],
+    }
+
+
+def group_body(view: GroupView, now: float) -> dict[str, object]:
+    return {
+        "error": False,
+        "message": "consumer status returned",
+        "now": now,
+        "status": group_status(view, now),
+    }
+
+
+def not_found_body(message: str) -> dict[str, object]:
+    return {"error": True, "message": message}
