@@ -15,7 +15,7 @@ from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
-from lagless.lag.report import History, build_report, collect, records_without_time_lag
+from lagless.lag.report import History, build_report, collect, committed_records
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
@@ -93,9 +93,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         history = History(keep_s=window_s)
         collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)
-        report = build_report(
-            args.group, history, window_s, records_without_time_lag(source, history)
-        )
+        report = build_report(args.group, history, window_s, committed_records(source, history))
     finally:
         source.close()
     if args.json:
@@ -122,7 +120,7 @@ def watch(
 
     def table() -> Table:
         history.add(source.sample())
-        found = records_without_time_lag(source, history, records)
+        found = committed_records(source, history, records)
         return rich_table(build_report(group, history, window_s, found))
 
     with Live(table(), console=console, auto_refresh=False) as live:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lagless.lag.members import EAGER_ASSIGNORS, GroupDescription, MembershipSource
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
-from lagless.lag.report import History, LagReport, build_report, records_without_time_lag
+from lagless.lag.report import History, LagReport, build_report, committed_records
 from lagless.lag.retention import RetentionRisk, retention_risk
 from lagless.lag.status import Status
 
@@ -64,7 +64,7 @@ def examine(
             snapshot = membership.describe(group)
             snapshots = None if snapshot is None else [*snapshots, snapshot]
     window_s = seconds / 2
-    records = records_without_time_lag(source, history)
+    records = committed_records(source, history)
     records = {**records, **_sizes_of_lagging(source, history, records)}
     report = build_report(group, history, window_s, records)
     risks = {key: retention_risk(samples) for key, samples in history.samples.items()}

@@ -79,15 +79,17 @@ def build_report(
     window_s: float,
     records: Mapping[tuple[str, int], RecordInfo] | None = None,
 ) -> LagReport:
-    """Rows for the latest samples; lag_seconds falls back to the committed record's timestamp."""
+    """Rows for the latest samples. lag_seconds is exact where the committed record is known
+    (the sample's time minus the record's timestamp), else interpolated from the samples."""
     rows = []
     for key in sorted(history.samples):
         samples = history.samples[key]
         latest = samples[-1]
-        lag_seconds = interpolated_lag_seconds(samples)
         record = (records or {}).get(key)
-        if lag_seconds is None and record is not None and record.timestamp_s is not None:
-            lag_seconds = max(0.0, latest.at - record.timestamp_s)
+        if record is not None and record.timestamp_s is not None and latest.lag > 0:
+            lag_seconds: float | None = max(0.0, latest.at - record.timestamp_s)
+        else:
+            lag_seconds = interpolated_lag_seconds(samples)
         rows.append(
             LagRow(
                 topic=latest.topic,
@@ -116,24 +118,28 @@ def collect(
         history.add(source.sample())
 
 
-def records_without_time_lag(
+def committed_records(
     source: OffsetSource,
     history: History,
     cache: dict[tuple[str, int], tuple[int, RecordInfo]] | None = None,
 ) -> dict[tuple[str, int], RecordInfo]:
-    """The committed record of each lagging partition the samples cannot time.
+    """The record at the committed offset of each lagging partition, for an exact time lag.
 
-    cache (partition -> (offset, record)) spares re-reading a record when a watch redraws.
+    cache (partition -> (offset, record)) keeps what was read, so a record is read once per
+    committed offset however often the caller samples; records before the log start are gone
+    and not asked for (the read would only wait for its timeout).
     """
     known = {} if cache is None else cache
-    untimed = {
-        key: samples[-1]
-        for key, samples in history.samples.items()
-        if samples[-1].lag > 0 and interpolated_lag_seconds(samples) is None
-    }
-    offsets = {key: sample.end - sample.lag for key, sample in untimed.items()}
-    unread = [s for key, s in untimed.items() if key not in known or known[key][0] != offsets[key]]
+    lagging = {key: samples[-1] for key, samples in history.samples.items() if samples[-1].lag > 0}
+    offsets = {key: sample.end - sample.lag for key, sample in lagging.items()}
+    unread = [
+        sample
+        for key, sample in lagging.items()
+        if offsets[key] >= sample.low and known.get(key, (None,))[0] != offsets[key]
+    ]
     if unread:
         for key, record in source.record_at(unread).items():
             known[key] = (offsets[key], record)
-    return {key: known[key][1] for key in untimed if key in known and known[key][0] == offsets[key]}
+    for key in [key for key in known if key not in lagging]:
+        del known[key]
+    return {key: known[key][1] for key in lagging if key in known and known[key][0] == offsets[key]}

@@ -12,12 +12,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from lagless.exceptions import LaglessError
 from lagless.lag.members import GroupDescription, MembershipSource
 from lagless.lag.offsets import OffsetSource, RecordInfo
-from lagless.lag.report import History
+from lagless.lag.report import History, committed_records
 from lagless.serve.view import GroupView, SeriesPoint, group_view
 
 # retention.ms changes rarely, and a broker that does not answer DescribeConfigs makes each
@@ -49,7 +50,9 @@ class GroupWatch:
         self.settings = settings
         self.history = History(keep_s=settings.keep_s)
         # partition -> (committed offset, its record): one read per lagging partition and offset.
+        # partition -> (committed offset, the record there), read once per offset.
         self.records: dict[tuple[str, int], tuple[int, RecordInfo]] = {}
+        self.committed: dict[tuple[str, int], RecordInfo] = {}
         self.description: GroupDescription | None = None
         self.retention_ms: dict[str, int | None] | None = None
         self.retention_asked_at: float | None = None
@@ -75,26 +78,9 @@ class GroupWatch:
         self.view = self._build_view(now())
 
     def _read_committed_records(self) -> None:
-        latest = self.history.latest()
-        lagging = {s.key: s for s in latest if s.lag > 0 and s.committed is not None}
-        # Records before the log start are gone: reading there would only wait for a timeout.
-        unread = [
-            s
-            for key, s in lagging.items()
-            if s.committed is not None
-            and s.committed >= s.low
-            and self.records.get(key, (None,))[0] != s.committed
-        ]
-        if unread:
-            try:
-                found = self.source.record_at(unread)
-            except LaglessError:
-                found = {}
-            for sample in unread:
-                if sample.key in found and sample.committed is not None:
-                    self.records[sample.key] = (sample.committed, found[sample.key])
-        for key in [key for key in self.records if key not in lagging]:
-            del self.records[key]
+        # A failed read leaves the records known; the next sample asks again.
+        with suppress(LaglessError):
+            self.committed = committed_records(self.source, self.history, self.records)
 
     def _ask_retention(self, now: float) -> None:
         """retention.ms in a thread of its own: a broker that does not answer DescribeConfigs
@@ -112,14 +98,8 @@ class GroupWatch:
             found = None
         self.retention_ms = found  # one assignment: the sampler reads whole values only
 
-    def committed_records(self) -> dict[tuple[str, int], RecordInfo]:
-        latest = {s.key: s.committed for s in self.history.latest()}
-        return {
-            key: record for key, (offset, record) in self.records.items() if latest[key] == offset
-        }
-
     def _build_view(self, now: float) -> GroupView:
-        records = self.committed_records()
+        records = self.committed
         view = group_view(
             self.group,
             self.history,

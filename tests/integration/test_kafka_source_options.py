@@ -121,15 +121,12 @@ def test_include_headers(broker, kafka, topic_name, spark):
     ]
 
 
-def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name, spark, tmp_path):
-    broker.create_topic(topic_name, 2)
-    produce_timed(kafka, topic_name, 2, 250)
+def micro_batch_sizes(spark, kafka, topic: str, tmp_path: Path, **more: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """Records per micro-batch of a stream under the availableNow trigger."""
     sizes: list[int] = []
-
     stream = (
         spark.readStream.format(SOURCE_NAME)
-        .options(**options(kafka, topic_name, startingOffsets="earliest"))
-        .option("maxOffsetsPerTrigger", "120")
+        .options(**options(kafka, topic, startingOffsets="earliest", **more))
         .load()
     )
     query = (
@@ -139,8 +136,15 @@ def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name
         .start()
     )
     query.awaitTermination(120)
-
     assert query.exception() is None
+    return sizes
+
+
+def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name, spark, tmp_path):
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 250)
+    sizes = micro_batch_sizes(spark, kafka, topic_name, tmp_path, maxOffsetsPerTrigger="120")
+
     assert sizes == [120, 120, 120, 120, 20]
 
 
@@ -151,24 +155,15 @@ def test_first_batch_max_bytes_caps_only_the_first_micro_batch(
     maxBytesPerBatch (here: everything left)."""
     broker.create_topic(topic_name, 2)
     produce_timed(kafka, topic_name, 2, 250)
-    sizes: list[int] = []
-
-    stream = (
-        spark.readStream.format(SOURCE_NAME)
-        .options(**options(kafka, topic_name, startingOffsets="earliest"))
-        .option("maxBytesPerBatch", str(1 << 30))
-        .option("firstBatchMaxBytes", "1000")  # ~100 of these ~10-byte records
-        .load()
+    sizes = micro_batch_sizes(
+        spark,
+        kafka,
+        topic_name,
+        tmp_path,
+        maxBytesPerBatch=str(1 << 30),
+        firstBatchMaxBytes="1000",  # ~100 of these ~10-byte records
     )
-    query = (
-        stream.writeStream.foreachBatch(lambda frame, _: sizes.append(frame.count()))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
 
-    assert query.exception() is None
     assert len(sizes) == 2 and 0 < sizes[0] < 250 and sum(sizes) == 500, sizes
 
 

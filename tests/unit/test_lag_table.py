@@ -37,6 +37,20 @@ def test_columns_follow_the_seed_with_the_all_row_first() -> None:
     assert cells[2][4:] == ("0.0", "OK")
 
 
+def test_time_lag_is_exact_where_the_committed_record_is_known() -> None:
+    """Interpolating the end offsets says 5 s here (offset 10 was the end at t=95); the record
+    at the committed offset says it was written at t=40: the record wins, the other partition
+    keeps the interpolation."""
+    history = History(keep_s=10)
+    for at, end in ((95.0, 10), (100.0, 20)):
+        history.add(PartitionSample("t", p, at, 10, 0, end) for p in (0, 1))
+    records = {("t", 0): RecordInfo(timestamp_s=40.0, size_bytes=10)}
+    seconds = {
+        row.partition: row.lag_seconds for row in build_report("g", history, 5, records).rows
+    }
+    assert seconds == {0: 60.0, 1: 5.0}
+
+
 def test_rich_table_has_the_columns_in_order() -> None:
     out = io.StringIO()
     Console(file=out, width=120).print(rich_table(report_of((0, 1, 5))))
