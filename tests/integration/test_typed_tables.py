@@ -60,6 +60,10 @@ def pg_rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
+def rows_of(url: str, tmp_path: Path, sql: str) -> list[tuple[Any, ...]]:
+    return sqlite_rows(tmp_path, sql) if url.startswith("sqlite") else pg_rows(url, sql)
+
+
 def test_json_with_a_ddl_schema_lands_as_typed_columns_in_sqlite(
     broker, kafka, topic_name, tmp_path, spark
 ):
@@ -207,3 +211,173 @@ def test_records_that_do_not_fit_the_schema_are_dead_lettered_with_their_reason(
         (6, NOT_AN_OBJECT),
     ]
     assert sqlite_rows(tmp_path, f"SELECT id FROM {topic_name} ORDER BY 1") == [(1,), (2,)]
+
+
+DEAL_AVRO = {
+    "type": "record",
+    "name": "Deal",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+        },
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+# Version 2 adds a field, with a default: a compatible change.
+DEAL_AVRO_V2 = DEAL_AVRO | {
+    "fields": [
+        *DEAL_AVRO["fields"],
+        {"name": "region", "type": ["null", "string"], "default": None},
+    ]
+}
+
+
+def avro_body(
+    schema: dict[str, Any], record: dict[str, Any], schema_id: int | None = None
+) -> bytes:
+    """Plain Avro binary, or the Confluent wire format when a schema id is given."""
+    import io
+
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    head = b"" if schema_id is None else b"\x00" + schema_id.to_bytes(4, "big")
+    return head + out.getvalue()
+
+
+def avro_deal(i: int, **extra: Any) -> dict[str, Any]:
+    d = deal(i)
+    return {**d, "price": Decimal(d["price"])} | extra
+
+
+def test_avro_through_a_schema_registry_with_a_field_added_later(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from lagless.importer.decode import NOT_CONFLUENT, UNKNOWN_SCHEMA_ID
+    from tests.harness.schema_registry import SchemaRegistry
+
+    broker.create_topic(topic_name, 2)
+    with SchemaRegistry() as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        subject = f"{topic_name}-value"
+        v1 = client.register_schema(subject, Schema(json.dumps(DEAL_AVRO), "AVRO"))
+        first = [
+            (i % 2, str(i).encode(), avro_body(DEAL_AVRO, avro_deal(i), v1)) for i in range(20)
+        ]
+        broken = [(0, b"x", b"plain text"), (1, b"y", avro_body(DEAL_AVRO, avro_deal(99), 4242))]
+        produce(kafka, topic_name, first + broken)
+        spec = import_spec(
+            kafka,
+            topic_name,
+            f"sqlite:///{tmp_path}/out.db",
+            tmp_path,
+            value_format="avro",
+            schema_registry=registry.url,
+        )
+
+        summary = run_import(spec, spark=spark)
+
+        assert (summary.records, summary.imported, summary.dead_lettered) == (22, 20, 2)
+        assert summary.dead_lettered_by_reason == {NOT_CONFLUENT: 1, UNKNOWN_SCHEMA_ID: 1}
+        stored = sqlite_rows(
+            tmp_path, f"SELECT id, name, price, tags FROM {topic_name} ORDER BY id"
+        )
+        assert stored == [
+            (d["id"], d["name"], d["price"], json.dumps(d["tags"], separators=(",", ":")))
+            for d in map(deal, range(20))
+        ]
+
+        v2 = client.register_schema(subject, Schema(json.dumps(DEAL_AVRO_V2), "AVRO"))
+        later = [(0, b"50", avro_body(DEAL_AVRO_V2, avro_deal(50, region="EU"), v2))]
+        produce(kafka, topic_name, [*later, (1, b"51", avro_body(DEAL_AVRO, avro_deal(51), v1))])
+        summary = run_import(spec, spark=spark)
+
+    assert summary.imported == 2
+    columns = [row[1] for row in sqlite_rows(tmp_path, f"PRAGMA table_info({topic_name})")]
+    assert columns[-1] == "region"
+    regions = sqlite_rows(
+        tmp_path, f"SELECT id, region FROM {topic_name} WHERE id >= 18 ORDER BY id"
+    )
+    assert regions == [(18, None), (19, None), (50, "EU"), (51, None)]
+
+
+def test_plain_avro_with_a_schema_file_into_postgresql(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    broker.create_topic(topic_name, 1)
+    produce(
+        kafka,
+        topic_name,
+        [(0, str(i).encode(), avro_body(DEAL_AVRO, avro_deal(i))) for i in range(25)],
+    )
+    produce(kafka, topic_name, [(0, b"bad", b"\x01\x02")])
+    avsc = tmp_path / "deal.avsc"
+    avsc.write_text(json.dumps(DEAL_AVRO))
+
+    summary = run_import(
+        import_spec(
+            kafka, topic_name, postgres.url, tmp_path, value_format="avro", value_schema=str(avsc)
+        ),
+        spark=spark,
+    )
+
+    assert (summary.imported, summary.dead_lettered) == (25, 1)
+    stored = pg_rows(postgres.url, f"SELECT id, name, price, tags FROM {topic_name} ORDER BY id")
+    assert stored == [
+        (d["id"], d["name"], Decimal(d["price"]), d["tags"]) for d in map(deal, range(25))
+    ]
+
+
+def test_upsert_on_a_value_field_where_tombstones_delete_and_an_older_replay_cannot_resurrect(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    broker.create_topic(topic_name, 2)
+    # Ids 0-9, three versions each, partition by id; ids 3 and 7 deleted after their last update.
+    records = [(i % 2, str(i).encode(), deal(i, v)) for v in range(3) for i in range(10)]
+    records += [(1, b"3", None), (1, b"7", None)]
+    produce(kafka, topic_name, records)
+    for url in (f"sqlite:///{tmp_path}/out.db", postgres.url):
+        spec = import_spec(
+            kafka,
+            topic_name,
+            url,
+            tmp_path / url[:6],
+            value_format="json",
+            value_schema=DEALS_DDL,
+            write="upsert",
+            key_fields=("id",),
+            max_records_per_batch=10,
+        )
+        run_import(spec, spark=spark)
+        expected = [
+            (d["id"], d["name"]) for d in (deal(i, 2) for i in range(10) if i not in (3, 7))
+        ]
+        assert rows_of(url, tmp_path, f"SELECT id, name FROM {topic_name} ORDER BY id") == expected
+        tombstones = rows_of(url, tmp_path, f"SELECT id FROM {topic_name}_tombstones")
+        assert sorted(tombstones) == [(3,), (7,)]
+
+    # Version 0 of deal 3 again, from the other partition with its old timestamp: older than the
+    # tombstone, so it stays deleted; a newer version 5 of deal 7 brings that one back.
+    producer = Producer(kafka.producer())
+    producer.produce(topic_name, json.dumps(deal(3, 0)).encode(), b"3", partition=0, timestamp=1000)
+    producer.produce(topic_name, json.dumps(deal(7, 5)).encode(), b"7", partition=1)
+    assert producer.flush(30) == 0
+    spec = import_spec(
+        kafka,
+        topic_name,
+        f"sqlite:///{tmp_path}/out.db",
+        tmp_path / "sqlite",
+        value_format="json",
+        value_schema=DEALS_DDL,
+        write="upsert",
+        key_fields=("id",),
+    )
+    assert run_import(spec, spark=spark).records == 2
+    names = dict(sqlite_rows(tmp_path, f"SELECT id, name FROM {topic_name} WHERE id IN (3, 7)"))
+    assert names == {7: "deal 7 v5"}
