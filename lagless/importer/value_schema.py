@@ -87,13 +87,13 @@ def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructT
 
     text = spec.value_schema
     assert text is not None
+    if text.startswith("@"):
+        text = _read_file(text[1:], "--value-schema")
     spark = spark_session(spec.master)
     if text == INFER:
         fields = _infer(spark, spec, partitions)
         print(f"lagless: inferred --value-schema {to_ddl(spark, fields)!r}", file=sys.stderr)
         return fields
-    if text.startswith("@"):
-        text = _read_file(text[1:], "--value-schema")
     return parse_ddl(spark, text)
 
 
@@ -107,23 +107,13 @@ def parse_ddl(spark: SparkSession, text: str) -> StructType:
     assert jvm is not None
     try:
         parsed = jvm.org.apache.spark.sql.types.StructType.fromDDL(text)
-    except Exception as exc:  # a Py4JJavaError around Spark's ParseException
-        message = str(getattr(exc, "java_exception", exc)).splitlines()
-        raise BadInput(
-            f"--value-schema is not a Spark DDL schema: {_parse_error(message)}"
-        ) from None
+    except Exception as exc:  # Spark's ParseException: its first line says what and where
+        first = next((line for line in str(exc).splitlines() if line.strip()), "unreadable")
+        raise BadInput(f"--value-schema is not a Spark DDL schema: {first.strip()}") from None
     fields = StructType.fromJson(json.loads(parsed.json()))
     if not fields.fields:
         raise BadInput("--value-schema has no fields")
     return fields
-
-
-def _parse_error(lines: list[str]) -> str:
-    for line in lines:
-        line = line.strip()
-        if line and not line.startswith("at "):
-            return line.split(": ", 1)[-1][:300]
-    return "unreadable"
 
 
 def to_ddl(spark: SparkSession, fields: StructType) -> str:

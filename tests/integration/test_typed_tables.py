@@ -381,3 +381,60 @@ def test_upsert_on_a_value_field_where_tombstones_delete_and_an_older_replay_can
     assert run_import(spec, spark=spark).records == 2
     names = dict(sqlite_rows(tmp_path, f"SELECT id, name FROM {topic_name} WHERE id IN (3, 7)"))
     assert names == {7: "deal 7 v5"}
+
+
+@pytest.mark.parametrize(
+    ("over", "says"),
+    [
+        ({"--value-schema": "id BIGINTT"}, "--value-schema is not a Spark DDL schema"),
+        ({"--value-schema": "@{tmp}/missing.ddl"}, "missing.ddl' cannot be read"),
+        ({"--value-format": "avro", "--value-schema": "{tmp}/x.avsc"}, "x.avsc' cannot be read"),
+        (
+            {
+                "--value-format": "avro",
+                "--value-schema": None,
+                "--schema-registry": "http://127.0.0.1:9",
+            },
+            "cannot reach the schema registry",
+        ),
+        ({"--value-schema": "id STRING"}, "incompatible schema change: column 'id'"),
+        ({"--value-schema": "offset BIGINT"}, "value field 'offset' has the name of a column"),
+        ({"--key-field": "id"}, "--key-field needs --write upsert"),
+    ],
+)
+def test_bad_schemas_are_one_line_exit_2_and_write_nothing(
+    broker, topic_name, tmp_path, over, says
+):
+    import subprocess
+    import sys
+
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from lagless.sinks import Target, sink_from_url
+
+    broker.create_topic(topic_name, 1)
+    sink = f"sqlite:///{tmp_path}/out.db"
+    existing = StructType([StructField("id", LongType())])
+    sink_from_url(sink).prepare(Target(topic_name, "append", "json", existing))
+    args = {"--bootstrap": broker.bootstrap, "--topic": topic_name, "--sink": sink}
+    args |= {"--checkpoint": str(tmp_path / "ckpt"), "--value-format": "json"}
+    args |= {"--value-schema": "id BIGINT"} | over
+    given = [(k, v.format(tmp=tmp_path)) for k, v in args.items() if v is not None]
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *[p for kv in given for p in kv]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 2, result.stderr
+    # Parsing a DDL schema starts Spark's JVM, whose launcher notes the incubator module it
+    # loads: not lagless's to silence.
+    lines = [
+        line
+        for line in result.stderr.strip().splitlines()
+        if line != "WARNING: Using incubator modules: jdk.incubator.vector"
+    ]
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert not (tmp_path / "ckpt").exists()
+    assert [r[1] for r in sqlite_rows(tmp_path, f"PRAGMA table_info({topic_name})")][-1] == "id"
