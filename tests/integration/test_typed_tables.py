@@ -438,3 +438,44 @@ def test_bad_schemas_are_one_line_exit_2_and_write_nothing(
     assert len(lines) == 1 and says in lines[0], result.stderr
     assert not (tmp_path / "ckpt").exists()
     assert [r[1] for r in sqlite_rows(tmp_path, f"PRAGMA table_info({topic_name})")][-1] == "id"
+
+
+def test_kill_9_in_the_middle_of_typed_upserts_then_a_rerun_gives_the_table_of_a_clean_run(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    import signal
+
+    from tests.integration.test_crash_safety import run_import_process
+
+    broker.create_topic(topic_name, 2)
+    records = [(i % 2, str(i).encode(), deal(i, v)) for v in range(4) for i in range(30)]
+    records[50:50] = [(i % 2, str(i).encode(), None) for i in range(0, 30, 4)]
+    records += [(i % 2, str(i).encode(), None) for i in range(1, 30, 7)]
+    produce(kafka, topic_name, records)
+    options = dict(value_format="json", value_schema=DEALS_DDL, write="upsert", key_fields=("id",))
+    killed = import_spec(
+        kafka,
+        topic_name,
+        f"sqlite:///{tmp_path}/out.db",
+        tmp_path,
+        max_records_per_batch=40,
+        **options,
+    )
+    args = ["--bootstrap", kafka.bootstrap, "--topic", topic_name, "--sink", killed.sink_url]
+    args += ["--checkpoint", killed.checkpoint, "--max-records-per-batch", "40"]
+    args += ["--value-format", "json", "--value-schema", DEALS_DDL, "--write", "upsert"]
+
+    code, _, stderr = run_import_process([*args, "--key-field", "id"], tmp_path, "mid-write:2")
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    run_import(killed, spark=spark)
+    clean = import_spec(
+        kafka, topic_name, f"sqlite:///{tmp_path}/clean.db", tmp_path / "clean", **options
+    )
+    run_import(clean, spark=spark)
+    query = f"SELECT id, name, price, tags, partition, offset FROM {topic_name} ORDER BY id"
+    with sqlite3.connect(tmp_path / "clean.db") as conn:
+        expected = conn.execute(query).fetchall()
+    assert sqlite_rows(tmp_path, query) == expected
+    deleted = {i for i in range(1, 30, 7)}
+    assert [row[0] for row in expected] == [i for i in range(30) if i not in deleted]
