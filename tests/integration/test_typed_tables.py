@@ -24,6 +24,7 @@ from lagless.kafka_config import KafkaConfig
 pytestmark = pytest.mark.spark
 
 DEALS_DDL = "id BIGINT NOT NULL, name STRING, price DECIMAL(12,2), tags ARRAY<STRING>"
+JSON_DEALS: dict[str, Any] = {"value_format": "json", "value_schema": DEALS_DDL}
 
 
 def produce(kafka: KafkaConfig, topic: str, records: list[tuple[int, bytes | None, Any]]) -> None:
@@ -71,14 +72,7 @@ def test_json_with_a_ddl_schema_lands_as_typed_columns_in_sqlite(
     produce(kafka, topic_name, [(i % 2, str(i).encode(), deal(i)) for i in range(40)])
 
     summary = run_import(
-        import_spec(
-            kafka,
-            topic_name,
-            f"sqlite:///{tmp_path}/out.db",
-            tmp_path,
-            value_format="json",
-            value_schema=DEALS_DDL,
-        ),
+        import_spec(kafka, topic_name, f"sqlite:///{tmp_path}/out.db", tmp_path, **JSON_DEALS),
         spark=spark,
     )
 
@@ -189,14 +183,7 @@ def test_records_that_do_not_fit_the_schema_are_dead_lettered_with_their_reason(
     produce(kafka, topic_name, good + bad)
 
     summary = run_import(
-        import_spec(
-            kafka,
-            topic_name,
-            f"sqlite:///{tmp_path}/out.db",
-            tmp_path,
-            value_format="json",
-            value_schema=DEALS_DDL,
-        ),
+        import_spec(kafka, topic_name, f"sqlite:///{tmp_path}/out.db", tmp_path, **JSON_DEALS),
         spark=spark,
     )
 
@@ -479,3 +466,37 @@ def test_kill_9_in_the_middle_of_typed_upserts_then_a_rerun_gives_the_table_of_a
     assert sqlite_rows(tmp_path, query) == expected
     deleted = {i for i in range(1, 30, 7)}
     assert [row[0] for row in expected] == [i for i in range(30) if i not in deleted]
+
+
+def test_an_inferred_schema_is_printed_and_gives_the_columns(
+    broker, kafka, topic_name, tmp_path, spark, capsys
+):
+    broker.create_topic(topic_name, 2)
+    produce(kafka, topic_name, [(i % 2, str(i).encode(), deal(i)) for i in range(20)])
+
+    run_import(
+        import_spec(
+            kafka,
+            topic_name,
+            f"sqlite:///{tmp_path}/out.db",
+            tmp_path,
+            value_format="json",
+            value_schema="infer",
+        ),
+        spark=spark,
+    )
+
+    printed = capsys.readouterr().err
+    assert (
+        "inferred --value-schema 'id BIGINT,name STRING,price STRING,tags ARRAY<STRING>'" in printed
+    )
+    info = sqlite_rows(tmp_path, f"PRAGMA table_info({topic_name})")
+    assert [(row[1], row[2]) for row in info][5:] == [
+        ("id", "INTEGER"),
+        ("name", "TEXT"),
+        ("price", "TEXT"),
+        ("tags", "TEXT"),
+    ]
+    assert sqlite_rows(tmp_path, f"SELECT id FROM {topic_name} ORDER BY id") == [
+        (i,) for i in range(20)
+    ]
