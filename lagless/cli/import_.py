@@ -51,12 +51,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the topic until SIGINT/SIGTERM (default %(default)s)",
     )
     parser.add_argument(
+        "--value-format",
         "--format",
-        choices=("raw", "json"),
+        choices=("raw", "json", "avro"),
         default="raw",
         dest="value_format",
         help="raw: values stored as bytes; json: values must be UTF-8 JSON, stored as text "
-        "(others are dead-lettered) (default %(default)s)",
+        "(jsonb in PostgreSQL), or a column per field with --value-schema; avro: a column per "
+        "field of the Avro schema; values that do not fit are dead-lettered (default "
+        "%(default)s)",
+    )
+    parser.add_argument(
+        "--value-schema",
+        metavar="SCHEMA",
+        help="json: a Spark DDL schema ('id BIGINT NOT NULL, tags ARRAY<STRING>'), @FILE holding "
+        "one, or 'infer' (from the first records of each partition; printed); avro: an .avsc "
+        "file (the reader schema)",
+    )
+    parser.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="avro: values in the Confluent wire format, writer schemas by id from this Schema "
+        "Registry; the columns come from the newest schema of subject <topic>-value",
+    )
+    parser.add_argument(
+        "--key-field",
+        metavar="A[,B]",
+        help="upsert key: these value fields (default: the Kafka key); a tombstone's Kafka key "
+        "gives them (its text for one field, a JSON object for several)",
     )
     parser.add_argument(
         "--max-records-per-batch",
@@ -161,6 +183,9 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         dead_letter_topic=args.dead_letter_topic,
         starting_timestamp=args.starting_timestamp,
         ending_timestamp=args.ending_timestamp,
+        value_schema=args.value_schema,
+        schema_registry=args.schema_registry,
+        key_fields=tuple(f.strip() for f in args.key_field.split(",")) if args.key_field else (),
     )
 
 

@@ -15,7 +15,14 @@ from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
-from lagless.importer.rows import accepted, dead_letters, rejection_reasons, shape
+from lagless.importer.rows import (
+    BYTES,
+    ERROR,
+    accepted,
+    dead_letters,
+    rejection_reasons,
+    shape,
+)
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
@@ -83,14 +90,15 @@ class BatchWriter:
 
         target = self.checked.target
         sink = self.checked.sink
-        reasons = rejection_reasons(target, self.spec.max_record_bytes)
+        avro = self.checked.avro
+        reasons = rejection_reasons(target, self.spec.max_record_bytes, avro)
         # Counted while the rows stream into the sink: one pass over the batch, not three.
         # Two SQL expressions rather than a Column per partition: building Columns costs a
         # JVM round trip each, which on 24 partitions was half a second of every batch.
         observation = Observation(f"lagless_batch_{batch_id}")
-        shaped = shape(records, target, self.spec.max_record_bytes).observe(
+        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
             observation,
-            F.expr("coalesce(sum(bytes), 0) AS bytes"),
+            F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
         )
         failpoint("before-write")
@@ -128,5 +136,5 @@ def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
     """Records per partition, then per rejection reason, as SQL aggregates."""
     return ", ".join(
         [f"count_if(topic = {_sql_string(t)} AND partition = {p})" for t, p in partitions]
-        + [f"count_if(error = {_sql_string(r)})" for r in reasons]
+        + [f"count_if({ERROR} = {_sql_string(r)})" for r in reasons]
     )

@@ -1,78 +1,186 @@
 """What a batch of Kafka records becomes before a sink sees it: typed columns, the reason a
-record is rejected, and, in upsert mode, one row per key. All of it runs in the JVM."""
+record is rejected, and, in upsert mode, one row per key. All of it runs in the JVM, but the
+decoding of Avro values (importer/decode.py: Arrow batches in the executors' Python workers)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Target
+from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+    from lagless.importer.decode import AvroDecoding
 
 INVALID_UTF8 = "value is not valid UTF-8"
 INVALID_JSON = "value is not valid JSON"
+NOT_AN_OBJECT = "value is not a JSON object"
 NULL_KEY = "null key in upsert mode"
+TOMBSTONE_WITHOUT_KEY_FIELDS = "tombstone whose Kafka key does not give the --key-field values"
 VALIDATE = "validate"
+# Internal columns of a shaped batch, named so that no value field can take their name.
+RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
+_PARSED, _TEXTS, _CORRUPT = "_lagless_parsed", "_lagless_texts", "_lagless_corrupt"
+_RANK = "_lagless_rank"
 
 
 def too_large(limit: int) -> str:
     return f"value is larger than --max-record-bytes {limit}"
 
 
-def _checks(target: Target, max_record_bytes: int | None) -> list[tuple[Column, str]]:
+def wrong_type(field: str, type_name: str) -> str:
+    return f"field {field!r} is not {type_name}"
+
+
+def missing(field: str) -> str:
+    return f"required field {field!r} is missing"
+
+
+def _checks(
+    target: Target, max_record_bytes: int | None, avro: AvroDecoding | None
+) -> list[tuple[Column, str]]:
+    """(condition, reason) in the order they are tried: the first that holds is the reason."""
     from pyspark.sql import functions as F
 
     value = F.col("value")
     checks: list[tuple[Column, str]] = []
-    if target.mode == "upsert":
+    if target.mode == "upsert" and not target.key_fields:
         checks.append((F.col("key").isNull(), NULL_KEY))
     if max_record_bytes is not None:
         checks.append((F.length(value) > max_record_bytes, too_large(max_record_bytes)))
     if target.value_format == "json":
         checks.append((value.isNotNull() & ~F.is_valid_utf8(value), INVALID_UTF8))
-        checks.append(
-            (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
-        )
+        if target.fields is None:
+            checks.append(
+                (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
+            )
+    if target.fields is None:
+        return checks
+    parsed = F.col(_PARSED)
+    if avro is not None:
+        checks += [(F.col(avro.ERROR) == reason, reason) for reason in avro.reasons]
+    else:
+        checks.append((F.col(_TEXTS)[_CORRUPT].isNotNull(), NOT_AN_OBJECT))
+        for field in target.fields:
+            given = F.col(_TEXTS)[field.name].isNotNull()
+            reason = wrong_type(field.name, field.dataType.simpleString())
+            checks.append((given & parsed[field.name].isNull(), reason))
+    for field in target.fields:
+        if not field.nullable or field.name in target.key_fields:
+            checks.append((value.isNotNull() & parsed[field.name].isNull(), missing(field.name)))
+    if target.mode == "upsert" and target.key_fields:
+        from_key = _key_fields_from_kafka_key(target)
+        unkeyed = F.lit(False)
+        for name in target.key_fields:
+            unkeyed = unkeyed | from_key[name].isNull()
+        checks.append((value.isNull() & unkeyed, TOMBSTONE_WITHOUT_KEY_FIELDS))
     return checks
 
 
-def rejection_reasons(target: Target, max_record_bytes: int | None = None) -> list[str]:
+def _key_fields_from_kafka_key(target: Target) -> dict[str, Column]:
+    """A tombstone has no value to take --key-field values from: they come from its Kafka key,
+    its text for one key field, a JSON object holding them for several."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    assert target.fields is not None
+    key = F.col("key").cast("string")
+    if len(target.key_fields) == 1:
+        (name,) = target.key_fields
+        return {name: key.try_cast(target.fields[name].dataType)}
+    fields = StructType([target.fields[name] for name in target.key_fields])
+    return {name: F.from_json(key, fields)[name] for name in target.key_fields}
+
+
+def rejection_reasons(
+    target: Target, max_record_bytes: int | None = None, avro: AvroDecoding | None = None
+) -> list[str]:
     """Every error text `rejection` can give for this target."""
-    return [text for _, text in _checks(target, max_record_bytes)]
+    return [text for _, text in _checks(target, max_record_bytes, avro)]
 
 
-def rejection(target: Target, max_record_bytes: int | None = None) -> Column:
+def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding | None) -> Column:
     """NULL for a record the target accepts, else the first reason it does not."""
     from pyspark.sql import functions as F
 
     reason = F.lit(None).cast("string")
-    for condition, text in reversed(_checks(target, max_record_bytes)):
+    for condition, text in reversed(_checks(target, max_record_bytes, avro)):
         reason = F.when(condition, F.lit(text)).otherwise(reason)
     return reason
 
 
-def shape(records: DataFrame, target: Target, max_record_bytes: int | None = None) -> DataFrame:
-    """Sink columns, plus `raw` (the value as read), `bytes` (key + value) and `error`."""
+def _as_text(fields: StructType) -> StructType:
+    """Every field as a string (a JSON value's text), plus the text of a value that is not a
+    JSON object: tells a field absent or null from one of another type."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType(
+        [StructField(f.name, StringType()) for f in fields] + [StructField(_CORRUPT, StringType())]
+    )
+
+
+def _fields(target: Target) -> list[Column]:
+    """The value's fields as columns; in upsert mode a tombstone's key fields too."""
     from pyspark.sql import functions as F
 
-    value = F.col("value").cast("string") if target.value_format == "json" else F.col("value")
+    assert target.fields is not None
+    parsed = F.col(_PARSED)
+    from_key = _key_fields_from_kafka_key(target) if target.key_fields else {}
+    columns = []
+    for field in target.fields:
+        column = parsed[field.name]
+        if field.name in from_key:
+            column = F.when(F.col("value").isNull(), from_key[field.name]).otherwise(column)
+        columns.append(column.alias(field.name))
+    return columns
+
+
+def shape(
+    records: DataFrame,
+    target: Target,
+    max_record_bytes: int | None = None,
+    avro: AvroDecoding | None = None,
+) -> DataFrame:
+    """Sink columns (Target.row_columns), plus RAW (the value as read), BYTES (key + value) and
+    ERROR (the reason it is rejected, else NULL)."""
+    from pyspark.sql import functions as F
+
     size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    if target.fields is None:
+        value = F.col("value").cast("string") if target.value_format == "json" else F.col("value")
+        stored = [value.alias("value"), F.unix_millis("timestamp").alias("timestamp")]
+    else:
+        if avro is not None:
+            records = avro.decode(records, _PARSED)
+        else:
+            text = F.col("value").cast("string")
+            corrupt = {"columnNameOfCorruptRecord": _CORRUPT}
+            records = records.withColumns(
+                {
+                    _TEXTS: F.from_json(text, _as_text(target.fields), corrupt),
+                    _PARSED: F.from_json(text, target.fields),
+                }
+            )
+        stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
+    extra = [F.col("value").isNull().alias(TOMBSTONE)] if target.mode == "upsert" else []
     return records.select(
         "topic",
         "partition",
         "offset",
         "key",
-        value.alias("value"),
-        F.unix_millis("timestamp").alias("timestamp"),
-        F.col("value").alias("raw"),
-        size.alias("bytes"),
-        rejection(target, max_record_bytes).alias("error"),
+        *stored,
+        *extra,
+        F.col("value").alias(RAW),
+        size.alias(BYTES),
+        _rejection(target, max_record_bytes, avro).alias(ERROR),
     )
 
 
 def accepted(shaped: DataFrame, target: Target) -> DataFrame:
-    """Rows for the target; in upsert mode only the newest record of each key (coalescing).
+    """Rows for the target; in upsert mode only the newest record of each key, a tombstone
+    included (coalescing).
 
     Newest follows the sinks' rule: the highest offset within a partition, then across
     partitions the latest timestamp, then the highest partition.
@@ -80,31 +188,32 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = shaped.where(F.col("error").isNull()).select(*COLUMNS)
+    rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
     if target.mode != "upsert":
         return rows
-    in_partition = Window.partitionBy("key", "partition").orderBy(F.col("offset").desc())
-    across = Window.partitionBy("key").orderBy(F.col("timestamp").desc(), F.col("partition").desc())
+    keys = target.unique
+    in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
+    across = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
     return (
-        rows.withColumn("_n", F.row_number().over(in_partition))
-        .where("_n = 1")
-        .withColumn("_n", F.row_number().over(across))
-        .where("_n = 1")
-        .drop("_n")
+        rows.withColumn(_RANK, F.row_number().over(in_partition))
+        .where(F.col(_RANK) == 1)
+        .withColumn(_RANK, F.row_number().over(across))
+        .where(F.col(_RANK) == 1)
+        .drop(_RANK)
     )
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
-    rejected = shaped.where(F.col("error").isNotNull())
+    rejected = shaped.where(F.col(ERROR).isNotNull())
     return rejected.select(
         "topic",
         "partition",
         "offset",
         "timestamp",
         "key",
-        F.col("raw").alias("value"),
+        F.col(RAW).alias("value"),
         F.lit(VALIDATE).alias("stage"),
-        "error",
+        F.col(ERROR).alias("error"),
     ).select(*DEAD_LETTER_COLUMNS)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lagless.exceptions import BadInput
+from lagless.importer.decode import AvroDecoding
+from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
@@ -45,11 +47,21 @@ class ImportSpec:
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
     extra_source_options: dict[str, str] = field(default_factory=dict)
+    # A Spark DDL schema, @file of one, "infer" (JSON); an Avro schema file (Avro).
+    value_schema: str | None = None
+    schema_registry: str | None = None
+    key_fields: tuple[str, ...] = ()
 
-    def target(self) -> Target:
+    def target(self, value_schema: ValueSchema | None = None) -> Target:
         if self.table is None and len(self.topics) != 1:
             raise BadInput("importing several topics needs --table")
-        return Target(check_identifier(self.table or self.topics[0]), self.write, self.value_format)
+        return Target(
+            check_identifier(self.table or self.topics[0]),
+            self.write,
+            self.value_format,
+            value_schema.fields if value_schema else None,
+            self.key_fields,
+        )
 
     def source_options(self, slots: int) -> dict[str, str]:
         options = self.kafka.source_options()
@@ -102,13 +114,13 @@ class Checked:
     target: Target
     broker: OffsetReader
     partitions: list[tuple[str, int]]
+    avro: AvroDecoding | None = None
 
 
 def check(spec: ImportSpec) -> Checked:
     """Every bad-input check, before anything is written to the sink or the checkpoint."""
-    target = spec.target()
+    spec.target()  # the table name, before anything is asked of the broker
     sink = sink_from_url(spec.sink_url)
-    sink.check(target)
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     broker = OffsetReader(spec.kafka)
     partitions = broker.partitions(spec.topics)
@@ -116,7 +128,10 @@ def check(spec: ImportSpec) -> Checked:
         if spec.dead_letter_topic in spec.topics:
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
         broker.partitions([spec.dead_letter_topic])
-    return Checked(sink, target, broker, partitions)
+    value_schema = resolve(spec, partitions)
+    target = spec.target(value_schema)
+    sink.check(target)
+    return Checked(sink, target, broker, partitions, value_schema.avro)
 
 
 def timestamp_offsets(checked: Checked, ms: int, low: Offsets, high: Offsets) -> Offsets:

@@ -17,15 +17,22 @@ from lagless.exceptions import BadInput
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
 
 WriteMode = Literal["append", "upsert"]
-ValueFormat = Literal["raw", "json"]
+ValueFormat = Literal["raw", "json", "avro"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 # Columns every sink stores, in this order. The timestamp is milliseconds since the epoch.
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp")
+# A typed table keeps the record's coordinates (the newer-only rule and append uniqueness need
+# them) and the Kafka key as read; the value's fields follow, in place of `value`.
+TYPED_COLUMNS = ("topic", "partition", "offset", "key", "timestamp")
+# In upsert mode the rows a sink gets carry this column too: true for a tombstone (a null
+# value), which deletes its key's row instead of being stored.
+TOMBSTONE = "tombstone"
 # A record that could not be imported: its value as read, the stage that failed and why.
 DEAD_LETTER_COLUMNS = (
     "topic",
@@ -70,10 +77,57 @@ class Target:
     table: str
     mode: WriteMode
     value_format: ValueFormat
+    # The value's fields, each a column (a typed table); None: the value is one column.
+    fields: StructType | None = None
+    # The upsert key: these fields of the value; empty: the Kafka key.
+    key_fields: tuple[str, ...] = ()
 
     @property
     def dead_letter_table(self) -> str:
         return f"{self.table}_dlq"
+
+    @property
+    def tombstone_table(self) -> str:
+        """Upsert mode: the newest tombstone of each deleted key, so that an older record
+        replayed later cannot bring the row back."""
+        return f"{self.table}_tombstones"
+
+    @property
+    def unique(self) -> tuple[str, ...]:
+        if self.mode == "upsert":
+            return self.key_fields or ("key",)
+        return ("topic", "partition", "offset")
+
+    @property
+    def row_columns(self) -> tuple[str, ...]:
+        """The columns of the rows `Sink.write` gets."""
+        return (*self.schema().fieldNames(), *([TOMBSTONE] if self.mode == "upsert" else []))
+
+    def schema(self) -> StructType:
+        """The stored columns and their Spark types: what a sink derives its layout from."""
+        from pyspark.sql.types import (
+            BinaryType,
+            IntegerType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+        )
+
+        types: dict[str, DataType] = {
+            "topic": StringType(),
+            "partition": IntegerType(),
+            "offset": LongType(),
+            "key": BinaryType(),
+            "value": StringType() if self.value_format == "json" else BinaryType(),
+            "timestamp": LongType(),
+        }
+        if self.fields is None:
+            return StructType([StructField(n, types[n], n not in self.unique) for n in COLUMNS])
+        return StructType(
+            [StructField(n, types[n], n not in self.unique) for n in TYPED_COLUMNS]
+            + [StructField(f.name, f.dataType, f.name not in self.unique) for f in self.fields]
+        )
 
 
 class Sink(ABC):
@@ -139,8 +193,19 @@ class DriverSink(Sink):
     first_batch_max_bytes: ClassVar[int | None] = 32 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
-        table = rows.select(*COLUMNS).toArrow()
+        columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
+        table = rows.select(*columns).toArrow()
         return self.write_arrow(table.to_reader(), target, dead_letters=False)
+
+    def transported(self, name: str, data_type: DataType) -> Column:
+        """A column as the store's Arrow ingestion takes it: nested values as JSON text (the
+        store's JSON type), converted in the JVM."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import ArrayType, MapType, StructType
+
+        if isinstance(data_type, ArrayType | MapType | StructType):
+            return F.to_json(name).alias(name)
+        return F.col(name)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()

@@ -1,40 +1,97 @@
 """Table layouts and the SQL that keeps writes idempotent, shared by the SQL stores.
 
-Both layouts are unique on what identifies a record, so a replayed batch inserts nothing new:
-the target on (topic, partition, offset) in append mode or on key in upsert mode, the
-dead-letter table on (topic, partition, offset).
+A layout comes from the rows' Spark schema (`Target.schema`), each type mapped to the dialect's.
+Every layout is unique on what identifies a record, so a replayed batch inserts nothing new:
+the target on (topic, partition, offset) in append mode or on the key in upsert mode, the
+dead-letter table on (topic, partition, offset), the tombstone memory on the key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Target
+from lagless.exceptions import BadInput
+from lagless.sinks.base import TOMBSTONE, Target
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
 
 Dialect = Literal["sqlite", "postgresql"]
 
+# By Spark type name. SQLite keeps decimals, dates and timestamps as text (exact, and ordered
+# as written), nested values as JSON text; PostgreSQL has them all, nested values as jsonb.
 _TYPES: dict[Dialect, dict[str, str]] = {
-    "sqlite": {"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "bytes": "BLOB"},
-    "postgresql": {"text": "text", "int": "integer", "bigint": "bigint", "bytes": "bytea"},
+    "sqlite": {
+        "string": "TEXT",
+        "binary": "BLOB",
+        "boolean": "INTEGER",
+        "tinyint": "INTEGER",
+        "smallint": "INTEGER",
+        "int": "INTEGER",
+        "bigint": "INTEGER",
+        "float": "REAL",
+        "double": "REAL",
+        "decimal": "TEXT",
+        "date": "TEXT",
+        "timestamp": "TEXT",
+        "timestamp_ntz": "TEXT",
+        "nested": "TEXT",
+    },
+    "postgresql": {
+        "string": "text",
+        "binary": "bytea",
+        "boolean": "boolean",
+        "tinyint": "smallint",
+        "smallint": "smallint",
+        "int": "integer",
+        "bigint": "bigint",
+        "float": "real",
+        "double": "double precision",
+        "decimal": "numeric",
+        "date": "date",
+        "timestamp": "timestamp with time zone",
+        "timestamp_ntz": "timestamp without time zone",
+        "nested": "jsonb",
+    },
 }
+# Columns of this type arrive as text and are cast on insert.
+_CAST_ON_INSERT = ("jsonb",)
+
+
+def _newer(new: str, old: str) -> str:
+    return (
+        f'({new}."partition" = {old}."partition" AND {new}."offset" > {old}."offset")'
+        f' OR ({new}."partition" <> {old}."partition" AND ({new}."timestamp" > {old}."timestamp"'
+        f' OR ({new}."timestamp" = {old}."timestamp" AND {new}."partition" > {old}."partition")))'
+    )
+
 
 # A stored row gives way only to a newer record: a later offset of the same partition or, when
 # the key comes from another partition, a later timestamp (then the higher partition on a tie).
 # While a key's timestamps do not go back within a partition (LogAppendTime, or one producer's
 # clock), this is a total order, so the final table is the same whatever order batches and
-# tasks finish in and however often they are replayed.
-NEWER = (
-    '(excluded."partition" = t."partition" AND excluded."offset" > t."offset")'
-    ' OR (excluded."partition" <> t."partition" AND (excluded."timestamp" > t."timestamp"'
-    ' OR (excluded."timestamp" = t."timestamp" AND excluded."partition" > t."partition")))'
-)
+# tasks finish in and however often they are replayed. Tombstones follow the same rule.
+NEWER = _newer("excluded", "t")
+
+
+def sql_type(data_type: DataType, dialect: Dialect) -> str:
+    from pyspark.sql.types import ArrayType, DecimalType, MapType, StructType
+
+    if isinstance(data_type, ArrayType | MapType | StructType):
+        return _TYPES[dialect]["nested"]
+    if isinstance(data_type, DecimalType) and dialect == "postgresql":
+        return f"numeric({data_type.precision},{data_type.scale})"
+    name = data_type.simpleString().split("(")[0]
+    if name not in _TYPES[dialect]:
+        raise BadInput(f"a {data_type.simpleString()} field cannot be stored in {dialect}")
+    return _TYPES[dialect][name]
 
 
 @dataclass(frozen=True)
 class Layout:
     table: str
-    columns: tuple[tuple[str, str], ...]
+    columns: tuple[tuple[str, str], ...]  # name, SQL type
     unique: tuple[str, ...]
     newer_only: bool = False
 
@@ -43,51 +100,100 @@ class Layout:
         return tuple(name for name, _ in self.columns)
 
 
-def target_layout(target: Target) -> Layout:
-    kinds = {
-        "topic": "text",
-        "partition": "int",
-        "offset": "bigint",
-        "key": "bytes",
-        "value": "text" if target.value_format == "json" else "bytes",
-        "timestamp": "bigint",
-    }
-    upsert = target.mode == "upsert"
+def target_layout(target: Target, dialect: Dialect) -> Layout:
     return Layout(
         table=target.table,
-        columns=tuple((name, kinds[name]) for name in COLUMNS),
-        unique=("key",) if upsert else ("topic", "partition", "offset"),
-        newer_only=upsert,
+        columns=tuple((f.name, sql_type(f.dataType, dialect)) for f in target.schema().fields),
+        unique=target.unique,
+        newer_only=target.mode == "upsert",
     )
 
 
-def dead_letter_layout(target: Target) -> Layout:
-    kinds = {"topic": "text", "partition": "int", "offset": "bigint", "timestamp": "bigint"}
-    kinds |= {"key": "bytes", "value": "bytes", "stage": "text", "error": "text"}
+def tombstone_layout(target: Target, dialect: Dialect) -> Layout:
+    """The key of each deleted row and the coordinates of the tombstone that deleted it."""
+    kept = (*target.unique, "partition", "offset", "timestamp")
+    columns = target_layout(target, dialect).columns
+    return Layout(
+        table=target.tombstone_table,
+        columns=tuple(c for c in columns if c[0] in kept),
+        unique=target.unique,
+        newer_only=True,
+    )
+
+
+def dead_letter_layout(target: Target, dialect: Dialect) -> Layout:
+    types = _TYPES[dialect]
+    kinds = {"topic": "string", "partition": "int", "offset": "bigint", "timestamp": "bigint"}
+    kinds |= {"key": "binary", "value": "binary", "stage": "string", "error": "string"}
     return Layout(
         table=target.dead_letter_table,
-        columns=tuple((name, kinds[name]) for name in DEAD_LETTER_COLUMNS),
+        columns=tuple((name, types[kind]) for name, kind in kinds.items()),
         unique=("topic", "partition", "offset"),
     )
+
+
+def layouts(target: Target, dialect: Dialect) -> list[Layout]:
+    """Every table an import into target writes."""
+    found = [target_layout(target, dialect), dead_letter_layout(target, dialect)]
+    if target.mode == "upsert":
+        found.append(tombstone_layout(target, dialect))
+    return found
 
 
 def quoted(name: str) -> str:
     return f'"{name}"'
 
 
-def create_table(layout: Layout, dialect: Dialect) -> str:
-    types = _TYPES[dialect]
+def create_table(layout: Layout) -> str:
     columns = ", ".join(
-        f"{quoted(name)} {types[kind]}{' NOT NULL' if name in layout.unique else ''}"
+        f"{quoted(name)} {kind}{' NOT NULL' if name in layout.unique else ''}"
         for name, kind in layout.columns
     )
     unique = ", ".join(quoted(name) for name in layout.unique)
     return f"CREATE TABLE IF NOT EXISTS {quoted(layout.table)} ({columns}, PRIMARY KEY ({unique}))"
 
 
-def insert(layout: Layout, rows: str) -> str:
-    """INSERT of `rows` (a VALUES list or a SELECT) that a replay cannot double."""
+def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...]) -> list[str]:
+    """The statements that bring an existing table (its columns and types `found`, unique on
+    `keyed`) to `layout`: a column for each field the schema added. BadInput for any other
+    difference: another unique key, a column the layout lacks, a column of another type."""
+    if not found:
+        return [create_table(layout)]
+    types = {name: kind.lower() for name, kind in found}
+    if keyed != layout.unique or set(types) - set(layout.names):
+        raise BadInput(
+            f"table {layout.table!r} exists with another layout (columns "
+            f"{', '.join(types)}; unique on {', '.join(keyed) or 'nothing'}); pick another "
+            "--table, --write mode or --value-schema"
+        )
+    for name, kind in layout.columns:
+        if name in types and types[name] != kind.lower():
+            raise BadInput(
+                f"incompatible schema change: column {name!r} of table {layout.table!r} is "
+                f"{types[name]}, the schema makes it {kind.lower()}; pick another --table"
+            )
+    return [
+        f"ALTER TABLE {quoted(layout.table)} ADD COLUMN {quoted(name)} {kind}"
+        for name, kind in layout.columns
+        if name not in types
+    ]
+
+
+def _selected(layout: Layout, alias: str) -> str:
+    return ", ".join(
+        f"CAST({alias}.{quoted(name)} AS {kind})"
+        if kind in _CAST_ON_INSERT
+        else f"{alias}.{quoted(name)}"
+        for name, kind in layout.columns
+    )
+
+
+def insert(layout: Layout, source: str, where: str = "true") -> str:
+    """INSERT of the rows of `source` (a table or a subquery, as `s`) matching `where` that a
+    replay cannot double."""
     names = ", ".join(quoted(name) for name in layout.names)
+    # WHERE: without one SQLite reads ON CONFLICT as a join's ON.
+    rows = f"SELECT {_selected(layout, 's')} FROM {source} AS s WHERE {where}"
     head = f"INSERT INTO {quoted(layout.table)} AS t ({names}) {rows} ON CONFLICT "
     head += f"({', '.join(quoted(name) for name in layout.unique)}) DO "
     if not layout.newer_only:
@@ -98,3 +204,28 @@ def insert(layout: Layout, rows: str) -> str:
         if name not in layout.unique
     )
     return head + f"UPDATE SET {updates} WHERE {NEWER}"
+
+
+def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
+    """The statements, in order, that upsert `source` (rows with a TOMBSTONE column): a
+    tombstone deletes its key's row when newer and is remembered newer-only; a record is
+    stored when newer than the row and than its key's remembered tombstone. The final table is
+    then the same whatever order batches arrive in, however often they are replayed."""
+
+    def same_key(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{quoted(k)} = {b}.{quoted(k)}" for k in target.unique)
+
+    deleted = f"s.{quoted(TOMBSTONE)}"
+    delete = (
+        f"DELETE FROM {quoted(target.table)} AS t WHERE EXISTS (SELECT 1 FROM {source} AS s "
+        f"WHERE {deleted} AND {same_key('s', 't')} AND ({_newer('s', 't')}))"
+    )
+    outlived = (
+        f"NOT EXISTS (SELECT 1 FROM {quoted(tombstones.table)} AS d "
+        f"WHERE {same_key('d', 's')} AND NOT ({_newer('s', 'd')}))"
+    )
+    return [
+        delete,
+        insert(tombstones, source, deleted),
+        insert(target, source, f"NOT {deleted} AND {outlived}"),
+    ]

@@ -1,5 +1,6 @@
 """Order-proof upsert: the final table is the same whatever order batches land in and however
-often they are replayed, in SQLite and in a real PostgreSQL (no Spark: the sinks' Arrow path)."""
+often they are replayed, tombstones included (a key whose newest record is a tombstone has no
+row), in SQLite and in a real PostgreSQL (no Spark: the sinks' Arrow path)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lagless.sinks import sink_from_url
-from lagless.sinks.base import COLUMNS, Target
+from lagless.sinks.base import COLUMNS, TOMBSTONE, Target
 
 TARGET = Target("events", "upsert", "raw")
 
 # Keys written from several partitions (the partition count changed, as in seed 002). Within a
 # partition a key's timestamps never go back (LogAppendTime, or one producer's clock): the
 # rule assumes it, since a stored row alone cannot rank two records it has not both seen.
+# A record without a value is a tombstone: keys 3 and 4 end deleted, key 2's tombstone is older
+# than its newest record, and key 1 is deleted then written again.
 RECORDS = [
-    ("t", p, o, f"k{k}".encode(), f"v{p}-{o}".encode(), ts)
-    for p, o, k, ts in [
-        (0, 0, 1, 100), (0, 1, 1, 105), (0, 2, 2, 90), (0, 3, 1, 105),  # offset breaks the tie
-        (1, 0, 1, 101), (1, 1, 2, 300), (1, 2, 3, 50), (1, 3, 2, 300),
-        (2, 0, 3, 50), (2, 1, 4, 10), (2, 2, 1, 104),
+    ("t", p, o, f"k{k}".encode(), None if dead else f"v{p}-{o}".encode(), ts)
+    for p, o, k, ts, dead in [
+        (0, 0, 1, 100, 0), (0, 1, 1, 105, 0), (0, 2, 2, 90, 0), (0, 3, 1, 105, 0),  # offset tie
+        (1, 0, 1, 101, 1), (1, 1, 2, 300, 0), (1, 2, 3, 50, 0), (1, 3, 2, 300, 0),
+        (2, 0, 3, 60, 1), (2, 1, 4, 10, 0), (2, 2, 1, 104, 0), (2, 3, 2, 200, 1), (2, 4, 4, 11, 1),
     ]
 ]  # fmt: skip
 
@@ -40,12 +43,13 @@ def newest(records):  # type: ignore[no-untyped-def]
     for r in last_in_partition.values():
         if r[3] not in winners or (r[5], r[1]) > (winners[r[3]][5], winners[r[3]][1]):
             winners[r[3]] = r
-    return sorted(winners.values(), key=lambda r: r[3])
+    return sorted((r for r in winners.values() if r[4] is not None), key=lambda r: r[3])
 
 
 def as_arrow(records) -> pa.Table:  # type: ignore[no-untyped-def]
     return pa.table(
-        {name: [r[i] for r in records] for i, name in enumerate(COLUMNS)},
+        {name: [r[i] for r in records] for i, name in enumerate(COLUMNS)}
+        | {TOMBSTONE: [r[4] is None for r in records]},
         schema=pa.schema(
             [
                 ("topic", pa.string()),
@@ -54,6 +58,7 @@ def as_arrow(records) -> pa.Table:  # type: ignore[no-untyped-def]
                 ("key", pa.binary()),
                 ("value", pa.binary()),
                 ("timestamp", pa.int64()),
+                (TOMBSTONE, pa.bool_()),
             ]
         ),
     )
@@ -88,7 +93,7 @@ def test_postgresql_upsert_ends_the_same_in_any_order_and_on_replay(postgres, or
 
     sink = sink_from_url(postgres.url)
     with psycopg.connect(postgres.url) as conn:
-        conn.execute("DROP TABLE IF EXISTS events")
+        conn.execute("DROP TABLE IF EXISTS events, events_tombstones")
     sink.prepare(TARGET)
     for start in range(0, len(order), 3):
         batch = as_arrow(order[start : start + 3])

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import COLUMNS, DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
+from lagless.sinks.base import DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
 from lagless.sinks.parquet import staged
 
 if TYPE_CHECKING:
@@ -52,7 +52,9 @@ class ParquetSink(Sink):
             os.makedirs(os.path.join(self.location, table), exist_ok=True)
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> None:
-        self._write(rows.select(*COLUMNS), target.table, batch_id)
+        # Typed values keep their nested types; a field the schema added is a column of the
+        # files written since (readers merge the files' schemas).
+        self._write(rows.select(*target.schema().fieldNames()), target.table, batch_id)
         failpoint("mid-write")  # files written, the batch not yet committed
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> None:

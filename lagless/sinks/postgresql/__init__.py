@@ -16,11 +16,14 @@ from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Target
 from lagless.sinks.sql import (
     Layout,
-    create_table,
     dead_letter_layout,
+    evolve,
     insert,
+    layouts,
     quoted,
     target_layout,
+    tombstone_layout,
+    upsert,
 )
 
 try:
@@ -78,25 +81,46 @@ class PostgresSink(DriverSink):
     def check(self, target: Target) -> None:
         try:
             with self._connect() as conn:
-                for layout in (target_layout(target), dead_letter_layout(target)):
-                    _check_layout(conn, layout)
+                for layout in layouts(target, "postgresql"):
+                    _evolution(conn, layout)
         except TransientError as exc:
             raise BadInput(str(exc)) from None
 
     def prepare(self, target: Target) -> None:
         with self._connect() as conn:
-            for layout in (target_layout(target), dead_letter_layout(target)):
-                conn.execute(create_table(layout, "postgresql"))
+            for layout in layouts(target, "postgresql"):
+                for statement in _evolution(conn, layout):
+                    conn.execute(statement)
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
-        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction."""
-        layout = dead_letter_layout(target) if dead_letters else target_layout(target)
+        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction:
+        the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
+        cell), then one INSERT ... ON CONFLICT (three in upsert mode: tombstones delete, are
+        remembered, then records are stored)."""
+        # Records unique on (topic, partition, offset) in columns as Spark gives them (no cast)
+        # can be copied straight into their table.
+        copy_into = None
+        if dead_letters:
+            statements = [insert(dead_letter_layout(target, "postgresql"), STAGE)]
+            copy_into = target.dead_letter_table
+        elif target.mode == "upsert":
+            layout = target_layout(target, "postgresql")
+            keys = ", ".join(quoted(name) for name in layout.unique)
+            # One statement may not update a row twice: keep each key's newest record.
+            newest = (
+                f"(SELECT DISTINCT ON ({keys}) * FROM {STAGE} "
+                f'ORDER BY {keys}, "timestamp" DESC, "partition" DESC, "offset" DESC)'
+            )
+            statements = upsert(layout, tombstone_layout(target, "postgresql"), newest)
+        else:
+            statements = [insert(target_layout(target, "postgresql"), STAGE)]
+            copy_into = None if target.fields is not None else target.table
         table = rows.read_all()
         deadline = time.monotonic() + RETRY_FOR_S
         pause = 0.5
         while True:
             try:
-                return self._write_once(table, layout)
+                return self._write_once(table, statements, copy_into)
             except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
                 if time.monotonic() + pause > deadline:
                     raise TransientError(
@@ -105,27 +129,18 @@ class PostgresSink(DriverSink):
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
-    def _write_once(self, table: pa.Table, layout: Layout) -> int:
-        """One transaction: the Arrow table into a temporary table through ADBC (binary COPY,
-        no Python object per cell), then one INSERT ... ON CONFLICT. Rows unique on their
-        record (append, dead letters) are first copied straight into the table."""
-        names = ", ".join(quoted(name) for name in layout.names)
+    def _write_once(self, table: pa.Table, statements: list[str], copy_into: str | None) -> int:
+        changed = 0
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-            if not layout.newer_only and _appended(conn, cur, table, layout):
+            if copy_into is not None and _appended(conn, cur, table, copy_into):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            rows = f"SELECT {names} FROM {STAGE}"
-            if layout.newer_only:
-                # One statement may not update a row twice: keep each key's newest record.
-                rows = (
-                    f'SELECT DISTINCT ON ("key") {names} FROM {STAGE} '
-                    'ORDER BY "key", "timestamp" DESC, "partition" DESC, "offset" DESC'
-                )
-            cur.execute(insert(layout, rows))
-            changed = cur.rowcount
+            for statement in statements:
+                cur.execute(statement)
+                changed += max(cur.rowcount, 0)
             conn.commit()
-        return max(changed, 0)
+        return changed
 
     def _connect_arrow(self) -> Any:
         """An ADBC connection (its temporary tables go with it)."""
@@ -143,12 +158,12 @@ class PostgresSink(DriverSink):
             raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
 
-def _appended(conn: Any, cur: Any, table: pa.Table, layout: Layout) -> bool:
+def _appended(conn: Any, cur: Any, table: pa.Table, copy_into: str) -> bool:
     """COPY the rows straight into the table, in one transaction: twice as fast as staging them
     and merging with ON CONFLICT. A replayed batch meets a row it wrote before, and the unique
     key fails the whole COPY: False, nothing written, and the caller merges instead."""
     try:
-        cur.adbc_ingest(layout.table, table, mode="append")
+        cur.adbc_ingest(copy_into, table, mode="append")
         failpoint("mid-write")
         conn.commit()
     except adbc_pg.IntegrityError:
@@ -157,17 +172,15 @@ def _appended(conn: Any, cur: Any, table: pa.Table, layout: Layout) -> bool:
     return True
 
 
-def _check_layout(conn: Any, layout: Layout) -> None:
-    """A BadInput when the table exists with other columns or another unique key (an append
-    table reused for upsert would keep every record), as the SQLite sink checks."""
+def _evolution(conn: Any, layout: Layout) -> list[str]:
+    """What brings the table to layout (sql.evolve): BadInput when nothing can. Types are read
+    as format_type writes them, the names sql.py uses."""
     found = conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-        "AND table_schema = current_schema() ORDER BY ordinal_position",
-        (layout.table,),
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        (quoted(layout.table),),
     ).fetchall()
-    columns = tuple(row[0] for row in found)
-    if not columns:
-        return
     keyed = tuple(
         row[0]
         for row in conn.execute(
@@ -177,11 +190,7 @@ def _check_layout(conn: Any, layout: Layout) -> None:
             (quoted(layout.table),),
         ).fetchall()
     )
-    if columns != layout.names or keyed != layout.unique:
-        raise BadInput(
-            f"table {layout.table!r} exists with another layout (columns {', '.join(columns)}; "
-            f"unique on {', '.join(keyed) or 'nothing'}); pick another --table or --write mode"
-        )
+    return evolve(layout, [(row[0], row[1]) for row in found], keyed)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from typing import TYPE_CHECKING
 
 import adbc_driver_sqlite.dbapi as adbc_sqlite
 import pyarrow as pa
@@ -16,12 +17,18 @@ from lagless.sinks import local_path
 from lagless.sinks.base import DriverSink, Target, check_writable_path
 from lagless.sinks.sql import (
     Layout,
-    create_table,
     dead_letter_layout,
+    evolve,
     insert,
-    quoted,
+    layouts,
     target_layout,
+    tombstone_layout,
+    upsert,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 STAGE = "lagless_stage"
 # A reader of the file (a lag tool, a test) may hold it for a moment: wait rather than fail.
@@ -39,30 +46,46 @@ class SqliteSink(DriverSink):
         check_writable_path(self.location, "file", folder=False)
         if os.path.exists(self.location):
             with self._connect() as conn:
-                for layout in (target_layout(target), dead_letter_layout(target)):
-                    _check_layout(conn, layout)
+                for layout in layouts(target, "sqlite"):
+                    _evolution(conn, layout)
 
     def prepare(self, target: Target) -> None:
         with self._connect() as conn, conn:
-            for layout in (target_layout(target), dead_letter_layout(target)):
-                conn.execute(create_table(layout, "sqlite"))
+            for layout in layouts(target, "sqlite"):
+                for statement in _evolution(conn, layout):
+                    conn.execute(statement)
+
+    def transported(self, name: str, data_type: DataType) -> Column:
+        from pyspark.sql.types import DecimalType
+
+        if isinstance(data_type, DecimalType):  # ADBC's SQLite driver takes no decimals
+            return super().transported(name, data_type).cast("string").alias(name)
+        return super().transported(name, data_type)
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
         """One transaction: the rows into a temporary table through ADBC (no Python object per
-        cell: 600k rows/s against 100k with executemany), then one INSERT."""
-        layout = dead_letter_layout(target) if dead_letters else target_layout(target)
-        names = ", ".join(quoted(name) for name in layout.names)
+        cell: 600k rows/s against 100k with executemany), then one INSERT (three in upsert
+        mode: tombstones delete, are remembered, then records are stored)."""
+        if dead_letters:
+            statements = [insert(dead_letter_layout(target, "sqlite"), f"temp.{STAGE}")]
+        elif target.mode == "upsert":
+            statements = upsert(
+                target_layout(target, "sqlite"), tombstone_layout(target, "sqlite"), f"temp.{STAGE}"
+            )
+        else:
+            statements = [insert(target_layout(target, "sqlite"), f"temp.{STAGE}")]
+        changed = 0
         with closing(adbc_sqlite.connect(self.location)) as conn, closing(conn.cursor()) as cur:
             cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             cur.adbc_ingest(STAGE, rows, mode="create", temporary=True)
             failpoint("mid-write")
-            # WHERE true: without it SQLite reads ON CONFLICT as a join's ON.
-            cur.execute(insert(layout, f"SELECT {names} FROM temp.{STAGE} WHERE true"))
-            cur.execute("SELECT changes()")
-            changed = cur.fetchone()
+            for statement in statements:
+                cur.execute(statement)
+                cur.execute("SELECT changes()")
+                changed += int(cur.fetchone()[0])  # type: ignore[index]
             cur.execute(f"DROP TABLE temp.{STAGE}")
             conn.commit()
-        return int(changed[0]) if changed else 0
+        return changed
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -76,17 +99,11 @@ class SqliteSink(DriverSink):
             conn.close()
 
 
-def _check_layout(conn: sqlite3.Connection, layout: Layout) -> None:
+def _evolution(conn: sqlite3.Connection, layout: Layout) -> list[str]:
+    """What brings the table to layout (sql.evolve): BadInput when nothing can."""
     try:
         info = conn.execute(f'PRAGMA table_info("{layout.table}")').fetchall()
     except sqlite3.DatabaseError as exc:
         raise BadInput(f"sink file is not an SQLite database: {exc}") from None
-    if not info:
-        return
-    columns = tuple(row[1] for row in info)
     keyed = tuple(row[1] for row in sorted(info, key=lambda r: r[5]) if row[5])
-    if columns != layout.names or keyed != layout.unique:
-        raise BadInput(
-            f"table {layout.table!r} exists with another layout (columns {', '.join(columns)}; "
-            f"unique on {', '.join(keyed) or 'nothing'}); pick another --table or --write mode"
-        )
+    return evolve(layout, [(row[1], row[2]) for row in info], keyed)

@@ -1,0 +1,155 @@
+"""The value's fields, as the import's columns: a Spark DDL schema (`--value-schema`, text or
+@file, parsed by Spark's own parser in the JVM), one inferred from a sample of the backlog
+(`--value-schema infer`), or an Avro schema (a file, or the newest of `<topic>-value` in a
+Schema Registry). Every problem is a BadInput, found before anything is written."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lagless.exceptions import BadInput
+from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
+from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from lagless.importer.spec import ImportSpec
+
+INFER = "infer"
+# Records read per partition to infer a schema from.
+INFER_SAMPLE_RECORDS = 1000
+
+
+@dataclass(frozen=True)
+class ValueSchema:
+    fields: StructType | None
+    avro: AvroDecoding | None = None
+
+
+def resolve(spec: ImportSpec, partitions: list[tuple[str, int]]) -> ValueSchema:
+    if spec.key_fields and spec.write != "upsert":
+        raise BadInput("--key-field needs --write upsert")
+    if spec.value_format == "avro":
+        schema = _avro(spec)
+    elif spec.value_schema is not None:
+        if spec.value_format != "json":
+            raise BadInput("--value-schema needs --value-format json or avro")
+        if spec.schema_registry is not None:
+            raise BadInput("--schema-registry needs --value-format avro")
+        schema = ValueSchema(_json_fields(spec, partitions))
+    else:
+        schema = ValueSchema(None)
+    if schema.fields is None:
+        if spec.key_fields:
+            raise BadInput("--key-field needs the value's fields: give --value-schema")
+        return schema
+    for field in schema.fields:
+        check_identifier(field.name, "value field")
+        if field.name in (*TYPED_COLUMNS, TOMBSTONE):
+            raise BadInput(f"value field {field.name!r} has the name of a column lagless adds")
+    for name in spec.key_fields:
+        if name not in schema.fields.fieldNames():
+            raise BadInput(f"--key-field {name!r} is not a field of the value schema")
+    return schema
+
+
+def _avro(spec: ImportSpec) -> ValueSchema:
+    if spec.value_schema is not None:
+        reader = _read_file(spec.value_schema.removeprefix("@"), "--value-schema")
+        where = f"--value-schema {spec.value_schema}"
+    elif spec.schema_registry is not None:
+        if len(spec.topics) != 1:
+            raise BadInput("--schema-registry reads the subject <topic>-value: import one topic")
+        subject = f"{spec.topics[0]}-value"
+        reader = latest_registered(spec.schema_registry, subject)
+        where = f"subject {subject!r}"
+    else:
+        raise BadInput("--value-format avro needs --schema-registry URL or --value-schema FILE")
+    fields = avro_fields(parse_avro_schema(reader, where))
+    return ValueSchema(fields, AvroDecoding(reader, spec.schema_registry))
+
+
+def _read_file(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        raise BadInput(f"{option} file {path!r} cannot be read: {reason}") from None
+
+
+def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructType:
+    from lagless.importer.spark import spark_session
+
+    text = spec.value_schema
+    assert text is not None
+    if text.startswith("@"):
+        text = _read_file(text[1:], "--value-schema")
+    spark = spark_session(spec.master)
+    if text == INFER:
+        fields = _infer(spark, spec, partitions)
+        print(f"lagless: inferred --value-schema {to_ddl(spark, fields)!r}", file=sys.stderr)
+        return fields
+    return parse_ddl(spark, text)
+
+
+def parse_ddl(spark: SparkSession, text: str) -> StructType:
+    """A Spark DDL schema (`id BIGINT NOT NULL, tags ARRAY<STRING>`), parsed in the JVM."""
+    import json
+
+    from pyspark.sql.types import StructType
+
+    jvm = spark._jvm
+    assert jvm is not None
+    try:
+        parsed = jvm.org.apache.spark.sql.types.StructType.fromDDL(text)
+    except Exception as exc:  # Spark's ParseException: its first line says what and where
+        first = next((line for line in str(exc).splitlines() if line.strip()), "unreadable")
+        raise BadInput(f"--value-schema is not a Spark DDL schema: {first.strip()}") from None
+    fields = StructType.fromJson(json.loads(parsed.json()))
+    if not fields.fields:
+        raise BadInput("--value-schema has no fields")
+    return fields
+
+
+def to_ddl(spark: SparkSession, fields: StructType) -> str:
+    jvm = spark._jvm
+    assert jvm is not None
+    return str(jvm.org.apache.spark.sql.types.DataType.fromJson(fields.json()).toDDL())
+
+
+def _infer(spark: SparkSession, spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructType:
+    """The schema Spark's JSON reader finds in the first INFER_SAMPLE_RECORDS records of each
+    partition, read with the lagless source."""
+    import json
+
+    from lagless.kafka.offset_reader import OffsetReader
+    from lagless.source import SOURCE_NAME
+
+    options = spec.kafka.source_options()
+    options["kafka.bootstrap.servers"] = spec.kafka.bootstrap
+    options["subscribe"] = ",".join(spec.topics)
+    options["failOnDataLoss"] = "false"
+
+    low, high = OffsetReader(spec.kafka).watermarks(partitions)
+    ending: dict[str, dict[str, int]] = {}
+    for (topic, partition), start in low.items():
+        end = min(high[(topic, partition)], start + INFER_SAMPLE_RECORDS)
+        ending.setdefault(topic, {})[str(partition)] = end
+    options["endingOffsets"] = json.dumps(ending)
+    sample = (
+        spark.read.format(SOURCE_NAME)
+        .options(**options)
+        .load()
+        .where("value IS NOT NULL")
+        .selectExpr("CAST(value AS STRING) AS value")
+    )
+    fields = spark.read.json(sample.rdd.map(lambda row: row.value)).schema
+    fields = type(fields)([f for f in fields.fields if f.name != "_corrupt_record"])
+    if not fields.fields:
+        raise BadInput("--value-schema infer found no JSON object in the topic's first records")
+    return fields
