@@ -7,17 +7,19 @@ committed, so everything here may run again for the same batch: every write is i
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
 from lagless.failpoints import failpoint
-from lagless.importer.checkpoint import batch_end_offsets
+from lagless.importer.checkpoint import batch_end_offsets, query_id
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import accepted, dead_letters, rejection_reasons, shape
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.progress import Collector, Summary
+from lagless.sinks import Target
 from lagless.source.offsets import Offsets
 
 if TYPE_CHECKING:
@@ -44,6 +46,15 @@ class BatchWriter:
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
+        self._target: Target | None = None
+
+    @property
+    def target(self) -> Target:
+        """The checked target, with the run its batch ids count in (the query has started)."""
+        if self._target is None:
+            run_id = query_id(self.spec.checkpoint)
+            self._target = replace(self.checked.target, run_id=run_id)
+        return self._target
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
@@ -58,7 +69,7 @@ class BatchWriter:
 
     def _commit_task_files(self, receipts: DataFrame, batch_id: int) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""
-        target = self.checked.target
+        target = self.target
         sink = self.checked.sink
         sink.discard_staged(target)
         failpoint("before-write")
@@ -81,7 +92,7 @@ class BatchWriter:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        target = self.checked.target
+        target = self.target
         sink = self.checked.sink
         reasons = rejection_reasons(target, self.spec.max_record_bytes)
         # Counted while the rows stream into the sink: one pass over the batch, not three.

@@ -19,16 +19,24 @@ _TYPES: dict[Dialect, dict[str, str]] = {
     "postgresql": {"text": "text", "int": "integer", "bigint": "bigint", "bytes": "bytea"},
 }
 
-# A stored row gives way only to a newer record: a later offset of the same partition or, when
-# the key comes from another partition, a later timestamp (then the higher partition on a tie).
-# While a key's timestamps do not go back within a partition (LogAppendTime, or one producer's
-# clock), this is a total order, so the final table is the same whatever order batches and
-# tasks finish in and however often they are replayed.
-NEWER = (
-    '(excluded."partition" = t."partition" AND excluded."offset" > t."offset")'
-    ' OR (excluded."partition" <> t."partition" AND (excluded."timestamp" > t."timestamp"'
-    ' OR (excluded."timestamp" = t."timestamp" AND excluded."partition" > t."partition")))'
-)
+
+def newer(record: str, held: str) -> str:
+    """SQL: the record aliased `record` is newer than the row aliased `held`.
+
+    A stored row gives way only to a newer record: a later offset of the same partition or,
+    when the key comes from another partition, a later timestamp (then the higher partition on
+    a tie). While a key's timestamps do not go back within a partition (LogAppendTime, or one
+    producer's clock), this is a total order, so the final table is the same whatever order
+    batches and tasks finish in and however often they are replayed."""
+    r, h = record, held
+    return (
+        f'({r}."partition" = {h}."partition" AND {r}."offset" > {h}."offset")'
+        f' OR ({r}."partition" <> {h}."partition" AND ({r}."timestamp" > {h}."timestamp"'
+        f' OR ({r}."timestamp" = {h}."timestamp" AND {r}."partition" > {h}."partition")))'
+    )
+
+
+NEWER = newer("excluded", "t")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class Record:
     partition: int
     offset: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
     timestamp: int
 
 
@@ -83,7 +83,7 @@ def read_topic(kafka: KafkaConfig, topic: str, partitions: int) -> list[Record]:
                     assert error.code() == KafkaError._PARTITION_EOF, error
                     continue
                 partition, offset, value = message.partition(), message.offset(), message.value()
-                assert partition is not None and offset is not None and value is not None
+                assert partition is not None and offset is not None  # value None: a tombstone
                 records.append(
                     Record(partition, offset, message.key(), value, message.timestamp()[1])
                 )
