@@ -177,8 +177,8 @@ def kcat(bootstrap: str, topic: str, value_bytes: int = 0) -> Baseline | None:
 def sink_url(kind: str, work: Path, postgres_url: str | None = None) -> str:
     if kind == "sqlite":
         return f"sqlite:///{work}/bench.db"
-    if kind == "parquet":
-        return f"parquet:///{work}/lake"
+    if kind in ("parquet", "delta"):
+        return f"{kind}:///{work}/lake"
     if kind == "postgresql":
         if not postgres_url:
             raise ValueError("postgresql needs a URL")
@@ -217,7 +217,22 @@ def has_rows(url: str, table: str) -> Callable[[], bool]:
             return False
 
         return parquet_probe
+    if url.startswith("delta:"):
+        return _delta_probe(os.path.join(sink_path(url), table))
     return _postgres_probe(url, table)
+
+
+def _delta_probe(path: str) -> Callable[[], bool]:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    def delta_probe() -> bool:
+        try:
+            return bool(DeltaTable(path).file_uris())
+        except TableNotFoundError:
+            return False
+
+    return delta_probe
 
 
 def _postgres_probe(url: str, table: str) -> Callable[[], bool]:

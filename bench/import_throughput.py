@@ -10,7 +10,7 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
    consumers with lagless's reader settings (a deeper prefetch, a short fetch backoff): what the
    client reaches tuned;
 3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
-   SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
+   Delta, SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
    start-up counts. Measured: launch to the first row visible in the sink (polled every
    50 ms), launch to exit, records/s over the query's own seconds (the summary's `seconds`)
    and over launch to exit, and both as ratios to the baseline.
@@ -55,7 +55,7 @@ from lagless.gen.profiles import COMPRESSIONS, DEFAULT_RECORD_BYTES, PARTITION_B
 from lagless.kafka.config import KafkaConfig
 
 TOPIC = "bench"
-SINKS = ("parquet", "sqlite", "postgresql")
+SINKS = ("parquet", "delta", "sqlite", "postgresql")
 console = Console(stderr=True)
 
 

@@ -154,7 +154,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="seed-002 scale of the small-record partitions"
     )
-    parser.add_argument("--sink", choices=("parquet", "sqlite"), default="parquet")
+    parser.add_argument("--sink", choices=("parquet", "delta", "sqlite"), default="parquet")
     parser.add_argument("--sample-ms", type=float, default=100.0)
     parser.add_argument("--master", help="lagless import --master")
     parser.add_argument(

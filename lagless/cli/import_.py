@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sink",
         required=True,
         help="sqlite:///file.db | postgresql://user:password@host:port/db | parquet:///dir "
+        "| delta:///dir "
         "(three slashes: a relative path; four: an absolute one)",
     )
     parser.add_argument(

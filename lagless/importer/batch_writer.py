@@ -7,12 +7,13 @@ committed, so everything here may run again for the same batch: every write is i
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
 from lagless.failpoints import failpoint
-from lagless.importer.checkpoint import batch_end_offsets
+from lagless.importer.checkpoint import batch_end_offsets, query_id
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import (
@@ -26,6 +27,7 @@ from lagless.importer.rows import (
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
+from lagless.sinks import Target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,6 +53,15 @@ class BatchWriter:
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
+        self._target: Target | None = None
+
+    @property
+    def target(self) -> Target:
+        """The checked target, with the run its batch ids count in (the query has started)."""
+        if self._target is None:
+            run_id = query_id(self.spec.checkpoint)
+            self._target = replace(self.checked.target, run_id=run_id)
+        return self._target
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
@@ -65,7 +76,7 @@ class BatchWriter:
 
     def _commit_task_files(self, receipts: DataFrame, batch_id: int) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""
-        target = self.checked.target
+        target = self.target
         sink = self.checked.sink
         sink.discard_staged(target)
         failpoint("before-write")
@@ -88,7 +99,7 @@ class BatchWriter:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        target = self.checked.target
+        target = self.target
         sink = self.checked.sink
         avro = self.checked.avro
         reasons = rejection_reasons(target, self.spec.max_record_bytes, avro)

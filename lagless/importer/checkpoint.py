@@ -28,3 +28,9 @@ def last_end_offsets(checkpoint: str) -> Offsets:
         return {}
     done = sorted((int(name) for name in os.listdir(commits) if name.isdigit()), reverse=True)
     return batch_end_offsets(checkpoint, done[0]) if done else {}
+
+
+def query_id(checkpoint: str) -> str:
+    """The id Spark gave the query when it created the checkpoint (`metadata`), kept for life."""
+    with open(os.path.join(checkpoint, "metadata"), encoding="utf-8") as handle:
+        return str(json.loads(handle.readline())["id"])

@@ -7,11 +7,13 @@ from urllib.parse import urlsplit
 from lagless.exceptions import BadInput
 from lagless.sinks.base import COLUMNS, Sink, Target, check_identifier
 
-SCHEMES = ("sqlite", "parquet", "postgresql")
+SCHEMES = ("sqlite", "parquet", "postgresql", "delta")
 
 
 def sink_from_url(url: str) -> Sink:
-    """sqlite:///path.db, parquet:///dir, postgresql://user@host:port/db; touches nothing."""
+    """sqlite:///path.db, parquet:///dir, delta:///dir, postgresql://user@host:port/db.
+
+    Touches nothing."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink
@@ -21,6 +23,10 @@ def sink_from_url(url: str) -> Sink:
         from lagless.sinks.parquet import ParquetSink
 
         return ParquetSink.from_url(url)
+    if scheme == "delta":
+        from lagless.sinks.delta import DeltaSink
+
+        return DeltaSink.from_url(url)
     if scheme in ("postgresql", "postgres"):
         from lagless.sinks.postgresql import PostgresSink
 

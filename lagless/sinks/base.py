@@ -81,6 +81,10 @@ class Target:
     fields: StructType | None = None
     # The upsert key: these fields of the value; empty: the Kafka key.
     key_fields: tuple[str, ...] = ()
+    # What the batch ids count in: the checkpoint's query id, set by the importer once the query
+    # runs. A store that records the batches it committed (Delta) keys them by it, so a fresh
+    # checkpoint, whose batch ids start again at 0, is not taken for a replay.
+    run_id: str = ""
 
     @property
     def dead_letter_table(self) -> str:

@@ -59,20 +59,23 @@ _TYPES: dict[Dialect, dict[str, str]] = {
 _CAST_ON_INSERT = ("jsonb",)
 
 
-def _newer(new: str, old: str) -> str:
+def newer(record: str, held: str) -> str:
+    """SQL: the record aliased `record` is newer than the row aliased `held`.
+
+    A stored row gives way only to a newer record: a later offset of the same partition or,
+    when the key comes from another partition, a later timestamp (then the higher partition on
+    a tie). While a key's timestamps do not go back within a partition (LogAppendTime, or one
+    producer's clock), this is a total order, so the final table is the same whatever order
+    batches and tasks finish in and however often they are replayed."""
+    r, h = record, held
     return (
-        f'({new}."partition" = {old}."partition" AND {new}."offset" > {old}."offset")'
-        f' OR ({new}."partition" <> {old}."partition" AND ({new}."timestamp" > {old}."timestamp"'
-        f' OR ({new}."timestamp" = {old}."timestamp" AND {new}."partition" > {old}."partition")))'
+        f'({r}."partition" = {h}."partition" AND {r}."offset" > {h}."offset")'
+        f' OR ({r}."partition" <> {h}."partition" AND ({r}."timestamp" > {h}."timestamp"'
+        f' OR ({r}."timestamp" = {h}."timestamp" AND {r}."partition" > {h}."partition")))'
     )
 
 
-# A stored row gives way only to a newer record: a later offset of the same partition or, when
-# the key comes from another partition, a later timestamp (then the higher partition on a tie).
-# While a key's timestamps do not go back within a partition (LogAppendTime, or one producer's
-# clock), this is a total order, so the final table is the same whatever order batches and
-# tasks finish in and however often they are replayed. Tombstones follow the same rule.
-NEWER = _newer("excluded", "t")
+NEWER = newer("excluded", "t")
 
 
 def sql_type(data_type: DataType, dialect: Dialect) -> str:
@@ -218,11 +221,11 @@ def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
     deleted = f"s.{quoted(TOMBSTONE)}"
     delete = (
         f"DELETE FROM {quoted(target.table)} AS t WHERE EXISTS (SELECT 1 FROM {source} AS s "
-        f"WHERE {deleted} AND {same_key('s', 't')} AND ({_newer('s', 't')}))"
+        f"WHERE {deleted} AND {same_key('s', 't')} AND ({newer('s', 't')}))"
     )
     outlived = (
         f"NOT EXISTS (SELECT 1 FROM {quoted(tombstones.table)} AS d "
-        f"WHERE {same_key('d', 's')} AND NOT ({_newer('s', 'd')}))"
+        f"WHERE {same_key('d', 's')} AND NOT ({newer('s', 'd')}))"
     )
     return [
         delete,

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from lagless.broker import EmbeddedBroker
@@ -45,6 +46,8 @@ def orders_broker():  # type: ignore[no-untyped-def]
         ({"--sink": "sqlite:///{tmp}/a_file/db.sqlite"}, "is not a directory"),
         ({"--checkpoint": "{tmp}/a_file/ckpt"}, "is not a directory"),
         ({"--sink": "parquet:///{tmp}/lake", "--write": "upsert"}, "append only"),
+        ({"--sink": "delta://"}, "has no path"),
+        ({"--sink": "delta:///{tmp}/a_file/lake"}, "is not a directory"),
         ({"--max-records-per-batch": "0"}, "--max-records-per-batch must be at least 1"),
         ({"--kafka-option": "novalue"}, "is not KEY=VALUE"),
         ({"--dead-letter-topic": "nowhere"}, "topic 'nowhere' does not exist"),
@@ -107,3 +110,41 @@ def test_refused_kafka_settings_are_one_line_exit_2_and_write_nothing(
     assert len(lines) == 1 and lines[0].startswith("lagless: error:"), result.stderr
     assert says in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("existing", "write", "says"),
+    [
+        ("append", "upsert", "has another layout (lagless --write append)"),
+        ("foreign", "append", "has another layout (not lagless)"),
+        ("plain files", "append", "exists and is not a Delta table"),
+    ],
+)
+def test_a_delta_folder_of_another_layout_is_one_line_exit_2_and_untouched(
+    orders_broker, tmp_path, existing, write, says
+):
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "lake" / "orders"
+    if existing == "plain files":
+        table.mkdir(parents=True)
+        (table / "data.csv").write_text("a,b\n")
+    elif existing == "foreign":
+        write_deltalake(str(table), pa.table({"a": [1]}))
+    else:
+        DeltaTable.create(
+            str(table),
+            schema=pa.schema(
+                [("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64())]
+            ),
+            description="lagless --write append",
+        )
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    sink = {"--sink": f"delta:///{tmp_path}/lake", "--write": write}
+
+    result = run_cli(*import_args(orders_broker.bootstrap, tmp_path, **sink))
+
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

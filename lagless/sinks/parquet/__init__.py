@@ -2,11 +2,11 @@
 
 Each micro-batch goes to its own folder `<dir>/<table>/batch=<id>` (dead letters to
 `<dir>/<table>_dlq/batch=<id>`). Raw values are written by the Kafka source's tasks themselves
-(staged.py): the files wait under `<table>/_staging` and the driver makes the batch visible by
-renaming one folder into place, so a reader never sees part of a batch. Otherwise Spark writes
-the folder, overwritten whole when a batch is replayed. Either way a batch's offsets are fixed
-in the checkpoint before it runs, so a replay writes the same rows again instead of adding them
-twice.
+(staged.py): the files wait under `<table>/_staging`. Other rows are written by Spark into
+`<table>/_batch=<id>.partial`. Either way the driver makes the batch visible by renaming one
+folder into place, so a reader listing the folder never sees part of a batch (names starting
+with `_` are hidden from pyarrow and Spark). A batch's offsets are fixed in the checkpoint
+before it runs, so a replay writes the same rows again instead of adding them twice.
 """
 
 from __future__ import annotations
@@ -52,12 +52,13 @@ class ParquetSink(Sink):
             os.makedirs(os.path.join(self.location, table), exist_ok=True)
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> None:
-        # Typed values keep their nested types; a field the schema added is a column of the
-        # files written since (readers merge the files' schemas).
+        """A batch's rows, written by Spark's tasks, then made visible in one rename. Typed
+        values keep their nested types; a field the schema added is a column of the files
+        written since (readers merge the files' schemas)."""
         self._write(rows.select(*target.schema().fieldNames()), target.table, batch_id)
-        failpoint("mid-write")  # files written, the batch not yet committed
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> None:
+        """After the batch's rows: its rejected records, as the rows are."""
         self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
 
     def executor_writer(self, target: Target) -> tuple[str, str] | None:
@@ -73,26 +74,39 @@ class ParquetSink(Sink):
         if not files:
             return
         table = os.path.join(self.location, target.table)
-        final = os.path.join(table, f"batch={batch_id}")
-        gathering = os.path.join(table, f"_batch={batch_id}.partial")
+        gathering = _gathering(table, batch_id)
         shutil.rmtree(gathering, ignore_errors=True)
         os.makedirs(gathering)
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
-        failpoint("mid-write")  # files written, the batch not yet visible nor committed
-        if os.path.exists(final):
-            # A replay of a batch made visible before a crash: the same offsets, the same rows.
-            replaced = os.path.join(table, f"_batch={batch_id}.replaced")
-            shutil.rmtree(replaced, ignore_errors=True)
-            os.replace(final, replaced)
-            os.replace(gathering, final)
-            shutil.rmtree(replaced)
-        else:
-            os.replace(gathering, final)
+        _make_visible(table, batch_id)
 
     def _staging(self, target: Target) -> str:
         return os.path.join(self.location, target.table, staged.STAGING)
 
     def _write(self, rows: DataFrame, table: str, batch_id: int) -> None:
-        folder = os.path.join(self.location, table, f"batch={batch_id}")
-        rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(folder)
+        folder = os.path.join(self.location, table)
+        rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch_id))
+        _make_visible(folder, batch_id)
+
+
+def _gathering(table: str, batch_id: int) -> str:
+    """Where a batch's files wait, hidden, until they are all there."""
+    return os.path.join(table, f"_batch={batch_id}.partial")
+
+
+def _make_visible(table: str, batch_id: int) -> None:
+    """The gathered batch becomes `batch=<id>` in one rename. A replay of a batch already
+    visible (the same rows) swaps folders in two: a reader may miss the batch for that instant,
+    never see half of it."""
+    gathering = _gathering(table, batch_id)
+    final = os.path.join(table, f"batch={batch_id}")
+    failpoint("mid-write")  # files written, the batch not yet visible nor committed
+    if os.path.exists(final):
+        replaced = os.path.join(table, f"_batch={batch_id}.replaced")
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.replace(final, replaced)
+        os.replace(gathering, final)
+        shutil.rmtree(replaced)
+    else:
+        os.replace(gathering, final)
