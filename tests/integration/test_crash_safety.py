@@ -28,6 +28,7 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from psycopg.types.string import TextLoader
 
 from lagless.exceptions import TerminalError
 from lagless.gen import ProducedSummary, RecordKind, explicit, produce_profile
@@ -141,8 +142,16 @@ def clean_run(
             if r.key not in newest or is_newer(r, newest[r.key]):
                 newest[r.key] = r
         accepted = list(newest.values())
-    rows = [(r.partition, r.offset, r.key, r.value.decode(), r.timestamp) for r in accepted]
+    rows = [
+        (r.partition, r.offset, r.key, same_json(r.value.decode()), r.timestamp) for r in accepted
+    ]
     return Tables(sorted(rows), sorted(letters))
+
+
+def same_json(text: str) -> str:
+    """JSON text in one spelling (keys sorted, no spaces): PostgreSQL's jsonb keeps a value's
+    meaning, not its spelling, so values are compared as parsed JSON."""
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
 
 
 def below(records: list[Record], ends: Offsets, topic: str) -> list[Record]:
@@ -190,13 +199,21 @@ def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[An
             found = cursor.fetchall()
     else:
         with psycopg.connect(sink_url) as conn:
+            conn.adapters.register_loader("jsonb", TextLoader)  # as text, like the other sinks
             found = conn.execute(select).fetchall()
     return sorted(tuple(_plain(v) for v in row) for row in found)
 
 
 def sink_tables(sink_url: str, table: str) -> Tables:
+    """The target (values as parsed JSON, see same_json) and dead-letter tables of a
+    `--format json` import."""
+    value = TARGET_COLUMNS.index("value")
+    target = [
+        (*row[:value], same_json(row[value]), *row[value + 1 :])
+        for row in stored(sink_url, table, TARGET_COLUMNS)
+    ]
     return Tables(
-        stored(sink_url, table, TARGET_COLUMNS),
+        target,
         stored(sink_url, f"{table}_dlq", DEAD_LETTER_COLUMNS),
     )
 
