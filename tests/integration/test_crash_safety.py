@@ -61,7 +61,7 @@ class Record:
     partition: int
     offset: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
     timestamp: int
 
 
@@ -84,7 +84,7 @@ def read_topic(kafka: KafkaConfig, topic: str, partitions: int) -> list[Record]:
                     assert error.code() == KafkaError._PARTITION_EOF, error
                     continue
                 partition, offset, value = message.partition(), message.offset(), message.value()
-                assert partition is not None and offset is not None and value is not None
+                assert partition is not None and offset is not None  # value None: a tombstone
                 records.append(
                     Record(partition, offset, message.key(), value, message.timestamp()[1])
                 )
@@ -98,6 +98,7 @@ def read_topic(kafka: KafkaConfig, topic: str, partitions: int) -> list[Record]:
 def rejection(record: Record, write: WriteMode, max_record_bytes: int | None) -> str | None:
     """Why a `--format json` import must dead-letter the record, checks in the documented order:
     null key (upsert only), size, UTF-8, JSON."""
+    assert record.value is not None  # the topics here hold no tombstones
     if write == "upsert" and record.key is None:
         return NULL_KEY
     if max_record_bytes is not None and len(record.value) > max_record_bytes:
@@ -143,7 +144,9 @@ def clean_run(
                 newest[r.key] = r
         accepted = list(newest.values())
     rows = [
-        (r.partition, r.offset, r.key, same_json(r.value.decode()), r.timestamp) for r in accepted
+        (r.partition, r.offset, r.key, same_json(r.value.decode()), r.timestamp)
+        for r in accepted
+        if r.value is not None
     ]
     return Tables(sorted(rows), sorted(letters))
 
