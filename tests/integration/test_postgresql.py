@@ -111,6 +111,23 @@ def test_bad_password_is_one_line_and_never_shows_the_password(
     assert not (tmp_path / "ckpt").exists()
 
 
+def refused_import(bootstrap: str, topic: str, url: str, tmp_path: Path, *extra: str) -> str:
+    """`lagless import` that must refuse: exit 2, one line (returned), nothing written."""
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--sink", url, *extra]
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *args, "--checkpoint", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert not (tmp_path / "ckpt").exists()
+    assert rows(url, f'SELECT count(*) FROM "{topic}"') == [(0,)]
+    return lines[0]
+
+
 def test_append_table_reused_for_upsert_is_one_line_and_writes_nothing(
     broker, topic_name, tmp_path, postgres
 ):
@@ -118,19 +135,8 @@ def test_append_table_reused_for_upsert_is_one_line_and_writes_nothing(
 
     broker.create_topic(topic_name, 1)
     sink_from_url(postgres.url).prepare(Target(topic_name, "append", "raw"))
-    args = ["--bootstrap", broker.bootstrap, "--topic", topic_name, "--sink", postgres.url]
-    args += ["--write", "upsert", "--checkpoint", str(tmp_path / "ckpt")]
-    result = subprocess.run(
-        [sys.executable, "-m", "lagless", "import", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unique on topic, partition, offset" in lines[0], result.stderr
-    assert not (tmp_path / "ckpt").exists()
-    assert rows(postgres.url, f'SELECT count(*) FROM "{topic_name}"') == [(0,)]
+    line = refused_import(broker.bootstrap, topic_name, postgres.url, tmp_path, "--write", "upsert")
+    assert "unique on topic, partition, offset" in line
 
 
 def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
@@ -180,17 +186,9 @@ def test_a_table_with_json_values_as_text_is_one_line_and_writes_nothing(
             '"offset" bigint NOT NULL, "key" bytea, "value" text, "timestamp" bigint, '
             'PRIMARY KEY ("topic", "partition", "offset"))'
         )
-    args = ["--bootstrap", broker.bootstrap, "--topic", topic_name, "--sink", postgres.url]
-    args += ["--value-format", "json", "--checkpoint", str(tmp_path / "ckpt")]
-    result = subprocess.run(
-        [sys.executable, "-m", "lagless", "import", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+
+    line = refused_import(
+        broker.bootstrap, topic_name, postgres.url, tmp_path, "--value-format", "json"
     )
 
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "TYPE jsonb USING" in lines[0], result.stderr
-    assert not (tmp_path / "ckpt").exists()
-    assert rows(postgres.url, f'SELECT count(*) FROM "{topic_name}"') == [(0,)]
+    assert "TYPE jsonb USING" in line
