@@ -55,7 +55,16 @@ from lagless.gen.profiles import COMPRESSIONS, DEFAULT_RECORD_BYTES, PARTITION_B
 from lagless.kafka.config import KafkaConfig
 
 TOPIC = "bench"
-SINKS = ("parquet", "delta", "sqlite", "postgresql")
+# Typed runs: a store, and the import options that make a column per value field. gen's values
+# are {"key", "seq", "partition", "pad"}; key and partition name columns lagless adds, so the
+# schema takes the other two (from_json skips fields it is not given).
+TYPED = {
+    "sqlite+json-schema": (
+        "sqlite",
+        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+    ),
+}
+SINKS = ("parquet", "delta", "sqlite", "postgresql", *TYPED)
 console = Console(stderr=True)
 
 
@@ -138,7 +147,9 @@ def produce(kafka: KafkaConfig, args: argparse.Namespace) -> tuple[int, int]:
 def run_cli(
     sink: str, url: str, bootstrap: str, work: Path, args: argparse.Namespace, records: int
 ) -> CliRun:
-    cli_args = import_args(bootstrap, TOPIC, url, work / f"checkpoint-{sink}", "bulk", args)
+    typed = TYPED[sink][1] if sink in TYPED else ()
+    checkpoint = work / f"checkpoint-{sink}"
+    cli_args = import_args(bootstrap, TOPIC, url, checkpoint, "bulk", args, *typed)
     with console.status(f"lagless → {sink}: launching") as status:
 
         def tick(run: Launched) -> None:
@@ -315,7 +326,7 @@ def main() -> int:
                     continue
                 folder = work / sink
                 folder.mkdir()
-                url = sink_url(sink, folder, postgres_url)
+                url = sink_url(TYPED[sink][0] if sink in TYPED else sink, folder, postgres_url)
                 runs.append(run_cli(sink, url, broker.bootstrap, folder, args, produced))
                 if sink == "postgresql":
                     _drop_table(url)

@@ -2,11 +2,14 @@
 
 Starts the embedded broker, fills a 24-partition topic shaped like seed 000's lag table,
 shows the lag table, imports everything into SQLite in bulk, and shows the table again.
+With --typed: field report 002's deals (gen's deals profile) into a typed SQLite table, a
+column per field, upserted on the deal id, deleted deals gone.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import tempfile
@@ -16,7 +19,8 @@ from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
 from lagless.exceptions import TerminalError
-from lagless.gen import build_profile, produce_profile
+from lagless.gen import ProducedSummary, build_profile, produce_profile
+from lagless.gen.deals import DEALS_DDL, DealRecords
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
@@ -25,6 +29,11 @@ from lagless.progress import RichCollector
 
 TOPIC = "statements"
 GROUP = "lagless-demo"
+DEALS_TOPIC = "deals"
+# Smaller than gen's default: the demo's point is the table, not the bytes.
+DEMO_DEAL_BYTES = 8_000
+DEMO_DEALS_PER_PARTITION = 20
+DEALS_SHOWN = 5
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,9 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--scale",
         type=float,
-        default=10.0,
-        help="size of the backlog: seed 000's lag / 1000 times this (default %(default)s: "
-        "1.35M records)",
+        help="size of the backlog: seed 000's lag / 1000 times this (default 10: 1.35M "
+        "records); with --typed, the deals profile's counts times this (default 1)",
+    )
+    parser.add_argument(
+        "--typed",
+        action="store_true",
+        help="import deals (JSON documents) into a typed table instead, upserted on the deal id",
     )
     parser.set_defaults(func=handle)
 
@@ -77,7 +90,10 @@ def handle(args: argparse.Namespace) -> int:
     for stale in (database,):
         if os.path.exists(stale):
             os.remove(stale)
-    profile = build_profile("seed-000", partitions=24, scale=args.scale)
+    if args.typed:
+        return _typed(console, database, checkpoint, 1.0 if args.scale is None else args.scale)
+    scale = 10.0 if args.scale is None else args.scale
+    profile = build_profile("seed-000", partitions=24, scale=scale)
     with EmbeddedBroker(topics={TOPIC: profile.partitions}) as broker:
         config = KafkaConfig(broker.bootstrap)
         console.print(
@@ -92,9 +108,7 @@ def handle(args: argparse.Namespace) -> int:
             kafka=config,
             topics=(TOPIC,),
             sink_url=f"sqlite:///{database}",
-            checkpoint=os.path.join(
-                checkpoint, broker.bootstrap.replace(":", "_").replace(",", "_")
-            ),
+            checkpoint=_per_broker(checkpoint, broker.bootstrap),
             group=GROUP,
         )
         summary = run_import(spec, RichCollector(console))
@@ -110,3 +124,77 @@ def handle(args: argparse.Namespace) -> int:
             f"demo ended with lag {remaining} and {stored} of {produced.records} records stored"
         )
     return 0
+
+
+def _per_broker(checkpoint: str, bootstrap: str) -> str:
+    """A checkpoint per embedded broker: each run's broker is new, its offsets start again."""
+    return os.path.join(checkpoint, bootstrap.replace(":", "_").replace(",", "_"))
+
+
+def _typed(console: Console, database: str, checkpoint: str, scale: float) -> int:
+    profile = build_profile("deals", partitions=0, scale=scale, record_bytes=DEMO_DEAL_BYTES)
+    with EmbeddedBroker(topics={DEALS_TOPIC: profile.partitions}) as broker:
+        config = KafkaConfig(broker.bootstrap)
+        console.print(f"embedded broker at {broker.bootstrap}; producing deals to {DEALS_TOPIC!r}")
+        produced = produce_profile(
+            config,
+            DEALS_TOPIC,
+            profile,
+            keys=DEMO_DEALS_PER_PARTITION,
+            compression="zstd",
+            shape=DealRecords("json"),
+        )
+        console.print(
+            f"produced {produced.records:,} updates of deals ({produced.value_bytes / 1e6:.1f} MB "
+            f"of JSON) in {produced.seconds:.1f} s; the last of {len(produced.deleted_keys())} "
+            "deals is a tombstone"
+        )
+        console.print(f"value schema: {DEALS_DDL}")
+        spec = ImportSpec(
+            kafka=config,
+            topics=(DEALS_TOPIC,),
+            sink_url=f"sqlite:///{database}",
+            checkpoint=_per_broker(checkpoint, broker.bootstrap),
+            write="upsert",
+            value_format="json",
+            value_schema=DEALS_DDL,
+            key_fields=("deal_id",),
+        )
+        summary = run_import(spec, RichCollector(console))
+    stored = _show_deals(console, database)
+    console.print(
+        f"{len(stored):,} deals in {database} (table {DEALS_TOPIC}), one row each at its newest "
+        f"version, from {summary.records:,} records read; deleted deals are in "
+        f"{DEALS_TOPIC}_tombstones"
+    )
+    _check_newest(stored, produced)
+    return 0
+
+
+def _show_deals(console: Console, database: str) -> dict[int, int]:
+    """Prints a few rows; every deal's stored version."""
+    with sqlite3.connect(database) as conn:
+        shown = conn.execute(
+            "SELECT deal_id, version, title, price, json_array_length(options), "
+            f"(SELECT count(*) FROM json_each(options) WHERE json_extract(value, '$.active') = 0) "
+            f'FROM "{DEALS_TOPIC}" ORDER BY deal_id LIMIT {DEALS_SHOWN}'
+        ).fetchall()
+        stored = dict(conn.execute(f'SELECT deal_id, version FROM "{DEALS_TOPIC}"').fetchall())
+    table = Table(title=f"table {DEALS_TOPIC!r}, first {DEALS_SHOWN} deals")
+    for name in ("deal_id", "version", "title", "price", "options", "inactive"):
+        table.add_column(name, justify="left" if name == "title" else "right")
+    for row in shown:
+        table.add_row(*(str(cell) for cell in row))
+    console.print(table)
+    return stored
+
+
+def _check_newest(stored: dict[int, int], produced: ProducedSummary) -> None:
+    """The table must hold what the producer says it wrote last for each deal."""
+    expected = {
+        int(key): json.loads(record.value)["version"]
+        for key, record in produced.newest_by_key().items()
+    }
+    if stored != expected:
+        wrong = sorted(set(stored.items()) ^ set(expected.items()))[:3]
+        raise TerminalError(f"demo's deals table differs from the newest versions, e.g. {wrong}")

@@ -1,4 +1,8 @@
-"""`lagless gen`: produce test records shaped like a profile to an existing topic."""
+"""`lagless gen`: produce test records shaped like a profile to an existing topic.
+
+The deals profile (field report 002) writes large deal documents keyed by the deal id, as JSON
+or Avro, in runs of updates with some tombstones; `--write-schema FILE` saves their schema for
+`lagless import --value-schema @FILE`."""
 
 from __future__ import annotations
 
@@ -11,13 +15,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lagless.exceptions import BadInput
+from lagless.gen.deals import DealRecords, register_schema, schema_text
 from lagless.gen.produce import (
+    ProbeRecords,
     ProducedSummary,
+    RecordShape,
+    check_topic,
     iter_kinds,
     produce_profile,
 )
 from lagless.gen.profiles import (
     COMPRESSIONS,
+    DEALS_RECORD_BYTES,
     DEFAULT_RECORD_BYTES,
     PROFILE_NAMES,
     Profile,
@@ -42,16 +51,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     shape.add_argument("--counts", help="records per partition, e.g. 100,200,0,50")
     parser.add_argument("--scale", type=float, help="multiply a named profile's counts (default 1)")
     parser.add_argument(
-        "--record-bytes", type=int, default=DEFAULT_RECORD_BYTES, help="value size in bytes"
+        "--record-bytes",
+        type=int,
+        help=f"value size in bytes (default {DEFAULT_RECORD_BYTES}; deals: the JSON document's, "
+        f"{DEALS_RECORD_BYTES})",
     )
     parser.add_argument("--keys", type=int, default=1_000, help="distinct keys per partition")
     parser.add_argument("--poison", type=float, default=0.0, help="share (0..1) of poison records")
     parser.add_argument(
         "--compression",
         choices=COMPRESSIONS,
-        default="none",
         help="producer compression; zstd lets the embedded broker keep about twice the records "
-        "(default %(default)s)",
+        "(default none; deals: zstd)",
+    )
+    parser.add_argument(
+        "--value-format",
+        choices=("json", "avro"),
+        default="json",
+        help="deals only: values as JSON or Avro (default %(default)s)",
+    )
+    parser.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="deals as Avro in the Confluent wire format, the schema registered under "
+        "<topic>-value at URL",
+    )
+    parser.add_argument(
+        "--write-schema",
+        metavar="FILE",
+        help="deals only: write the values' schema to FILE (Spark DDL for json, Avro for avro) "
+        "for lagless import --value-schema @FILE",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (key draws)")
     parser.add_argument(
@@ -67,7 +96,8 @@ def _profile(args: argparse.Namespace, config: KafkaConfig) -> Profile:
     if args.counts is not None:
         if args.scale is not None:
             raise BadInput("--scale applies to --profile, not to --counts")
-        return explicit(parse_counts(args.counts), args.record_bytes)
+        size = DEFAULT_RECORD_BYTES if args.record_bytes is None else args.record_bytes
+        return explicit(parse_counts(args.counts), size)
     partitions = 0
     if args.profile == "uniform":
         with OffsetReader(config) as broker:
@@ -76,6 +106,39 @@ def _profile(args: argparse.Namespace, config: KafkaConfig) -> Profile:
     return build_profile(
         args.profile, partitions=partitions, scale=scale, record_bytes=args.record_bytes
     )
+
+
+def _shape(args: argparse.Namespace) -> RecordShape:
+    """The records' keys, order and values: the deals' documents, else gen's probe values.
+    Registers the deals' Avro schema when asked to, and writes the schema file."""
+    if args.profile != "deals":
+        for given, option in (
+            (args.value_format != "json", "--value-format"),
+            (args.schema_registry, "--schema-registry"),
+            (args.write_schema, "--write-schema"),
+        ):
+            if given:
+                raise BadInput(f"{option} applies to --profile deals")
+        return ProbeRecords()
+    if args.value_format == "avro" and not (args.schema_registry or args.write_schema):
+        raise BadInput(
+            "--value-format avro needs --schema-registry URL or --write-schema FILE (plain Avro: "
+            "the schema is not in the records)"
+        )
+    if args.schema_registry and args.value_format != "avro":
+        raise BadInput("--schema-registry needs --value-format avro")
+    if args.write_schema:
+        try:
+            with open(args.write_schema, "w", encoding="utf-8") as handle:
+                handle.write(schema_text(args.value_format) + "\n")
+        except OSError as exc:
+            raise BadInput(
+                f"cannot write --write-schema {args.write_schema}: {exc.strerror}"
+            ) from None
+    schema_id = None
+    if args.schema_registry:
+        schema_id = register_schema(args.schema_registry, f"{args.topic}-value")
+    return DealRecords(args.value_format, schema_id)
 
 
 @contextmanager
@@ -112,7 +175,13 @@ def handler(args: argparse.Namespace) -> int:
         raise BadInput(f"--poison {args.poison} is not between 0 and 1")
     config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
     profile = _profile(args, config)
-    profile.check_fits(args.compression)
+    compression = args.compression or ("zstd" if args.profile == "deals" else "none")
+    profile.check_fits(compression)
+    if args.poison and args.profile == "deals":
+        raise BadInput("--poison does not apply to profile 'deals'")
+    with OffsetReader(config) as broker:  # before a schema is written or registered
+        check_topic(broker, args.topic, profile)
+    shape = _shape(args)
     with _progress_bar(profile.total_records) as on_progress:
         summary = produce_profile(
             config,
@@ -120,9 +189,10 @@ def handler(args: argparse.Namespace) -> int:
             profile,
             keys=args.keys,
             poison=args.poison,
-            compression=args.compression,
+            compression=compression,
             seed=args.seed,
             on_progress=on_progress,
+            shape=shape,
         )
     print(_summary_line(summary), flush=True)
     truncated = summary.truncated_partitions()

@@ -6,6 +6,9 @@ its own min(keys, records of p) distinct keys `k-<p*keys + j>`. A value is a JSO
 that key, so the newest value of a key is the one with the highest seq (and offset).
 
 A share of records can be poison, cycling through the kinds of RecordKind after GOOD.
+
+Other records (keys, their order, values, tombstones) come from a RecordShape, such as the
+deals profile's (gen/deals.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ClassVar, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -41,6 +45,7 @@ class RecordKind(StrEnum):
     INVALID_UTF8 = "invalid-utf8"
     INVALID_JSON = "invalid-json"
     NULL_KEY = "null-key"
+    TOMBSTONE = "tombstone"  # a null value: the key deleted
 
 
 POISON_KINDS = (RecordKind.INVALID_UTF8, RecordKind.INVALID_JSON, RecordKind.NULL_KEY)
@@ -66,7 +71,8 @@ class ProducedSummary:
     # Low watermark after producing: above `start` means the broker already dropped records.
     retained_from: dict[int, int]
     poison: list[tuple[int, int, RecordKind]]
-    _newest: dict[int, dict[int, tuple[int, bytes]]] = field(repr=False)
+    # Per partition, per key: the index of its last GOOD record or tombstone, and its value.
+    _newest: dict[int, dict[str, tuple[int, bytes | None]]] = field(repr=False)
 
     @property
     def records(self) -> int:
@@ -84,14 +90,24 @@ class ProducedSummary:
         return [p for p, (start, _) in self.offsets.items() if self.retained_from[p] > start]
 
     def newest_by_key(self) -> dict[str, NewestRecord]:
-        """For each key, its last GOOD record: what an upsert of the topic must end up with."""
+        """For each key, its last GOOD record, unless a tombstone came after it: what an upsert
+        of the topic must end up with."""
         newest: dict[str, NewestRecord] = {}
         for partition, by_key in self._newest.items():
             start = self.offsets[partition][0]
-            base = partition * self.keys_per_partition
-            for j, (index, value) in by_key.items():
-                newest[f"k-{base + j}"] = NewestRecord(partition, start + index, value)
+            for key, (index, value) in by_key.items():
+                if value is not None:
+                    newest[key] = NewestRecord(partition, start + index, value)
         return newest
+
+    def deleted_keys(self) -> set[str]:
+        """The keys whose last record is a tombstone: absent after an upsert of the topic."""
+        return {
+            key
+            for by_key in self._newest.values()
+            for key, (_, value) in by_key.items()
+            if value is None
+        }
 
 
 def poison_positions(total: int, share: float) -> dict[int, RecordKind]:
@@ -138,19 +154,60 @@ def make_producer(config: KafkaConfig, compression: str) -> tuple[Producer, Deli
     return producer, errors
 
 
-def _values(partition: int, record_bytes: int) -> Callable[[int, int], bytes]:
-    pad = "x" * record_bytes
+class RecordShape(Protocol):
+    """The records a profile's partitions get, but for their counts and sizes."""
 
-    def value(key_number: int, seq: int) -> bytes:
-        head = f'{{"key": "k-{key_number}", "seq": {seq}, "partition": {partition}, "pad": "'
-        return f'{head}{pad[: max(0, record_bytes - 2 - len(head))]}"}}'.encode()
+    # Whether --poison may replace some records (their values are ours to break).
+    poisonable: ClassVar[bool]
 
-    return value
+    def key(self, number: int) -> bytes:
+        """Key number `number` (partition p draws from p * keys + j)."""
+        ...
+
+    def draws(self, rng: random.Random, keys: int, count: int) -> list[tuple[int, bool]]:
+        """The key (0..keys-1) of each of a partition's `count` records, and whether the
+        record is a tombstone (a null value)."""
+        ...
+
+    def values(self, partition: int, record_bytes: int) -> Callable[[int, int], bytes]:
+        """The value of key number n's record number seq (how many records of n came before)."""
+        ...
+
+
+class ProbeRecords:
+    """Keys `k-<n>` drawn at random, and small JSON values that say where they belong."""
+
+    poisonable: ClassVar[bool] = True
+
+    def key(self, number: int) -> bytes:
+        return f"k-{number}".encode()
+
+    def draws(self, rng: random.Random, keys: int, count: int) -> list[tuple[int, bool]]:
+        return [(j, False) for j in rng.choices(range(keys), k=count)]
+
+    def values(self, partition: int, record_bytes: int) -> Callable[[int, int], bytes]:
+        pad = "x" * record_bytes
+
+        def value(key_number: int, seq: int) -> bytes:
+            head = f'{{"key": "k-{key_number}", "seq": {seq}, "partition": {partition}, "pad": "'
+            return f'{head}{pad[: max(0, record_bytes - 2 - len(head))]}"}}'.encode()
+
+        return value
 
 
 def _null_key_value(partition: int, record_bytes: int) -> bytes:
     head = f'{{"key": null, "seq": -1, "partition": {partition}, "pad": "'
     return f'{head}{"x" * (record_bytes - 2 - len(head))}"}}'.encode()
+
+
+def check_topic(broker: OffsetReader, topic: str, profile: Profile) -> None:
+    """BadInput unless `topic` exists with a partition for each of the profile's."""
+    existing = len(broker.partitions([topic]))
+    if existing < profile.partitions:
+        raise BadInput(
+            f"topic {topic!r} has {existing} partitions; profile {profile.name!r} "
+            f"needs {profile.partitions}"
+        )
 
 
 def produce_profile(
@@ -163,6 +220,7 @@ def produce_profile(
     compression: str = "none",
     seed: int = 0,
     on_progress: Callable[[int], None] | None = None,
+    shape: RecordShape | None = None,
 ) -> ProducedSummary:
     """Write `profile` to the existing `topic` and return exactly what was written.
 
@@ -172,40 +230,41 @@ def produce_profile(
     if keys < 1:
         raise BadInput(f"--keys {keys} must be at least 1")
     profile.check_fits(compression)
+    shape = shape or ProbeRecords()
+    if poison and not shape.poisonable:
+        raise BadInput(f"--poison does not apply to profile {profile.name!r}")
     poison_at = poison_positions(profile.total_records, poison)
     broker = OffsetReader(config)
-    existing = len(broker.partitions([topic]))
-    if existing < profile.partitions:
-        raise BadInput(
-            f"topic {topic!r} has {existing} partitions; profile {profile.name!r} "
-            f"needs {profile.partitions}"
-        )
+    check_topic(broker, topic, profile)
     producer, delivery_errors = make_producer(config, compression)
     partitions = [(topic, p) for p in range(profile.partitions)]
     with broker:
         before = _watermarks(broker, partitions)
         rng = random.Random(seed)
         poison_found: list[tuple[int, int, RecordKind]] = []
-        newest: dict[int, dict[int, tuple[int, bytes]]] = {}
+        newest: dict[int, dict[str, tuple[int, bytes | None]]] = {}
         value_bytes = 0
+        tombstones = 0
         done = 0
         started = time.perf_counter()
         for p, count in enumerate(profile.counts):
-            value = _values(p, profile.record_bytes[p])
+            value = shape.values(p, profile.record_bytes[p])
             base = p * keys
-            key_bytes = [f"k-{base + j}".encode() for j in range(min(keys, count))]
-            by_key: dict[int, tuple[int, bytes]] = {}
+            key_bytes = [shape.key(base + j) for j in range(min(keys, count))]
+            by_key: dict[int, tuple[int, bytes | None]] = {}
             seqs = [0] * len(key_bytes)
-            draws = rng.choices(range(len(key_bytes)), k=count) if count else []
-            for i, j in enumerate(draws):
+            draws = shape.draws(rng, len(key_bytes), count) if count else []
+            for i, (j, tombstone) in enumerate(draws):
                 kind = poison_at.get(done + i)
                 seq = seqs[j]
-                body = value(base + j, seq)
+                body: bytes | None = None if tombstone else value(base + j, seq)
                 key: bytes | None = key_bytes[j]
                 if kind is None:
                     seqs[j] = seq + 1
                     by_key[j] = (i, body)
+                    tombstones += tombstone
                 else:
+                    assert body is not None  # poisonable shapes make no tombstones
                     poison_found.append((p, before[p][1] + i, kind))
                     if kind is RecordKind.INVALID_UTF8:
                         seqs[j] = seq + 1
@@ -216,7 +275,7 @@ def produce_profile(
                     else:
                         key = None
                         body = _null_key_value(p, profile.record_bytes[p])
-                value_bytes += len(body)
+                value_bytes += len(body) if body is not None else 0
                 produce(producer, topic, value=body, key=key, partition=p)
                 if not (i + 1) % POLL_EVERY:
                     producer.poll(0)
@@ -224,7 +283,7 @@ def produce_profile(
                         on_progress(done + i + 1)
             done += count
             if by_key:
-                newest[p] = by_key
+                newest[p] = {key_bytes[j].decode(): last for j, last in by_key.items()}
         if producer.flush(FLUSH_TIMEOUT_S):
             raise TerminalError(f"records still unsent to {topic!r} after {FLUSH_TIMEOUT_S:.0f} s")
         seconds = time.perf_counter() - started
@@ -243,7 +302,9 @@ def produce_profile(
             f"high watermarks of {topic!r} partitions {moved} are not where this run left them: "
             "another producer wrote to the topic meanwhile"
         )
-    kinds: Counter[RecordKind] = Counter({RecordKind.GOOD: done - len(poison_found)})
+    kinds: Counter[RecordKind] = Counter(
+        {RecordKind.GOOD: done - len(poison_found) - tombstones, RecordKind.TOMBSTONE: tombstones}
+    )
     kinds.update(kind for _, _, kind in poison_found)
     return ProducedSummary(
         topic=topic,
@@ -260,6 +321,6 @@ def produce_profile(
 
 def iter_kinds(summary: ProducedSummary) -> Iterator[tuple[RecordKind, int]]:
     """Kinds with their counts, GOOD first then the poison kinds, skipping absent ones."""
-    for kind in (RecordKind.GOOD, *POISON_KINDS):
+    for kind in (RecordKind.GOOD, RecordKind.TOMBSTONE, *POISON_KINDS):
         if summary.kinds[kind]:
             yield kind, summary.kinds[kind]

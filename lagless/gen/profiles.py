@@ -29,6 +29,11 @@ _RECORD_OVERHEAD_BYTES = 28
 _COMPRESSED_BYTES = {"lz4": (24, 32), "zstd": (12, 100)}  # fixed part, padding divisor
 # Values are never shorter than their JSON skeleton, whatever --record-bytes asks.
 _MIN_VALUE_BYTES = 64
+# The deals profile's documents compress far less than padding when each fills a batch alone:
+# 800 KB documents kept ~19 KB each as JSON and ~27 KB as Avro under zstd, ~100 KB as JSON
+# under lz4 (smaller ones, many near-identical versions per batch, compress much further).
+# Divisors of record_bytes, kept below those:
+_DOCUMENT_DIVISOR = {"lz4": 6, "zstd": 25}
 
 # The lag column of the first table in seed 000: 12 partitions far behind, 4 half-way, 8 done.
 SEED_000_LAG = (
@@ -49,7 +54,17 @@ SEED_002_SMALL_COUNT = 2_000
 
 UNIFORM_COUNT = 10_000
 
-PROFILE_NAMES = ("seed-000", "seed-002", "uniform")
+# The deals profile (seed 002's field report, values in gen/deals.py): 12 partitions as after
+# the report's upgrade; partition 7 carries the chatty deals' floods, the others a trickle.
+DEALS_PARTITIONS = 12
+DEALS_CHATTY = 7
+DEALS_COUNT = 100
+DEALS_CHATTY_COUNT = 600
+# The report's deals were ~800 KB of JSON; smaller by default so that a partition of the
+# embedded broker keeps thousands of them.
+DEALS_RECORD_BYTES = 32_000
+
+PROFILE_NAMES = ("seed-000", "seed-002", "uniform", "deals")
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,8 @@ class Profile:
     name: str
     counts: tuple[int, ...]
     record_bytes: tuple[int, ...]
+    # Values are documents (the deals profile), not padded probes: they compress less.
+    documents: bool = False
 
     def __post_init__(self) -> None:
         if not self.counts:
@@ -83,6 +100,8 @@ class Profile:
         size = max(self.record_bytes[partition], _MIN_VALUE_BYTES)
         if compression == "none":
             per_record = size + _RECORD_OVERHEAD_BYTES
+        elif self.documents:
+            per_record = _COMPRESSED_BYTES[compression][0] + size // _DOCUMENT_DIVISOR[compression]
         else:
             fixed, divisor = _COMPRESSED_BYTES[compression]
             per_record = fixed + size // divisor
@@ -152,6 +171,16 @@ def uniform(
     return Profile("uniform", (count,) * partitions, (record_bytes,) * partitions)
 
 
+def deals(scale: float = 1.0, record_bytes: int = DEALS_RECORD_BYTES) -> Profile:
+    """Field report 002's deals: large documents, one partition flooded with updates."""
+    _check_scale(scale)
+    counts = tuple(
+        _scaled(DEALS_CHATTY_COUNT if p == DEALS_CHATTY else DEALS_COUNT, scale)
+        for p in range(DEALS_PARTITIONS)
+    )
+    return Profile("deals", counts, (record_bytes,) * len(counts), documents=True)
+
+
 def parse_counts(text: str) -> tuple[int, ...]:
     """`"100,200,0,50"` -> (100, 200, 0, 50): one count per partition, in partition order."""
     parts = [part.strip() for part in text.split(",")]
@@ -173,14 +202,18 @@ def build_profile(
     *,
     partitions: int,
     scale: float = 1.0,
-    record_bytes: int = DEFAULT_RECORD_BYTES,
+    record_bytes: int | None = None,
 ) -> Profile:
-    """A named profile; `partitions` (the topic's) is used only by `uniform`."""
-    _check_record_bytes(record_bytes)
+    """A named profile; `partitions` (the topic's) is used only by `uniform`; record_bytes
+    None: the profile's own (DEALS_RECORD_BYTES for deals, else DEFAULT_RECORD_BYTES)."""
+    if name == "deals":
+        return deals(scale, DEALS_RECORD_BYTES if record_bytes is None else record_bytes)
+    size = DEFAULT_RECORD_BYTES if record_bytes is None else record_bytes
+    _check_record_bytes(size)
     if name == "seed-000":
-        return seed_000(scale, record_bytes)
+        return seed_000(scale, size)
     if name == "seed-002":
-        return seed_002(scale, record_bytes)
+        return seed_002(scale, size)
     if name == "uniform":
-        return uniform(partitions, scale, record_bytes)
+        return uniform(partitions, scale, size)
     raise BadInput(f"profile {name!r} is not one of {', '.join(PROFILE_NAMES)}")

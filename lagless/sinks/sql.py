@@ -15,7 +15,7 @@ from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructField
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -102,11 +102,23 @@ class Layout:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
 
+    @property
+    def casts_on_insert(self) -> bool:
+        """Some column arrives as text and is cast on insert: rows cannot be copied as is."""
+        return any(kind in _CAST_ON_INSERT for _, kind in self.columns)
+
+
+def _column_type(target: Target, field: StructField, dialect: Dialect) -> str:
+    if target.fields is None and target.value_format == "json" and field.name == "value":
+        # A JSON value without a schema is JSON as nested fields are: jsonb in PostgreSQL.
+        return _TYPES[dialect]["nested"]
+    return sql_type(field.dataType, dialect)
+
 
 def target_layout(target: Target, dialect: Dialect) -> Layout:
     return Layout(
         table=target.table,
-        columns=tuple((f.name, sql_type(f.dataType, dialect)) for f in target.schema().fields),
+        columns=tuple((f.name, _column_type(target, f, dialect)) for f in target.schema().fields),
         unique=target.unique,
         newer_only=target.mode == "upsert",
     )
@@ -170,6 +182,12 @@ def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...])
             "--table, --write mode or --value-schema"
         )
     for name, kind in layout.columns:
+        if name == "value" and (types.get(name), kind) == ("text", "jsonb"):
+            raise BadInput(
+                f"table {layout.table!r} keeps JSON values as text (made by an earlier lagless; "
+                f"they are jsonb now): convert it once with ALTER TABLE {quoted(layout.table)} "
+                f'ALTER COLUMN "value" TYPE jsonb USING "value"::jsonb, or pick another --table'
+            )
         if name in types and types[name] != kind.lower():
             raise BadInput(
                 f"incompatible schema change: column {name!r} of table {layout.table!r} is "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lagless.gen import build_profile
+from lagless.cli.demo import DEALS_TOPIC, DEMO_DEAL_BYTES, DEMO_DEALS_PER_PARTITION
+from lagless.gen import build_profile, produce_profile
+from lagless.gen.deals import DealRecords
+from lagless.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.spark
 
@@ -31,3 +35,49 @@ def test_demo_drains_the_backlog_and_stores_every_record(tmp_path: Path) -> None
     said = " ".join(result.stdout.split())  # rich wraps lines at the terminal's width
     assert "after the import" in said
     assert f"{stored:,} rows in" in said
+
+
+def test_demo_typed_upserts_deals_into_a_typed_table(tmp_path: Path, broker) -> None:
+    """The same deals produced again (gen is deterministic) to the test's broker say what the
+    demo's table must hold: each deal at its newest version, deleted deals absent."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lagless",
+            "demo",
+            "--typed",
+            "--scale",
+            "0.5",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    profile = build_profile("deals", partitions=0, scale=0.5, record_bytes=DEMO_DEAL_BYTES)
+    broker.create_topic(DEALS_TOPIC, profile.partitions)
+    produced = produce_profile(
+        KafkaConfig(broker.bootstrap),
+        DEALS_TOPIC,
+        profile,
+        keys=DEMO_DEALS_PER_PARTITION,
+        compression="zstd",
+        shape=DealRecords("json"),
+    )
+    expected = {
+        int(key): json.loads(record.value)["version"]
+        for key, record in produced.newest_by_key().items()
+    }
+    with sqlite3.connect(tmp_path / "demo.db") as conn:
+        stored = dict(conn.execute('SELECT deal_id, version FROM "deals"').fetchall())
+        deleted = {row[0] for row in conn.execute('SELECT deal_id FROM "deals_tombstones"')}
+        columns = [row[1] for row in conn.execute('PRAGMA table_info("deals")')]
+    assert stored == expected
+    assert {int(key) for key in produced.deleted_keys()} <= deleted
+    assert columns[-3:] == ["price", "updated_at", "options"]
+    said = " ".join(result.stdout.split())
+    assert f"{len(expected):,} deals in" in said
+    assert f"from {produced.records:,} records read" in said

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -109,6 +111,23 @@ def test_bad_password_is_one_line_and_never_shows_the_password(
     assert not (tmp_path / "ckpt").exists()
 
 
+def refused_import(bootstrap: str, topic: str, url: str, tmp_path: Path, *extra: str) -> str:
+    """`lagless import` that must refuse: exit 2, one line (returned), nothing written."""
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--sink", url, *extra]
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *args, "--checkpoint", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert not (tmp_path / "ckpt").exists()
+    assert rows(url, f'SELECT count(*) FROM "{topic}"') == [(0,)]
+    return lines[0]
+
+
 def test_append_table_reused_for_upsert_is_one_line_and_writes_nothing(
     broker, topic_name, tmp_path, postgres
 ):
@@ -116,16 +135,60 @@ def test_append_table_reused_for_upsert_is_one_line_and_writes_nothing(
 
     broker.create_topic(topic_name, 1)
     sink_from_url(postgres.url).prepare(Target(topic_name, "append", "raw"))
-    args = ["--bootstrap", broker.bootstrap, "--topic", topic_name, "--sink", postgres.url]
-    args += ["--write", "upsert", "--checkpoint", str(tmp_path / "ckpt")]
-    result = subprocess.run(
-        [sys.executable, "-m", "lagless", "import", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    line = refused_import(broker.bootstrap, topic_name, postgres.url, tmp_path, "--write", "upsert")
+    assert "unique on topic, partition, offset" in line
+
+
+def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    """JSON without a schema goes through the stage (binary COPY cannot write Arrow text into
+    jsonb); a rerun from a fresh checkpoint replays every batch and must change nothing."""
+    from tests.integration.test_crash_safety import read_topic
+
+    broker.create_topic(topic_name, 2)
+    produce_profile(kafka, topic_name, explicit([700, 300]), keys=20, poison=0.04)
+    records = read_topic(kafka, topic_name, 2)
+    spec = pg_spec(
+        kafka, topic_name, postgres.url, tmp_path, value_format="json", max_records_per_batch=400
     )
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unique on topic, partition, offset" in lines[0], result.stderr
-    assert not (tmp_path / "ckpt").exists()
-    assert rows(postgres.url, f'SELECT count(*) FROM "{topic_name}"') == [(0,)]
+
+    first = run_import(spec, spark=spark)
+    replay = run_import(replace(spec, checkpoint=str(tmp_path / "ckpt-replay")), spark=spark)
+
+    assert rows(
+        postgres.url,
+        "SELECT data_type FROM information_schema.columns "
+        f"WHERE table_name = '{topic_name}' AND column_name = 'value'",
+    ) == [("jsonb",)]
+    stored = rows(postgres.url, f'SELECT "partition", "offset", value FROM {topic_name}')
+    expected = {}
+    for record in records:
+        try:
+            expected[(record.partition, record.offset)] = json.loads(record.value.decode())
+        except ValueError:  # poison: not UTF-8 or not JSON, dead-lettered
+            continue
+    assert len(stored) == len(expected) == first.imported == replay.imported
+    assert {(p, o): value for p, o, value in stored} == expected
+    assert first.written == len(expected) and replay.written == 0
+
+
+def test_a_table_with_json_values_as_text_is_one_line_and_writes_nothing(
+    broker, kafka, topic_name, tmp_path, postgres
+):
+    """A table an earlier lagless made, JSON values in a text column: the import says how to
+    convert it rather than mixing text and jsonb."""
+    broker.create_topic(topic_name, 1)
+    produce_profile(kafka, topic_name, explicit([20]), keys=5)
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute(
+            f'CREATE TABLE "{topic_name}" ("topic" text NOT NULL, "partition" integer NOT NULL, '
+            '"offset" bigint NOT NULL, "key" bytea, "value" text, "timestamp" bigint, '
+            'PRIMARY KEY ("topic", "partition", "offset"))'
+        )
+
+    line = refused_import(
+        broker.bootstrap, topic_name, postgres.url, tmp_path, "--value-format", "json"
+    )
+
+    assert "TYPE jsonb USING" in line

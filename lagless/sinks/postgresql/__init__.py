@@ -113,8 +113,11 @@ class PostgresSink(DriverSink):
             )
             statements = upsert(layout, tombstone_layout(target, "postgresql"), newest)
         else:
-            statements = [insert(target_layout(target, "postgresql"), STAGE)]
-            copy_into = None if target.fields is not None else target.table
+            layout = target_layout(target, "postgresql")
+            statements = [insert(layout, STAGE)]
+            # Binary COPY cannot turn Arrow text into jsonb: JSON values go through the stage.
+            untyped = target.fields is None and not layout.casts_on_insert
+            copy_into = target.table if untyped else None
         table = rows.read_all()
         deadline = time.monotonic() + RETRY_FOR_S
         pause = 0.5
