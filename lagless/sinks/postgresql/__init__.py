@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
 
@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 STAGE = "lagless_stage"
 WRITE_FROM = ("executors", "driver")
+TASK_APPLICATION = "lagless-task"
 # PostgreSQL cuts longer names, which could make two staging tables one.
 MAX_NAME = 63
 
@@ -131,7 +132,7 @@ class PostgresSink(DriverSink):
         stage = staging_table(target.table, batch_id)
         statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
         columns = _arrow_schema(shipped)
-        ingest = partial(ingest_task_rows, Secret(self._arrow_uri()), stage)
+        ingest = partial(ingest_task_rows, Secret(self._arrow_uri(TASK_APPLICATION)), stage)
 
         def attempt() -> int:
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
@@ -221,8 +222,9 @@ class PostgresSink(DriverSink):
         except adbc_pg.Error as exc:
             raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
-    def _arrow_uri(self) -> str:
-        """The URL with the password: only for the client that connects."""
+    def _arrow_uri(self, application: str = "lagless") -> str:
+        """The URL with the password: only for the client that connects. The application name
+        tells the driver's sessions from the tasks' in pg_stat_activity and the server's log."""
         parts = urlsplit(self.url)
         netloc = parts.hostname or ""
         if parts.port:
@@ -230,7 +232,8 @@ class PostgresSink(DriverSink):
         if parts.username:
             password = f":{quote(self._password.reveal(), safe='')}" if self._password else ""
             netloc = f"{quote(parts.username, safe='')}{password}@{netloc}"
-        return urlunsplit(parts._replace(netloc=netloc))
+        query = urlencode({"application_name": application})
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def staging_table(table: str, batch_id: int) -> str:
