@@ -35,3 +35,11 @@ def test_write_from_driver_is_kept_out_of_the_connection_url() -> None:
     sink = sink_from_url("postgresql://u:pw@host:5433/db?write_from=driver")
     assert sink.write_from == "driver"  # type: ignore[attr-defined]
     assert sink.url == "postgresql://u:****@host:5433/db"
+
+
+def test_executors_take_batches_as_large_as_any_the_driver_smaller_ones() -> None:
+    from lagless.sinks.base import DriverSink, Sink
+
+    assert sink_from_url("postgresql://u@host/db").max_batch_bytes == Sink.max_batch_bytes
+    through_driver = sink_from_url("postgresql://u@host/db?write_from=driver")
+    assert through_driver.max_batch_bytes == DriverSink.max_batch_bytes < Sink.max_batch_bytes

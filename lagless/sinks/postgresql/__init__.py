@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -67,12 +67,14 @@ def redacted(url: str) -> str:
 class PostgresSink(DriverSink):
     scheme = "postgresql"
     # The tasks stream the rows to the server: a batch's size does not weigh on the driver.
-    max_batch_bytes: ClassVar[int] = Sink.max_batch_bytes
+    max_batch_bytes: int = Sink.max_batch_bytes
 
     def __init__(self, url: str, password: Secret | None, write_from: str = "executors") -> None:
         super().__init__(redacted(url), redacted(url))
         self._password = password
         self.write_from = write_from
+        if write_from == "driver":
+            self.max_batch_bytes = DriverSink.max_batch_bytes
 
     @classmethod
     def from_url(cls, url: str) -> PostgresSink:
