@@ -196,7 +196,8 @@ class PostgresSink(DriverSink):
             copy_into = target.dead_letter_table
         else:
             statements = self._statements(target, STAGE)
-            copy_into = None if target.fields is not None else target.table
+            if target.mode == "append" and target.fields is None:
+                copy_into = target.table
         table = rows.read_all()
         return self._retried(lambda: self._write_once(table, statements, copy_into))
 
