@@ -179,10 +179,11 @@ def sink_url(kind: str, work: Path, postgres_url: str | None = None) -> str:
         return f"sqlite:///{work}/bench.db"
     if kind in ("parquet", "delta"):
         return f"{kind}:///{work}/lake"
-    if kind == "postgresql":
+    if kind in ("postgresql", "postgresql-driver"):
         if not postgres_url:
             raise ValueError("postgresql needs a URL")
-        return postgres_url
+        # The sink's rows through the driver, as one Arrow table a batch (the former default).
+        return postgres_url + ("?write_from=driver" if kind == "postgresql-driver" else "")
     raise ValueError(kind)
 
 
@@ -219,7 +220,7 @@ def has_rows(url: str, table: str) -> Callable[[], bool]:
         return parquet_probe
     if url.startswith("delta:"):
         return _delta_probe(os.path.join(sink_path(url), table))
-    return _postgres_probe(url, table)
+    return _postgres_probe(url.split("?", 1)[0], table)
 
 
 def _delta_probe(path: str) -> Callable[[], bool]:

@@ -64,7 +64,8 @@ TYPED = {
         ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
     ),
 }
-SINKS = ("parquet", "delta", "sqlite", "postgresql", *TYPED)
+# postgresql: written from the executors; postgresql-driver: each batch through the driver.
+SINKS = ("parquet", "delta", "sqlite", "postgresql", "postgresql-driver", *TYPED)
 console = Console(stderr=True)
 
 
@@ -315,21 +316,22 @@ def main() -> int:
             for b in baselines:
                 console.print(f"{b.name}: {b.records_per_second:,.0f} records/s")
             postgres_url = args.postgres_url
-            if "postgresql" in args.sinks and not postgres_url:
+            if any(s.startswith("postgresql") for s in args.sinks) and not postgres_url:
                 with console.status("starting a throwaway PostgreSQL"):
                     postgres_url, stop_postgres = postgres_server()
                 if postgres_url is None:
                     console.print("no --postgres-url and initdb not installed: no PostgreSQL run")
             runs = []
             for sink in args.sinks:
-                if sink == "postgresql" and not postgres_url:
+                if sink.startswith("postgresql") and not postgres_url:
                     continue
                 folder = work / sink
                 folder.mkdir()
                 url = sink_url(TYPED[sink][0] if sink in TYPED else sink, folder, postgres_url)
                 runs.append(run_cli(sink, url, broker.bootstrap, folder, args, produced))
+                if sink.startswith("postgresql"):
+                    _drop_table(postgres_url)
                 if sink == "postgresql":
-                    _drop_table(url)
                     with console.status("the PostgreSQL sink alone, rows already in Arrow"):
                         baselines.append(store_alone(url, produced, args.record_bytes))
                         _drop_table(url)

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import Launched, cmdline, descendants, import_args, memory_kib, sink_url
+from benchlib import (
+    Launched,
+    cmdline,
+    descendants,
+    import_args,
+    memory_kib,
+    postgres_server,
+    sink_url,
+)
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -154,7 +162,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="seed-002 scale of the small-record partitions"
     )
-    parser.add_argument("--sink", choices=("parquet", "delta", "sqlite"), default="parquet")
+    parser.add_argument(
+        "--sink",
+        choices=("parquet", "delta", "sqlite", "postgresql", "postgresql-driver"),
+        default="parquet",
+        help="postgresql-driver: each batch through the driver as one Arrow table",
+    )
+    parser.add_argument(
+        "--postgres-url", help="PostgreSQL to import into (default: a throwaway one via initdb)"
+    )
     parser.add_argument("--sample-ms", type=float, default=100.0)
     parser.add_argument("--master", help="lagless import --master")
     parser.add_argument(
@@ -172,6 +188,11 @@ def main() -> int:
     chosen = profile(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="lagless-memory-"))
+    postgres_url, stop_postgres = args.postgres_url, None
+    if args.sink.startswith("postgresql") and not postgres_url:
+        postgres_url, stop_postgres = postgres_server()
+        if postgres_url is None:
+            sys.exit("no --postgres-url and initdb not installed")
     try:
         with EmbeddedBroker(topics={TOPIC: chosen.partitions}) as broker:
             with Progress(
@@ -197,7 +218,7 @@ def main() -> int:
                 f"values ({len(SEED_002_LARGE)} partitions of "
                 f"{chosen.counts[SEED_002_LARGE[0]]:,} x {args.large_record_bytes:,} B)"
             )
-            url = sink_url(args.sink, work)
+            url = sink_url(args.sink, work, postgres_url)
             cli_args = import_args(broker.bootstrap, TOPIC, url, work / "checkpoint", "bulk", args)
             launched = Launched(cli_args, args.sink, url, TOPIC)
             sampler = Sampler(launched.process.pid, args.sample_ms / 1000)
@@ -222,6 +243,8 @@ def main() -> int:
             sampler.stop.set()
             sampler.join()
     finally:
+        if stop_postgres is not None:
+            stop_postgres()
         shutil.rmtree(work, ignore_errors=True)
     report = summarize(sampler.peaks, result.returncode, result.summary, args, produced.records)
     report["load_before"] = load_before
@@ -252,6 +275,7 @@ def summarize(
     worker = kinds.get("python worker", {}).get("max_hwm_mib")
     return {
         "sink": args.sink,
+        "import_options": args.import_option,
         "records": records,
         "imported": summary.get("records"),
         "large_record_bytes": args.large_record_bytes,

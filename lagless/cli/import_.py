@@ -91,8 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-bytes-per-batch",
         type=int,
         metavar="N",
-        help="at most about N bytes per micro-batch (default: 1 GiB for Parquet, 256 MiB for "
-        "SQLite and PostgreSQL)",
+        help="at most about N bytes per micro-batch (default: 1 GiB where the executors write: "
+        "Parquet, Delta, PostgreSQL; 256 MiB for SQLite)",
     )
     parser.add_argument(
         "--starting-timestamp",

@@ -139,7 +139,7 @@ class Sink(ABC):
     # Bytes of records per batch when the user sets no limit. A batch costs a second or two of
     # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
     # stay large; executors stream rows into the store, so memory does not bound them.
-    max_batch_bytes: ClassVar[int] = 1024 * 1024 * 1024
+    max_batch_bytes: int = 1024 * 1024 * 1024
     # A smaller first batch, to show rows sooner; None: the first batch is as large as any.
     first_batch_max_bytes: ClassVar[int | None] = None
 
@@ -191,7 +191,7 @@ class DriverSink(Sink):
     """A store written from the driver: rows arrive as one Arrow table per batch."""
 
     # The whole batch is one Arrow table in the driver's memory.
-    max_batch_bytes: ClassVar[int] = 256 * 1024 * 1024
+    max_batch_bytes: int = 256 * 1024 * 1024
     # A run's first batch is small: its rows are visible seconds after the start rather than
     # after a whole 256 MiB batch went through the driver (a dozen seconds here).
     first_batch_max_bytes: ClassVar[int | None] = 32 * 1024 * 1024

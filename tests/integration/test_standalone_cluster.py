@@ -20,13 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pyspark
 import pytest
 
 from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
+from lagless.gen.produce import ProducedSummary
 from lagless.kafka.config import KafkaConfig
+from lagless.sinks.postgresql import TASK_APPLICATION
+from tests.harness.postgres import PostgresServer
 
 pytestmark = pytest.mark.spark
 
@@ -174,10 +178,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             stop(process)
 
 
-def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    topic = "on_cluster"
+def import_on_cluster(
+    cluster: Cluster, topic: str, sink_url: str, tmp_path: Path, *options: str
+) -> tuple[ProducedSummary, dict[str, Any]]:
+    """`lagless import --master spark://...` of a fresh 4-partition topic: (produced, summary)."""
     with EmbeddedBroker(topics={topic: 4}) as broker:
         produced = produce_profile(
             KafkaConfig(broker.bootstrap), topic, explicit([1500, 0, 900, 2200]), keys=40
@@ -186,7 +190,8 @@ def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
             [
                 *(PYTHON, "-m", "lagless", "import", "--master", cluster.master_url),
                 *("--bootstrap", broker.bootstrap, "--topic", topic),
-                *("--sink", f"parquet:///{tmp_path}/lake", "--checkpoint", str(tmp_path / "ckpt")),
+                *("--sink", sink_url, "--checkpoint", str(tmp_path / "ckpt")),
+                *options,
                 "--json",
             ],
             env=spark_env(cluster.logs),
@@ -194,19 +199,75 @@ def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
             text=True,
             timeout=IMPORT_TIMEOUT_S,
         )
-
     assert imported.returncode == 0, f"{imported.stderr[-3000:]}\n{cluster.log_tails()}"
     summary = json.loads(imported.stdout.strip().splitlines()[-1])
-    assert summary["records"] == produced.records
-    table = pq.read_table(tmp_path / "lake" / topic)
-    pairs = list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+    return produced, summary
+
+
+def every_record_once(produced: ProducedSummary, pairs: list[tuple[int, int]]) -> None:
     assert len(pairs) == len(set(pairs)) == produced.records
     assert set(pairs) == {
         (p, offset) for p, (start, end) in produced.offsets.items() for offset in range(start, end)
     }
-    # It ran on the cluster: the master lists the finished application, and both workers
-    # launched an executor for it (each keeps a folder per application it served).
+
+
+def ran_on_both_workers(cluster: Cluster) -> None:
+    """The master lists the finished application, and both workers launched an executor for it
+    (each keeps a folder per application it served)."""
     completed = wait_for_completed_app(cluster)
     assert [app["name"] for app in completed] == ["lagless"]
     app_id = completed[0]["id"]
     assert all((work_dir / app_id).is_dir() for work_dir in cluster.worker_dirs)
+
+
+def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = "on_cluster"
+    produced, summary = import_on_cluster(cluster, topic, f"parquet:///{tmp_path}/lake", tmp_path)
+
+    assert summary["records"] == produced.records
+    table = pq.read_table(tmp_path / "lake" / topic)
+    every_record_once(
+        produced,
+        list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)),
+    )
+    ran_on_both_workers(cluster)
+
+
+def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every_record_once(
+    cluster: Cluster, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    topic = "pg_on_cluster"
+    with psycopg.connect(postgres.url, autocommit=True) as conn:
+        # Every session's application name in the server's log: the tasks name theirs.
+        conn.execute("ALTER SYSTEM SET log_connections = on")
+        conn.execute("SELECT pg_reload_conf()")
+    log = Path(postgres.folder) / "log"
+    logged_before = log.stat().st_size
+    try:
+        # Batches of 1000 records: several staging tables, each filled by several tasks.
+        produced, summary = import_on_cluster(
+            cluster, topic, postgres.url, tmp_path, "--max-records-per-batch", "1000"
+        )
+    finally:
+        with psycopg.connect(postgres.url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET log_connections")
+            conn.execute("SELECT pg_reload_conf()")
+        with log.open("rb") as handle:
+            handle.seek(logged_before)
+            logged = handle.read().decode(errors="replace")
+
+    assert summary["records"] == summary["written"] == produced.records
+    with psycopg.connect(postgres.url) as conn:
+        pairs = conn.execute(f'SELECT "partition", "offset" FROM {topic}').fetchall()
+        left = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE %s", (f"{topic}_stage_%",)
+        ).fetchone()
+    every_record_once(produced, [(p, o) for p, o in pairs])
+    assert left == (0,)  # each batch's staging table dropped with its merge
+    # The rows reached the server through the Spark tasks' own sessions: on a cluster a task
+    # runs in an executor of a worker, never in the driver.
+    task_sessions = logged.count(f"application_name={TASK_APPLICATION}")
+    assert task_sessions >= summary["batches"] >= 4, logged[-3000:]
+    ran_on_both_workers(cluster)

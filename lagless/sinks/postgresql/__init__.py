@@ -1,19 +1,29 @@
-"""PostgreSQL, written from the driver: Arrow into a temporary table, then one INSERT ... ON
-CONFLICT that a replay cannot double. The password never appears in a message."""
+"""PostgreSQL, written from the executors: each Spark task streams its rows into a staging
+table of the batch (task_ingest.py), then the driver merges the batch in one transaction with
+the INSERT ... ON CONFLICT that a replay cannot double, and drops the staging table. The driver
+never holds a batch's rows; dead letters (rare, few) still come to it as one Arrow table. The
+password never appears in a message.
+
+`?write_from=driver` on the URL brings each batch to the driver as one Arrow table instead.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Callable
 from contextlib import closing
-from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Target
+from lagless.sinks.base import DriverSink, Sink, Target
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
@@ -25,6 +35,10 @@ from lagless.sinks.sql import (
     tombstone_layout,
     upsert,
 )
+from lagless.sinks.task_ingest import RECEIPT_SCHEMA, ingest_task_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 try:
     import adbc_driver_postgresql.dbapi as adbc_pg
@@ -33,6 +47,12 @@ except ImportError:  # pragma: no cover - depends on the installation
     psycopg = None  # type: ignore[assignment]
 
 STAGE = "lagless_stage"
+WRITE_FROM = ("executors", "driver")
+TASK_APPLICATION = "lagless-task"
+# PostgreSQL cuts longer names, which could make two staging tables one.
+MAX_NAME = 63
+
+T = TypeVar("T")
 
 RETRY_FOR_S = 60.0
 CONNECT_TIMEOUT_S = 10
@@ -47,10 +67,15 @@ def redacted(url: str) -> str:
 
 class PostgresSink(DriverSink):
     scheme = "postgresql"
+    # The tasks stream the rows to the server: a batch's size does not weigh on the driver.
+    max_batch_bytes: int = Sink.max_batch_bytes
 
-    def __init__(self, url: str, password: Secret | None) -> None:
+    def __init__(self, url: str, password: Secret | None, write_from: str = "executors") -> None:
         super().__init__(redacted(url), redacted(url))
         self._password = password
+        self.write_from = write_from
+        if write_from == "driver":
+            self.max_batch_bytes = DriverSink.max_batch_bytes
 
     @classmethod
     def from_url(cls, url: str) -> PostgresSink:
@@ -59,7 +84,15 @@ class PostgresSink(DriverSink):
         parts = urlsplit(url)
         if not parts.hostname or not parts.path.strip("/"):
             raise BadInput(f"sink URL {redacted(url)!r} needs a host and a database")
-        return cls(url, Secret(parts.password) if parts.password else None)
+        query = parse_qs(parts.query)
+        write_from = query.pop("write_from", ["executors"])[-1]
+        if write_from not in WRITE_FROM or query:
+            raise BadInput(
+                f"sink URL {redacted(url)!r}: the only query parameter is "
+                f"write_from={'|'.join(WRITE_FROM)}"
+            )
+        url = urlunsplit(parts._replace(query=""))
+        return cls(url, Secret(parts.password) if parts.password else None, write_from)
 
     def _connect(self) -> Any:
         parts = urlsplit(self.url)
@@ -92,6 +125,79 @@ class PostgresSink(DriverSink):
                 for statement in _evolution(conn, layout):
                     conn.execute(statement)
 
+    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+        """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
+        what a crashed attempt left there is dropped), then one transaction merges it and drops
+        it. Retried whole while the server is away, up to RETRY_FOR_S."""
+        if self.write_from == "driver":
+            return super().write(rows, target, batch_id)
+        shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
+        stage = staging_table(target.table, batch_id)
+        statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
+        columns = _arrow_schema(shipped)
+        uri = Secret(self._arrow_uri(TASK_APPLICATION))
+        copy_into = _copies_into(target)
+
+        def ingest(table: str) -> pa.Table:
+            receipts = shipped.mapInArrow(partial(ingest_task_rows, uri, table), RECEIPT_SCHEMA)
+            collected = receipts.toArrow()
+            unreachable = [r for r in collected.column("unreachable").to_pylist() if r]
+            if unreachable:
+                raise TransientError(unreachable[0])
+            return collected
+
+        def attempt() -> int:
+            if copy_into is not None:
+                # Each task COPYs its rows straight into the table, all or nothing. A replay
+                # meets rows written before: those tasks wrote nothing, and the batch is staged
+                # and merged below (the rows already there are left as they are).
+                receipts = ingest(copy_into)
+                if not any(receipts.column("conflict").to_pylist()):
+                    failpoint("mid-write")  # the batch written, not yet committed by Spark
+                    return int(pc.sum(receipts.column("records")).as_py() or 0)
+            with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
+                cur.execute(f"DROP TABLE IF EXISTS {quoted(stage)}")
+                # Created through ADBC, whose types are those its COPY from the tasks sends.
+                cur.adbc_ingest(stage, columns.empty_table(), mode="create")
+                # Rows that only live until the merge need no write-ahead log.
+                cur.execute(f"ALTER TABLE {quoted(stage)} SET UNLOGGED")
+                conn.commit()
+            ingest(stage)
+            failpoint("mid-write")  # the batch staged, not yet merged
+            with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
+                return self._merge(conn, cur, statements)
+
+        return self._retried(attempt)
+
+    def _statements(self, target: Target, source: str) -> list[str]:
+        """What stores the rows of `source` (in the target's columns, with the tombstone flag
+        in upsert mode) into the target, idempotently."""
+        if target.mode == "upsert":
+            layout = target_layout(target, "postgresql")
+            keys = ", ".join(quoted(name) for name in layout.unique)
+            # One statement may not update a row twice: keep each key's newest record.
+            newest = (
+                f"(SELECT DISTINCT ON ({keys}) * FROM {source} "
+                f'ORDER BY {keys}, "timestamp" DESC, "partition" DESC, "offset" DESC)'
+            )
+            return upsert(layout, tombstone_layout(target, "postgresql"), newest)
+        return [insert(target_layout(target, "postgresql"), source)]
+
+    def _retried(self, attempt: Callable[[], T]) -> T:
+        """attempt() again while the server is away, up to RETRY_FOR_S."""
+        deadline = time.monotonic() + RETRY_FOR_S
+        pause = 0.5
+        while True:
+            try:
+                return attempt()
+            except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise TransientError(
+                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
         """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction:
         the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
@@ -103,50 +209,39 @@ class PostgresSink(DriverSink):
         if dead_letters:
             statements = [insert(dead_letter_layout(target, "postgresql"), STAGE)]
             copy_into = target.dead_letter_table
-        elif target.mode == "upsert":
-            layout = target_layout(target, "postgresql")
-            keys = ", ".join(quoted(name) for name in layout.unique)
-            # One statement may not update a row twice: keep each key's newest record.
-            newest = (
-                f"(SELECT DISTINCT ON ({keys}) * FROM {STAGE} "
-                f'ORDER BY {keys}, "timestamp" DESC, "partition" DESC, "offset" DESC)'
-            )
-            statements = upsert(layout, tombstone_layout(target, "postgresql"), newest)
         else:
-            layout = target_layout(target, "postgresql")
-            statements = [insert(layout, STAGE)]
-            # Binary COPY cannot turn Arrow text into jsonb: JSON values go through the stage.
-            untyped = target.fields is None and not layout.casts_on_insert
-            copy_into = target.table if untyped else None
+            statements = self._statements(target, STAGE)
+            copy_into = _copies_into(target)
         table = rows.read_all()
-        deadline = time.monotonic() + RETRY_FOR_S
-        pause = 0.5
-        while True:
-            try:
-                return self._write_once(table, statements, copy_into)
-            except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
-                if time.monotonic() + pause > deadline:
-                    raise TransientError(
-                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
-                    ) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
+        return self._retried(lambda: self._write_once(table, statements, copy_into))
 
     def _write_once(self, table: pa.Table, statements: list[str], copy_into: str | None) -> int:
-        changed = 0
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
             if copy_into is not None and _appended(conn, cur, table, copy_into):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            for statement in statements:
-                cur.execute(statement)
-                changed += max(cur.rowcount, 0)
-            conn.commit()
+            return self._merge(conn, cur, statements)
+
+    def _merge(self, conn: Any, cur: Any, statements: list[str]) -> int:
+        """The statements in one transaction; the rows they changed."""
+        changed = 0
+        for statement in statements:
+            cur.execute(statement)
+            changed += max(cur.rowcount, 0)
+        conn.commit()
         return changed
 
     def _connect_arrow(self) -> Any:
         """An ADBC connection (its temporary tables go with it)."""
+        try:
+            return adbc_pg.connect(self._arrow_uri())
+        except adbc_pg.Error as exc:
+            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+
+    def _arrow_uri(self, application: str = "lagless") -> str:
+        """The URL with the password: only for the client that connects. The application name
+        tells the driver's sessions from the tasks' in pg_stat_activity and the server's log."""
         parts = urlsplit(self.url)
         netloc = parts.hostname or ""
         if parts.port:
@@ -154,11 +249,35 @@ class PostgresSink(DriverSink):
         if parts.username:
             password = f":{quote(self._password.reveal(), safe='')}" if self._password else ""
             netloc = f"{quote(parts.username, safe='')}{password}@{netloc}"
-        uri = urlunsplit(parts._replace(netloc=netloc))
-        try:
-            return adbc_pg.connect(uri)
-        except adbc_pg.Error as exc:
-            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+        query = urlencode({"application_name": application})
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def staging_table(table: str, batch_id: int) -> str:
+    """`<table>_stage_<batch>`; a long table name is cut and a digest of it keeps it apart."""
+    suffix = f"_stage_{batch_id}"
+    if len(table) + len(suffix) <= MAX_NAME:
+        return table + suffix
+    digest = hashlib.sha256(table.encode()).hexdigest()[:8]
+    return f"{table[: MAX_NAME - len(suffix) - 9]}_{digest}{suffix}"
+
+
+def _arrow_schema(rows: DataFrame) -> pa.Schema:
+    """The Arrow columns the rows' tasks receive: as mapInArrow hands them over."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    timezone = rows.sparkSession.conf.get("spark.sql.session.timeZone")
+    return to_arrow_schema(rows.schema, timezone=timezone)
+
+
+def _copies_into(target: Target) -> str | None:
+    """The target when a batch's rows can be COPYed straight into it: an append, unique on
+    (topic, partition, offset), of the columns as Spark gives them. Binary COPY cannot turn
+    Arrow text into jsonb, so JSON values and typed tables go through a staging table."""
+    layout = target_layout(target, "postgresql")
+    if target.mode == "append" and target.fields is None and not layout.casts_on_insert:
+        return target.table
+    return None
 
 
 def _appended(conn: Any, cur: Any, table: pa.Table, copy_into: str) -> bool:
