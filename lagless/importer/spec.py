@@ -79,8 +79,7 @@ class ImportSpec:
         else:
             sink = sink_from_url(self.sink_url)
             options["maxBytesPerBatch"] = str(self.max_bytes_per_batch or sink.max_batch_bytes)
-            if sink.first_batch_max_bytes is not None:
-                options["firstBatchMaxBytes"] = str(sink.first_batch_max_bytes)
+            options["firstBatchMaxBytes"] = str(sink.FIRST_BATCH_MAX_BYTES)
         if self.starting_timestamp is not None:
             options["startingTimestamp"] = str(self.starting_timestamp)
         if self.ending_timestamp is not None:

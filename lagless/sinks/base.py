@@ -140,8 +140,9 @@ class Sink(ABC):
     # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
     # stay large; executors stream rows into the store, so memory does not bound them.
     max_batch_bytes: int = 1024 * 1024 * 1024
-    # A smaller first batch, to show rows sooner; None: the first batch is as large as any.
-    first_batch_max_bytes: ClassVar[int | None] = None
+    # A run's first batch is small, so its rows are visible seconds after the start rather than
+    # after a whole large batch (a dozen seconds or more here); it costs one batch more.
+    FIRST_BATCH_MAX_BYTES: ClassVar[int] = 32 * 1024 * 1024
 
     def __init__(self, url: str, location: str) -> None:
         self.url = url
@@ -192,9 +193,6 @@ class DriverSink(Sink):
 
     # The whole batch is one Arrow table in the driver's memory.
     max_batch_bytes: int = 256 * 1024 * 1024
-    # A run's first batch is small: its rows are visible seconds after the start rather than
-    # after a whole 256 MiB batch went through the driver (a dozen seconds here).
-    first_batch_max_bytes: ClassVar[int | None] = 32 * 1024 * 1024
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
