@@ -155,13 +155,6 @@ class KafkaConfig:
             },
         )
 
-    def group_offsets_reader(self, group: str) -> dict[str, object]:
-        """A consumer that reads `group`'s committed offsets; it never subscribes nor commits."""
-        return self._with(
-            {},
-            {"group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False},
-        )
-
     def admin(self) -> dict[str, str | int | float | bool]:
         return dict(self._base())
 
