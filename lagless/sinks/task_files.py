@@ -1,29 +1,108 @@
-"""Rows written to Parquet by the Spark tasks that hold them (DataFrame.mapInArrow), for a store
-whose driver then commits the files: each task writes its rows into one file of a staging
+"""Files written by Spark tasks for a store whose driver then commits them.
+
+The source's own tasks (its executorWriter) write raw records in FILE_SCHEMA through
+StagedFiles. Rows of a DataFrame are written to Parquet by the tasks that hold them
+(DataFrame.mapInArrow, stage_rows): each task writes its rows into one file of a staging
 folder, through a temporary name, and hands back one receipt row. The driver sees file names,
 never the rows.
 
-write_task_file runs on executors: it imports pyarrow and nothing of lagless's driver.
-"""
+Runs on executors: imports pyarrow and nothing of lagless's driver."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lagless.sinks.parquet.staged import NO_DICTIONARY
+from lagless.planner.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 RECEIPT_SCHEMA = "file string, records long"
+# The sink's columns (sinks.base.COLUMNS) for raw values; the timestamp in ms since the epoch.
+FILE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+    ]
+)
+# As the Spark path writes them: no dictionary for the columns that are nearly all distinct.
+NO_DICTIONARY = ["offset", "timestamp", "value"]
+
+
+class BatchWriter(Protocol):
+    def write_batch(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StagedFiles:
+    """The source's executorWriter for a store whose driver commits the files (Parquet, Delta,
+    SQLite): a task writes its records, in FILE_SCHEMA, into one file of `folder` named by its
+    pieces, through a temporary name and a rename. The same pieces always give the same name,
+    so a retried or replayed task replaces its file rather than adding one."""
+
+    def __init__(self, folder: str, suffix: str, open_writer: Callable[[str], BatchWriter]) -> None:
+        self.folder = folder
+        self.suffix = suffix
+        self.open_writer = open_writer
+
+    @contextmanager
+    def task_file(self, pieces: Sequence[OffsetRange]) -> Iterator[TaskFile]:
+        os.makedirs(self.folder, exist_ok=True)
+        digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
+        out = TaskFile(os.path.join(self.folder, f"part-{digest}{self.suffix}"), self.open_writer)
+        try:
+            yield out
+            out.finish()
+        finally:
+            out.discard()
+
+
+class TaskFile:
+    def __init__(self, path: str, open_writer: Callable[[str], BatchWriter]) -> None:
+        self.path = path
+        self._partial = f"{path}.{uuid.uuid4().hex}.partial"
+        self._writer: BatchWriter | None = open_writer(self._partial)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """A batch in the source's columns (source.schema.ARROW_SCHEMA)."""
+        assert self._writer is not None
+        self._writer.write_batch(stored_columns(batch))
+
+    def finish(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self._writer = None
+        os.replace(self._partial, self.path)
+
+    def discard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if os.path.exists(self._partial):
+            os.remove(self._partial)
+
+
+def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch in the source's columns (source.schema.ARROW_SCHEMA) as FILE_SCHEMA."""
+    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000)
+    columns = [batch.column(name) for name in FILE_SCHEMA.names[:-1]]
+    return pa.RecordBatch.from_arrays([*columns, millis], schema=FILE_SCHEMA)
 
 
 def stage_rows(rows: DataFrame, folder: str) -> list[str]:

@@ -671,15 +671,15 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
     assert sink_tables(spec.sink_url, topic_name) == clean_run(records, "append")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "delta", "sqlite"])
 @pytest.mark.parametrize("failpoint", ["before-write:2", "mid-write:2", "after-write:1"])
 def test_files_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     sink, failpoint, broker, kafka, topic_name, tmp_path, spark
 ):
-    """Raw values into Parquet or Delta take the path where the source's tasks write the files
-    and the driver makes a batch visible, by a rename or a Delta commit
-    (source/executor_write.py): a kill leaves whole batches only, and the rerun ends with every
-    record exactly once."""
+    """Raw values into Parquet, Delta or SQLite take the path where the source's tasks write
+    the files and the driver makes a batch visible, by a rename, a Delta commit or one SQLite
+    transaction (source/executor_write.py): a kill leaves whole batches only, and the rerun ends
+    with every record exactly once and no staged file left."""
     broker.create_topic(topic_name, PARTITIONS)
     produce_profile(kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12)
     records = read_topic(kafka, topic_name, PARTITIONS)
@@ -709,5 +709,6 @@ def test_files_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     run_import(spec, spark=spark)
 
     assert stored(url, topic_name, TARGET_COLUMNS) == rows(records)
-    table = tmp_path / "lake" / topic_name
-    assert not [p for p in table.rglob("*") if "partial" in p.name or p.suffix == ".replaced"]
+    left_over = [p for p in tmp_path.rglob("*") if "partial" in p.name or p.suffix == ".replaced"]
+    assert not left_over
+    assert not list(tmp_path.rglob("*.arrow"))

@@ -1,8 +1,17 @@
-"""SQLite, the embedded default store. Written from the driver: the file lives there."""
+"""SQLite, the embedded default store, written from the driver: the file lives there.
+
+Raw appends are read by the source's tasks into Arrow IPC files beside the database
+(staged.py) and ingested by the driver in one transaction per batch: no record crosses into the
+JVM or through a collect. That needs the executors to share the driver's filesystem (local
+mode, or workers on the same machine); `?write_from=driver` brings every batch through Spark's
+rows instead. Other batches (JSON, typed, upsert, dead letters) always come through Spark.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -11,10 +20,10 @@ from typing import TYPE_CHECKING
 import adbc_driver_sqlite.dbapi as adbc_sqlite
 import pyarrow as pa
 
-from lagless.exceptions import BadInput
+from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import DriverSink, Target, check_writable_path
+from lagless.sinks.base import DriverSink, Sink, Target, check_writable_path
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
@@ -25,12 +34,14 @@ from lagless.sinks.sql import (
     tombstone_layout,
     upsert,
 )
+from lagless.sinks.sqlite import staged
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
 STAGE = "lagless_stage"
+WRITE_FROM = ("executors", "driver")
 # A reader of the file (a lag tool, a test) may hold it for a moment: wait rather than fail.
 BUSY_TIMEOUT_MS = 30_000
 
@@ -38,9 +49,23 @@ BUSY_TIMEOUT_MS = 30_000
 class SqliteSink(DriverSink):
     scheme = "sqlite"
 
+    def __init__(self, url: str, location: str, write_from: str = "executors") -> None:
+        super().__init__(url, location)
+        self.write_from = write_from
+        if write_from == "executors":
+            # A batch's records wait in files, not in the driver's memory: batches as large as
+            # the stores written by the executors.
+            self.max_batch_bytes = Sink.max_batch_bytes
+
     @classmethod
     def from_url(cls, url: str) -> SqliteSink:
-        return cls(url, local_path(url, cls.scheme))
+        path, _, query = local_path(url, cls.scheme).partition("?")
+        write_from = query.removeprefix("write_from=") if query else "executors"
+        if write_from not in WRITE_FROM:
+            raise BadInput(
+                f"sink URL {url!r}: the only query parameter is write_from={'|'.join(WRITE_FROM)}"
+            )
+        return cls(url, path, write_from)
 
     def check(self, target: Target) -> None:
         check_writable_path(self.location, "file", folder=False)
@@ -61,6 +86,35 @@ class SqliteSink(DriverSink):
         if isinstance(data_type, DecimalType):  # ADBC's SQLite driver takes no decimals
             return super().transported(name, data_type).cast("string").alias(name)
         return super().transported(name, data_type)
+
+    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+        """Raw appends: the source's tasks write Arrow files into the staging folder."""
+        if self.write_from == "driver":
+            return None
+        config = {"folder": self._staging(target)}
+        return f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config)
+
+    def discard_staged(self, target: Target) -> None:
+        """Before a batch's tasks run: drop what a crashed attempt staged."""
+        shutil.rmtree(self._staging(target), ignore_errors=True)
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+        """After the tasks wrote the batch: its files into the table in one transaction (rows
+        a replayed batch stored before are left as they are), then the files are dropped."""
+        files = sorted(set(receipts.column("file").to_pylist()))
+        unseen = [path for path in files if not os.path.exists(path)]
+        if unseen:
+            raise TerminalError(
+                f"the Spark tasks' files are not on the driver's filesystem ({unseen[0]}): "
+                f"executors on other machines cannot stage for SQLite; add ?write_from=driver "
+                "to the sink URL"
+            )
+        if files:
+            self.write_arrow(staged.read_files(files), target, dead_letters=False)
+        self.discard_staged(target)
+
+    def _staging(self, target: Target) -> str:
+        return os.path.join(f"{self.location}-lagless-staging", target.table)
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
         """One transaction: the rows into a temporary table through ADBC (no Python object per
