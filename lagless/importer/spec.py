@@ -74,17 +74,19 @@ class ImportSpec:
                 "slots": str(slots),
             }
         )
+        writer = self.executor_writer()
         if self.max_records_per_batch:
             options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
         else:
             sink = sink_from_url(self.sink_url)
-            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch or sink.max_batch_bytes)
+            # Records the source's tasks write themselves never wait in the driver's memory.
+            default = Sink.max_batch_bytes if writer is not None else sink.max_batch_bytes
+            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch or default)
             options["firstBatchMaxBytes"] = str(sink.FIRST_BATCH_MAX_BYTES)
         if self.starting_timestamp is not None:
             options["startingTimestamp"] = str(self.starting_timestamp)
         if self.ending_timestamp is not None:
             options["availableNowEndingTimestamp"] = str(self.ending_timestamp)
-        writer = self.executor_writer()
         if writer is not None:
             options["executorWriter"], options["executorWriterConfig"] = writer
         options.update(self.extra_source_options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -217,18 +218,21 @@ def test_a_tiny_byte_limit_still_drains_the_backlog(backlogs: list[int], max_byt
 
 
 def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> None:
-    """SQLite collects each batch on the driver; Parquet streams it from the executors."""
+    """SQLite collects a batch of JSON values on the driver; Parquet streams it from the
+    executors, and so does SQLite for raw values unless told to write from the driver."""
     from lagless.importer.spec import ImportSpec
     from lagless.kafka.config import KafkaConfig
 
-    def default_batch_bytes(sink_url: str, **limits: int) -> str | None:
+    def default_batch_bytes(sink_url: str, **limits: Any) -> str | None:
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **limits)
         return spec.source_options(slots=4).get("maxBytesPerBatch")
 
-    on_driver = default_batch_bytes("sqlite:///x.db")
+    on_driver = default_batch_bytes("sqlite:///x.db", value_format="json")
     on_executors = default_batch_bytes("parquet:///lake")
     assert on_driver is not None and on_executors is not None
     assert int(on_driver) < int(on_executors)
+    assert default_batch_bytes("sqlite:///x.db") == on_executors
+    assert default_batch_bytes("sqlite:///x.db?write_from=driver") == on_driver
     assert default_batch_bytes("parquet:///lake", max_bytes_per_batch=1000) == "1000"
     assert default_batch_bytes("parquet:///lake", max_records_per_batch=10) is None
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import DriverSink, Sink, Target, check_writable_path
+from lagless.sinks.base import DriverSink, Target, check_writable_path
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
@@ -52,10 +52,6 @@ class SqliteSink(DriverSink):
     def __init__(self, url: str, location: str, write_from: str = "executors") -> None:
         super().__init__(url, location)
         self.write_from = write_from
-        if write_from == "executors":
-            # A batch's records wait in files, not in the driver's memory: batches as large as
-            # the stores written by the executors.
-            self.max_batch_bytes = Sink.max_batch_bytes
 
     @classmethod
     def from_url(cls, url: str) -> SqliteSink:
