@@ -80,7 +80,7 @@ class BatchWriter:
         sink = self.checked.sink
         sink.discard_staged(target)
         failpoint("before-write")
-        collected = receipts.toArrow()  # runs the tasks: a row per piece, not per record
+        collected = sink.run_tasks(receipts)  # a row per piece, not per record
         sink.commit_staged(collected, target, batch_id)
         failpoint("after-write")
         by_partition: Counter[tuple[str, int]] = Counter()

@@ -11,7 +11,7 @@ from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
-from lagless.sinks.base import ValueFormat, WriteMode, check_writable_path
+from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
 
 RunMode = Literal["bulk", "continuous"]
 
@@ -88,11 +88,14 @@ class ImportSpec:
         if self.ending_timestamp is not None:
             options["availableNowEndingTimestamp"] = str(self.ending_timestamp)
         if writer is not None:
-            options["executorWriter"], options["executorWriterConfig"] = writer
+            options["executorWriter"] = writer.name
+            options["executorWriterConfig"] = writer.config
+            if writer.secret is not None:
+                options["executorWriterSecret"] = writer.secret.reveal()
         options.update(self.extra_source_options)
         return options
 
-    def executor_writer(self) -> tuple[str, str] | None:
+    def executor_writer(self) -> TaskWriter | None:
         """The store's writer for the source's tasks, when they may write records themselves:
         no record can be rejected (raw values, no size limit), none goes to a dead-letter topic,
         nothing needs Spark's rows (append). Else None: rows go through Spark."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
+from lagless.secret import Secret
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,6 +135,16 @@ class Target:
         )
 
 
+@dataclass(frozen=True)
+class TaskWriter:
+    """Where the source's tasks write accepted records themselves (source/executor_write.py):
+    the writer's "module:function", its JSON config, and a secret it needs (a password)."""
+
+    name: str
+    config: str
+    secret: Secret | None = None
+
+
 class Sink(ABC):
     scheme: ClassVar[str]
     # Bytes of records per batch when the user sets no limit. A batch costs a second or two of
@@ -164,14 +175,18 @@ class Sink(ABC):
     def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
         """Store rejected records (DEAD_LETTER_COLUMNS) idempotently."""
 
-    def executor_writer(self, target: Target) -> tuple[str, str] | None:
-        """Where the source's tasks may write accepted records themselves, as its options
-        executorWriter and executorWriterConfig (source/executor_write.py); None: this store
+    def executor_writer(self, target: Target) -> TaskWriter | None:
+        """Where the source's tasks may write accepted records themselves; None: this store
         takes rows through Spark. Asked once, before the query starts."""
         return None
 
     def discard_staged(self, target: Target) -> None:  # noqa: B027 - only with executor_writer
         """Before a batch's tasks run: drop what a crashed attempt staged."""
+
+    def run_tasks(self, receipts: DataFrame) -> pa.Table:
+        """With executor_writer: run the batch's tasks, which write the records, and collect
+        their receipts (source.executor_write.RECEIPT_SCHEMA)."""
+        return receipts.toArrow()
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
         """After a batch's tasks wrote (receipts in source.executor_write.RECEIPT_SCHEMA):

@@ -15,7 +15,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -61,41 +60,22 @@ class StagedFiles:
         self.suffix = suffix
         self.open_writer = open_writer
 
-    @contextmanager
-    def task_file(self, pieces: Sequence[OffsetRange]) -> Iterator[TaskFile]:
+    def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
         os.makedirs(self.folder, exist_ok=True)
         digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
-        out = TaskFile(os.path.join(self.folder, f"part-{digest}{self.suffix}"), self.open_writer)
+        path = os.path.join(self.folder, f"part-{digest}{self.suffix}")
+        partial = f"{path}.{uuid.uuid4().hex}.partial"
+        writer = self.open_writer(partial)
         try:
-            yield out
-            out.finish()
-        finally:
-            out.discard()
-
-
-class TaskFile:
-    def __init__(self, path: str, open_writer: Callable[[str], BatchWriter]) -> None:
-        self.path = path
-        self._partial = f"{path}.{uuid.uuid4().hex}.partial"
-        self._writer: BatchWriter | None = open_writer(self._partial)
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        """A batch in the source's columns (source.schema.ARROW_SCHEMA)."""
-        assert self._writer is not None
-        self._writer.write_batch(stored_columns(batch))
-
-    def finish(self) -> None:
-        assert self._writer is not None
-        self._writer.close()
-        self._writer = None
-        os.replace(self._partial, self.path)
-
-    def discard(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if os.path.exists(self._partial):
-            os.remove(self._partial)
+            for batch in batches:
+                writer.write_batch(stored_columns(batch))
+        except BaseException:
+            writer.close()
+            os.remove(partial)
+            raise
+        writer.close()
+        os.replace(partial, path)
+        return path
 
 
 def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -222,7 +222,9 @@ class _Planning:
         if options.executor_writer is None:
             yield from self._read(partition.pieces)
             return
-        writer = load_writer(options.executor_writer, options.executor_writer_config)
+        writer = load_writer(
+            options.executor_writer, options.executor_writer_config, options.executor_writer_secret
+        )
         yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
 
     def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:

@@ -6,11 +6,13 @@ records in Python. With the `executorWriter` option the source's task writes its
 through the named writer and hands Spark only a receipt per piece (RECEIPT_SCHEMA): the driver
 then makes the batch's files visible in one step. Offsets are still planned and journaled by
 Spark as before, so exactly-once holds as long as the writer's output for a task depends only on
-the task's pieces (a retried or replayed task replaces it) and nothing is visible before the
-driver's commit.
+the task's pieces (a retried or replayed task replaces it, or finds it there) and readers see
+either none of a batch before the driver's commit or rows a replay cannot double.
 
 The writer is named as "module:function" (the source never imports a store, as Spark's sources
-name classes in options); function(config) returns an ExecutorWriter.
+name classes in options); function(config, secret) returns an ExecutorWriter. The secret (a
+store's password) comes in an option of its own, whose name Spark redacts wherever it shows
+options.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Protocol
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput
 from lagless.planner.ranges import OffsetRange
+from lagless.secret import Secret
 
 RECEIPT_SCHEMA = (
     "file string, topic string, partition int, start long, end long, records long, bytes long"
@@ -43,28 +45,22 @@ RECEIPT_ARROW_SCHEMA = pa.schema(
 )
 
 
-class TaskFile(Protocol):
-    """Where one task's records go; `path` names it in the receipts."""
-
-    path: str
-
-    def write(self, batch: pa.RecordBatch) -> None: ...
-
-
 class ExecutorWriter(Protocol):
-    def task_file(self, pieces: Sequence[OffsetRange]) -> AbstractContextManager[TaskFile]:
-        """The file for a task of these pieces: the same pieces always give the same path."""
+    def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
+        """Store every batch (a task's records, in source.schema.ARROW_SCHEMA) for the task of
+        these pieces; returns where they went, as the receipts name it. Runs again for the same
+        pieces when a task is retried or a batch replayed: the outcome must be the same."""
         ...
 
 
-def load_writer(spec: str, config: str) -> ExecutorWriter:
-    """The writer "module:function" names, built from its JSON config."""
+def load_writer(spec: str, config: str, secret: Secret | None = None) -> ExecutorWriter:
+    """The writer "module:function" names, built from its JSON config and its secret."""
     module, _, function = spec.partition(":")
     try:
-        factory: Callable[[dict[str, object]], ExecutorWriter] = getattr(
+        factory: Callable[[dict[str, object], Secret | None], ExecutorWriter] = getattr(
             importlib.import_module(module), function
         )
-        return factory(json.loads(config or "{}"))
+        return factory(json.loads(config or "{}"), secret)
     except (ImportError, AttributeError, ValueError) as exc:
         raise BadInput(f"option executorWriter {spec!r} cannot be loaded: {exc}") from None
 
@@ -74,16 +70,21 @@ def write_task(
     pieces: Sequence[OffsetRange],
     read_piece: Callable[[OffsetRange], Iterable[pa.RecordBatch]],
 ) -> Iterator[pa.RecordBatch]:
-    """Read each piece into the task's file; yield one receipt row per piece."""
-    rows: list[tuple[str, str, int, int, int, int, int]] = []
-    with writer.task_file(pieces) as out:
-        for piece in pieces:
-            records = size = 0
+    """Read the pieces into the writer; yield one receipt row per piece."""
+    counted = [[0, 0] for _ in pieces]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for piece, counts in zip(pieces, counted, strict=True):
             for batch in read_piece(piece):
-                out.write(batch)
-                records += batch.num_rows
-                size += _payload_bytes(batch)
-            rows.append((out.path, *_where(piece), records, size))
+                counts[0] += batch.num_rows
+                counts[1] += _payload_bytes(batch)
+                yield batch
+
+    where = writer.write(pieces, batches())
+    rows = [
+        (where, *_where(piece), records, size)
+        for piece, (records, size) in zip(pieces, counted, strict=True)
+    ]
     yield pa.RecordBatch.from_pylist(
         [dict(zip(RECEIPT_ARROW_SCHEMA.names, row, strict=True)) for row in rows],
         schema=RECEIPT_ARROW_SCHEMA,

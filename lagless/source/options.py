@@ -20,6 +20,7 @@ from typing import Literal
 
 from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig
+from lagless.secret import Secret
 
 EARLIEST = -2
 LATEST = -1
@@ -84,6 +85,8 @@ MIN_TASK_BYTES = "minTaskBytes"
 POLL_TIMEOUT_MS = "pollTimeoutMs"
 EXECUTOR_WRITER = "executorWriter"
 EXECUTOR_WRITER_CONFIG = "executorWriterConfig"
+# The writer's secret (a store's password): Spark redacts options named like "secret".
+EXECUTOR_WRITER_SECRET = "executorWriterSecret"
 # Streams under the availableNow trigger only (lagless import --ending-timestamp): stop at the
 # offsets of this time (as endingTimestamp would) instead of at the latest offsets.
 AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
@@ -116,6 +119,7 @@ KNOWN = (
     POLL_TIMEOUT_MS,
     EXECUTOR_WRITER,
     EXECUTOR_WRITER_CONFIG,
+    EXECUTOR_WRITER_SECRET,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
@@ -161,6 +165,7 @@ class SourceOptions:
     # "module:function" and its JSON config: tasks write their records there (executor_write.py).
     executor_writer: str | None = None
     executor_writer_config: str = "{}"
+    executor_writer_secret: Secret | None = None
     poll_timeout_s: float = 60.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -256,6 +261,11 @@ class SourceOptions:
             min_task_bytes=_positive(lowered, MIN_TASK_BYTES) or cls.min_task_bytes,
             executor_writer=lowered.get("executorwriter") or None,
             executor_writer_config=lowered.get("executorwriterconfig", "{}"),
+            executor_writer_secret=(
+                Secret(lowered["executorwritersecret"])
+                if "executorwritersecret" in lowered
+                else None
+            ),
             poll_timeout_s=(poll_ms or 60_000) / 1000,
         )
 

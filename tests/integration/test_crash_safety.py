@@ -671,19 +671,29 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
     assert sink_tables(spec.sink_url, topic_name) == clean_run(records, "append")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "delta", "sqlite"])
-@pytest.mark.parametrize("failpoint", ["before-write:2", "mid-write:2", "after-write:1"])
-def test_files_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
-    sink, failpoint, broker, kafka, topic_name, tmp_path, spark
+@pytest.mark.parametrize(
+    ("sink", "failpoint"),
+    [
+        *(
+            (sink, failpoint)
+            for sink in ("parquet", "delta", "sqlite")
+            for failpoint in ("before-write:2", "mid-write:2", "after-write:1")
+        ),
+        ("postgresql", "mid-write:2"),
+    ],
+)
+def test_records_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
+    sink, failpoint, request, broker, kafka, topic_name, tmp_path, spark
 ):
-    """Raw values into Parquet, Delta or SQLite take the path where the source's tasks write
-    the files and the driver makes a batch visible, by a rename, a Delta commit or one SQLite
-    transaction (source/executor_write.py): a kill leaves whole batches only, and the rerun ends
-    with every record exactly once and no staged file left."""
+    """Raw values take the path where the source's tasks write the records themselves
+    (source/executor_write.py): into files the driver makes visible by a rename, a Delta commit
+    or one SQLite transaction, or COPYed into PostgreSQL, unique on their offsets. A kill leaves
+    whole batches only (PostgreSQL: the killed batch's rows too, which the rerun finds there),
+    and the rerun ends with every record exactly once and no staged file left."""
     broker.create_topic(topic_name, PARTITIONS)
     produce_profile(kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12)
     records = read_topic(kafka, topic_name, PARTITIONS)
-    url = f"{sink}:///{tmp_path}/lake"
+    url = sink_url(sink, tmp_path, request)
     spec = ImportSpec(
         kafka=kafka,
         topics=(topic_name,),
@@ -698,7 +708,9 @@ def test_files_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     assert code == -signal.SIGKILL, stderr[-3000:]
     name, _, nth = failpoint.partition(":")
     killed = int(nth) - 1
-    visible_through = killed + 1 if name == "after-write" else killed
+    # The tasks' COPYs are committed before the driver's mid-write point.
+    written_by_tasks = name == "after-write" or (sink == "postgresql" and name == "mid-write")
+    visible_through = killed + 1 if written_by_tasks else killed
 
     def rows(batch_records: list[Record]) -> list[tuple[Any, ...]]:
         return sorted((r.partition, r.offset, r.key, r.value, r.timestamp) for r in batch_records)

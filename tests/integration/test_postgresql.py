@@ -173,6 +173,39 @@ def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
     assert first.written == len(expected) and replay.written == 0
 
 
+def test_raw_records_copied_by_the_reading_tasks_land_once_even_when_replayed(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    """Raw appends are COPYed by the source's tasks themselves (its executorWriter), with the
+    connection's password in an option Spark redacts. A rerun from a fresh checkpoint after
+    rows went missing replays every batch: tasks that find their records there merge, those
+    that find none COPY, and the table ends with each record once."""
+    from lagless.source import SOURCE_NAME
+    from tests.integration.test_crash_safety import read_topic
+
+    broker.create_topic(topic_name, 3)
+    produce_profile(kafka, topic_name, explicit([900, 400, 700]), keys=20)
+    records = read_topic(kafka, topic_name, 3)
+    spec = pg_spec(kafka, topic_name, postgres.url, tmp_path, max_records_per_batch=500)
+    assert spec.executor_writer() is not None  # the path under test
+
+    options = spec.source_options(slots=2)
+    plan = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    assert "secret-pw" in options["executorWriterSecret"]
+    assert "secret-pw" not in plan._jdf.queryExecution().toString()
+
+    first = run_import(spec, spark=spark)
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute(f'DELETE FROM {topic_name} WHERE "partition" = 1 OR "offset" % 3 = 0')
+    run_import(replace(spec, checkpoint=str(tmp_path / "ckpt-replay")), spark=spark)
+
+    stored = rows(postgres.url, f'SELECT "partition", "offset", key, value FROM {topic_name}')
+    assert first.imported == len(records)
+    assert sorted((p, o, bytes(k), bytes(v)) for p, o, k, v in stored) == sorted(
+        (r.partition, r.offset, r.key, r.value) for r in records
+    )
+
+
 def test_a_table_with_json_values_as_text_is_one_line_and_writes_nothing(
     broker, kafka, topic_name, tmp_path, postgres
 ):

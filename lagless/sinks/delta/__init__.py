@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import TOMBSTONE, Sink, Target, WriteMode, check_writable_path
+from lagless.sinks.base import TOMBSTONE, Sink, Target, TaskWriter, WriteMode, check_writable_path
 from lagless.sinks.parquet import staged
 from lagless.sinks.sql import newer
 from lagless.sinks.task_files import stage_rows
@@ -83,10 +83,10 @@ class DeltaSink(Sink):
         columns of the rows it receives."""
         os.makedirs(self.location, exist_ok=True)
 
-    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+    def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
         config = {"folder": self._staging(target.table)}
-        return f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run (executorWriter): drop what a crashed attempt staged."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import DEAD_LETTER_COLUMNS, Sink, Target, check_writable_path
+from lagless.sinks.base import DEAD_LETTER_COLUMNS, Sink, Target, TaskWriter, check_writable_path
 from lagless.sinks.parquet import staged
 
 if TYPE_CHECKING:
@@ -61,9 +61,9 @@ class ParquetSink(Sink):
         """After the batch's rows: its rejected records, as the rows are."""
         self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch_id)
 
-    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+    def executor_writer(self, target: Target) -> TaskWriter | None:
         config = {"folder": self._staging(target)}
-        return f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
 
     def discard_staged(self, target: Target) -> None:
         shutil.rmtree(self._staging(target), ignore_errors=True)

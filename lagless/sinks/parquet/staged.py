@@ -14,12 +14,13 @@ from collections.abc import Mapping
 
 import pyarrow.parquet as pq
 
+from lagless.secret import Secret
 from lagless.sinks.task_files import FILE_SCHEMA, NO_DICTIONARY, StagedFiles
 
 STAGING = "_staging"
 
 
-def writer(config: Mapping[str, object]) -> StagedFiles:
+def writer(config: Mapping[str, object], secret: Secret | None = None) -> StagedFiles:
     return StagedFiles(str(config["folder"]), ".parquet", _open)
 
 

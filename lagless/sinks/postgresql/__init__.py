@@ -10,6 +10,7 @@ password never appears in a message.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -23,7 +24,8 @@ import pyarrow.compute as pc
 from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Sink, Target
+from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
+from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
@@ -124,6 +126,34 @@ class PostgresSink(DriverSink):
             for layout in layouts(target, "postgresql"):
                 for statement in _evolution(conn, layout):
                     conn.execute(statement)
+
+    def executor_writer(self, target: Target) -> TaskWriter | None:
+        """Raw appends: the source's tasks COPY the records they read into the table."""
+        table = _copies_into(target)
+        if self.write_from == "driver" or table is None:
+            return None
+        merge = insert(target_layout(target, "postgresql"), task_copy.TASK_STAGE)
+        config = json.dumps({"table": table, "merge": merge})
+        name = f"{task_copy.__name__}:{task_copy.writer.__name__}"
+        return TaskWriter(name, config, Secret(self._arrow_uri(TASK_APPLICATION)))
+
+    def run_tasks(self, receipts: DataFrame) -> pa.Table:
+        """The tasks again, all of them, while the server is away (up to RETRY_FOR_S): a task
+        that wrote before finds its records there and adds none twice."""
+
+        def attempt() -> pa.Table:
+            try:
+                return receipts.toArrow()
+            except Exception as exc:  # Spark's error, with the task's Python error as text
+                if TransientError.__name__ not in str(exc):
+                    raise
+                raise TransientError(_transient_reason(str(exc))) from None
+
+        return self._retried(attempt)
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+        """The tasks committed their records themselves."""
+        failpoint("mid-write")  # the batch written, not yet committed by Spark
 
     def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
@@ -313,6 +343,15 @@ def _evolution(conn: Any, layout: Layout) -> list[str]:
         ).fetchall()
     )
     return evolve(layout, [(row[0], row[1]) for row in found], keyed)
+
+
+def _transient_reason(spark_error: str) -> str:
+    """The task's TransientError message in Spark's error text."""
+    marker = f"{TransientError.__name__}: "
+    for line in spark_error.splitlines():
+        if marker in line:
+            return line.split(marker, 1)[1].strip()
+    return _first_line(Exception(spark_error))
 
 
 def _first_line(exc: BaseException) -> str:

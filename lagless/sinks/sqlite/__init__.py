@@ -23,7 +23,7 @@ import pyarrow as pa
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
-from lagless.sinks.base import DriverSink, Target, check_writable_path
+from lagless.sinks.base import DriverSink, Target, TaskWriter, check_writable_path
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
@@ -83,12 +83,12 @@ class SqliteSink(DriverSink):
             return super().transported(name, data_type).cast("string").alias(name)
         return super().transported(name, data_type)
 
-    def executor_writer(self, target: Target) -> tuple[str, str] | None:
+    def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write Arrow files into the staging folder."""
         if self.write_from == "driver":
             return None
         config = {"folder": self._staging(target)}
-        return f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run: drop what a crashed attempt staged."""

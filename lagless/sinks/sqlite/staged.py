@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from lagless.secret import Secret
 from lagless.sinks.task_files import FILE_SCHEMA, StagedFiles
 
 
-def writer(config: Mapping[str, object]) -> StagedFiles:
+def writer(config: Mapping[str, object], secret: Secret | None = None) -> StagedFiles:
     return StagedFiles(str(config["folder"]), ".arrow", _open)
 
 
