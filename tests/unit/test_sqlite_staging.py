@@ -1,0 +1,129 @@
+"""SQLite's staged path: Arrow files the source's tasks write, ingested by the driver in one
+transaction. Real files and a real SQLite database; no Spark (the receipts are built here as
+source/executor_write.py builds them)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lagless.exceptions import BadInput, TerminalError
+from lagless.planner.ranges import OffsetRange
+from lagless.sinks import Target, sink_from_url
+from lagless.sinks.sqlite import SqliteSink
+from lagless.sinks.task_files import FILE_SCHEMA, StagedFiles
+from lagless.source.executor_write import write_task
+from lagless.source.schema import ARROW_SCHEMA
+
+TARGET = Target("t", "append", "raw")
+
+
+def records(piece: OffsetRange) -> list[pa.RecordBatch]:
+    """The piece's records in the source's columns, in two batches."""
+    offsets = list(range(piece.start, piece.end))
+    rows = [
+        {
+            "key": f"k{o}".encode(),
+            "value": f"v{o}".encode(),
+            "topic": piece.topic,
+            "partition": piece.partition,
+            "offset": o,
+            "timestamp": datetime.fromtimestamp(1_700_000_000 + o, UTC),
+            "timestampType": 0,
+            "headers": None,
+        }
+        for o in offsets
+    ]
+    half = len(rows) // 2
+    return [pa.RecordBatch.from_pylist(part, ARROW_SCHEMA) for part in (rows[:half], rows[half:])]
+
+
+def run_tasks(sink: SqliteSink, tasks: list[list[OffsetRange]]) -> pa.Table:
+    """What the source's tasks do with the sink's executor writer, and their receipts."""
+    from lagless.source.executor_write import load_writer
+
+    spec = sink.executor_writer(TARGET)
+    assert spec is not None
+    writer = load_writer(spec.name, spec.config, spec.secret)
+    return pa.Table.from_batches(
+        [receipt for pieces in tasks for receipt in write_task(writer, pieces, records)]
+    )
+
+
+def stored(path: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(
+            'SELECT topic, "partition", "offset", key, value, "timestamp" FROM t ORDER BY 2, 3'
+        ).fetchall()
+
+
+def test_a_batch_staged_by_the_tasks_lands_once_even_when_replayed(tmp_path: Path) -> None:
+    path = tmp_path / "out.db"
+    sink = SqliteSink.from_url(f"sqlite:///{path}")
+    sink.prepare(TARGET)
+    tasks = [[OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 7)], [OffsetRange("t", 0, 5, 9)]]
+
+    sink.discard_staged(TARGET)
+    sink.commit_staged(run_tasks(sink, tasks), TARGET, 0)
+    first = stored(path)
+    # A replay (crash after the write, before Spark's commit), split into other tasks.
+    sink.discard_staged(TARGET)
+    sink.commit_staged(run_tasks(sink, [[p] for pieces in tasks for p in pieces]), TARGET, 0)
+
+    expected = sorted(
+        ("t", p.partition, o, f"k{o}".encode(), f"v{o}".encode(), (1_700_000_000 + o) * 1000)
+        for pieces in tasks
+        for p in pieces
+        for o in range(p.start, p.end)
+    )
+    assert first == stored(path) == sorted(expected, key=lambda row: (row[1], row[2]))
+    assert not list(tmp_path.rglob("*.arrow"))  # the staged files go with the commit
+
+
+def test_files_the_driver_cannot_see_fail_the_batch_naming_the_way_out(tmp_path: Path) -> None:
+    """Executors on other machines wrote the files on theirs: the batch fails (Spark replays
+    it on the rerun), the table untouched."""
+    path = tmp_path / "out.db"
+    sink = SqliteSink.from_url(f"sqlite:///{path}")
+    sink.prepare(TARGET)
+    receipts = run_tasks(sink, [[OffsetRange("t", 0, 0, 4)]])
+    for staged_file in tmp_path.rglob("*.arrow"):
+        staged_file.unlink()
+
+    with pytest.raises(TerminalError, match=r"\?write_from=driver"):
+        sink.commit_staged(receipts, TARGET, 0)
+    assert stored(path) == []
+
+
+def test_write_from_driver_takes_rows_through_spark() -> None:
+    sink = sink_from_url("sqlite:///x.db?write_from=driver")
+    assert isinstance(sink, SqliteSink) and sink.location == "x.db"
+    assert sink.executor_writer(TARGET) is None
+    writer = sink_from_url("sqlite:///x.db").executor_writer(TARGET)
+    assert writer is not None and writer.secret is None
+
+
+def test_an_unknown_query_parameter_is_bad_input() -> None:
+    with pytest.raises(BadInput, match=r"write_from=executors\|driver"):
+        sink_from_url("sqlite:///x.db?write_from=nowhere")
+    with pytest.raises(BadInput, match=r"write_from=executors\|driver"):
+        sink_from_url("sqlite:///x.db?journal=wal")
+
+
+def test_a_task_that_fails_mid_file_leaves_no_file(tmp_path: Path) -> None:
+    """A task killed by an error while writing leaves neither its file nor a partial one, so
+    the driver cannot ingest half a task."""
+    staged = StagedFiles(str(tmp_path), ".arrow", lambda p: pa.ipc.new_file(p, FILE_SCHEMA))
+
+    def failing(piece: OffsetRange) -> Iterator[pa.RecordBatch]:
+        yield records(piece)[0]
+        raise RuntimeError("broker gone")
+
+    with pytest.raises(RuntimeError, match="broker gone"):
+        list(write_task(staged, [OffsetRange("t", 0, 0, 6)], failing))
+    assert list(tmp_path.iterdir()) == []
