@@ -14,7 +14,7 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 import adbc_driver_sqlite.dbapi as adbc_sqlite
@@ -93,6 +93,8 @@ class SqliteSink(DriverSink):
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run: drop what a crashed attempt staged."""
         shutil.rmtree(self._staging(target), ignore_errors=True)
+        with suppress(OSError):  # not empty: another table of the database is staging
+            os.rmdir(os.path.dirname(self._staging(target)))
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
         """After the tasks wrote the batch: its files into the table in one transaction (rows
