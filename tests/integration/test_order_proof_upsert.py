@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from lagless.sinks import sink_from_url
 from lagless.sinks.base import COLUMNS, TOMBSTONE, Target
+from lagless.sinks.task_files import FILE_SCHEMA
 
 TARGET = Target("events", "upsert", "raw")
 
@@ -50,17 +51,7 @@ def as_arrow(records) -> pa.Table:  # type: ignore[no-untyped-def]
     return pa.table(
         {name: [r[i] for r in records] for i, name in enumerate(COLUMNS)}
         | {TOMBSTONE: [r[4] is None for r in records]},
-        schema=pa.schema(
-            [
-                ("topic", pa.string()),
-                ("partition", pa.int32()),
-                ("offset", pa.int64()),
-                ("key", pa.binary()),
-                ("value", pa.binary()),
-                ("timestamp", pa.int64()),
-                (TOMBSTONE, pa.bool_()),
-            ]
-        ),
+        schema=FILE_SCHEMA.append(pa.field(TOMBSTONE, pa.bool_())),
     )
 
 
