@@ -1,9 +1,9 @@
 """PostgreSQL, written from the executors. Raw appends are COPYed into the table by the
 source's tasks that read them (task_copy.py). Other rows: each Spark task streams its rows
-into a staging table of the batch (task_ingest.py), then the driver merges the batch in one transaction with
-the INSERT ... ON CONFLICT that a replay cannot double, and drops the staging table. The driver
-never holds a batch's rows; dead letters (rare, few) still come to it as one Arrow table. The
-password never appears in a message.
+into a staging table of the batch (task_ingest.py), then the driver merges the batch in one
+transaction with the INSERT ... ON CONFLICT that a replay cannot double, and drops the staging
+table. The driver never holds a batch's rows; dead letters (rare, few) still come to it as one
+Arrow table. The password never appears in a message.
 
 `?write_from=driver` on the URL brings each batch to the driver as one Arrow table instead.
 """
