@@ -410,14 +410,12 @@ CRASHES = [
     Crash("postgresql", "upsert", "mid-write:2"),
     Crash("postgresql", "upsert", "after-group-commit:2"),
     Crash("parquet", "append", "mid-write:2"),
-    *(
-        Crash("delta", write, failpoint)
-        for write, failpoints in (
-            ("append", ("before-write:2", "mid-write:2", "after-write:1", "after-group-commit:2")),
-            ("upsert", ("before-write:1", "mid-write:3", "after-write:2", "after-group-commit:1")),
-        )
-        for failpoint in failpoints
-    ),
+    # Delta: each failpoint once across its two write modes (the suite's time is bounded; the
+    # raw appends its tasks write are killed at three more points below).
+    Crash("delta", "append", "before-write:2"),
+    Crash("delta", "append", "after-group-commit:2"),
+    Crash("delta", "upsert", "mid-write:3"),
+    Crash("delta", "upsert", "after-write:2"),
 ]
 
 
@@ -676,9 +674,12 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
     [
         *(
             (sink, failpoint)
-            for sink in ("parquet", "delta", "sqlite")
+            for sink in ("delta", "sqlite")
             for failpoint in ("before-write:2", "mid-write:2", "after-write:1")
         ),
+        # Parquet's before-write is Delta's: the same staging folder, dropped before the tasks.
+        ("parquet", "mid-write:2"),
+        ("parquet", "after-write:1"),
         ("postgresql", "mid-write:2"),
     ],
 )
