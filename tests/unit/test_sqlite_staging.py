@@ -4,6 +4,8 @@ source/executor_write.py builds them)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -127,3 +129,13 @@ def test_a_task_that_fails_mid_file_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="broker gone"):
         list(write_task(staged, [OffsetRange("t", 0, 0, 6)], failing))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["sqlite:///out.db", "parquet:///lake", "delta:///lake"])
+def test_tasks_get_an_absolute_staging_folder_for_a_relative_sink_path(url: str) -> None:
+    """A task on a standalone worker runs in a folder of its own: a relative folder would
+    stage the files where the driver never looks."""
+    writer = sink_from_url(url).executor_writer(TARGET)
+    assert writer is not None
+    folder = json.loads(writer.config)["folder"]
+    assert os.path.isabs(folder) and folder.startswith(os.getcwd())

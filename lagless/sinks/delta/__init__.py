@@ -120,7 +120,8 @@ class DeltaSink(Sink):
         return tables
 
     def _staging(self, table: str) -> str:
-        return os.path.join(self.location, table, staged.STAGING)
+        # Absolute: a task on a standalone worker runs in a folder of its own.
+        return os.path.join(os.path.abspath(self.location), table, staged.STAGING)
 
     def _append(self, table: str, files: list[str], target: Target, batch_id: int) -> None:
         """Move the batch's files beside the table's and add them in one commit, unless the

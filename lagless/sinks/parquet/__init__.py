@@ -82,7 +82,8 @@ class ParquetSink(Sink):
         _make_visible(table, batch_id)
 
     def _staging(self, target: Target) -> str:
-        return os.path.join(self.location, target.table, staged.STAGING)
+        # Absolute: a task on a standalone worker runs in a folder of its own.
+        return os.path.join(os.path.abspath(self.location), target.table, staged.STAGING)
 
     def _write(self, rows: DataFrame, table: str, batch_id: int) -> None:
         folder = os.path.join(self.location, table)

@@ -112,7 +112,8 @@ class SqliteSink(DriverSink):
         self.discard_staged(target)
 
     def _staging(self, target: Target) -> str:
-        return os.path.join(f"{self.location}-lagless-staging", target.table)
+        # Absolute: a task on a standalone worker runs in a folder of its own.
+        return os.path.join(os.path.abspath(f"{self.location}-lagless-staging"), target.table)
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
         """One transaction: the rows into a temporary table through ADBC (no Python object per
