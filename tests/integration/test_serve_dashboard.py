@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from lagless.broker import EmbeddedBroker
 from tests.harness.serve import lagless_serve
@@ -58,16 +58,17 @@ def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
                 page.locator('#groups tr[data-group="web-group"][data-status="STOP"]').wait_for(
                     timeout=10_000
                 )
+                # The page rebuilds its rows on every refresh: a check on an element once found
+                # could read one already replaced, so these retry on the current row.
                 badge = row.locator(".status")
-                assert badge.inner_text() == "STOP"
-                colour = badge.evaluate("e => getComputedStyle(e).backgroundColor")
-                assert colour == "rgb(198, 40, 40)", "STOP is red"
+                expect(badge).to_have_text("STOP")
+                expect(badge, "STOP is red").to_have_css("background-color", "rgb(198, 40, 40)")
                 section = page.locator('section[data-group="web-group"]')
                 partition_row = section.locator('tr[data-partition="orders:0"]')
                 # The details of a group arrive a moment after the list of groups.
                 section.locator('li[data-code="stop"]').wait_for(timeout=5_000)
-                assert partition_row.locator("td.lag").inner_text() == "12"
-                assert "STOP" in partition_row.inner_text()
+                expect(partition_row.locator("td.lag")).to_have_text("12")
+                expect(partition_row).to_contain_text("STOP")
 
                 chart = section.locator("canvas.chart")
                 first_points = int(chart.get_attribute("data-points") or 0)
