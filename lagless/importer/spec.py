@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,6 +15,8 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.source import to_json_offsets
+from lagless.source.options import HELD_OFFSETS
 
 RunMode = Literal["bulk", "continuous"]
 
@@ -61,9 +66,10 @@ class ImportSpec:
             self.value_format,
             value_schema.fields if value_schema else None,
             self.key_fields,
+            run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
         )
 
-    def source_options(self, slots: int) -> dict[str, str]:
+    def source_options(self, slots: int, held: Offsets | None = None) -> dict[str, str]:
         options = self.kafka.source_options()
         options.update(
             {
@@ -92,6 +98,8 @@ class ImportSpec:
             options["executorWriterConfig"] = writer.config
             if writer.secret is not None:
                 options["executorWriterSecret"] = writer.secret.reveal()
+        if held:
+            options[HELD_OFFSETS] = json.dumps(to_json_offsets(held))
         options.update(self.extra_source_options)
         return options
 
@@ -119,6 +127,11 @@ class Checked:
     broker: OffsetReader
     partitions: list[tuple[str, int]]
     avro: AvroDecoding | None = None
+
+    @property
+    def where(self) -> str:
+        """The target as messages name it: the store (no password) and the table."""
+        return f"table {self.target.table!r} of {self.sink.url}"
 
 
 def check(spec: ImportSpec) -> Checked:
