@@ -37,6 +37,15 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
         opened.enter_context(checked.broker)
+        low, high = checked.broker.watermarks(checked.partitions)
+        # The store's ledger decides where each partition starts: a lost, fresh or lagging
+        # checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a
+        # ledger that contradicts the log refused, before Spark starts or anything is written.
+        held = reconcile(
+            checked.sink.ledger(checked.target, checked.partitions), low, high, checked.where
+        )
+        if held:
+            log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         warming = None
         if spark is None:
             spark = spark_session(spec.master)
@@ -44,15 +53,6 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             opened.callback(warming.join)
         slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
         checked.sink.prepare(checked.target)
-
-        low, high = checked.broker.watermarks(checked.partitions)
-        # The store's ledger decides where each partition starts: a lost, fresh or lagging
-        # checkpoint never imports twice what the table holds (sinks/ledger.py).
-        held = reconcile(
-            checked.sink.ledger(checked.target, checked.partitions), low, high, checked.where
-        )
-        if held:
-            log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         done = last_end_offsets(spec.checkpoint)
         target_end = dict(high) if spec.mode == "bulk" else None
         if target_end is not None and spec.ending_timestamp is not None:

@@ -157,8 +157,13 @@ class PostgresSink(DriverSink):
         return self._retried(attempt)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        layout = ledger_layout(target, "postgresql")
         with self._connect() as conn:
-            found = conn.execute(held_offsets(ledger_layout(target, "postgresql"))).fetchall()
+            if conn.execute("SELECT to_regclass(%s)", (quoted(layout.table),)).fetchone() == (
+                None,
+            ):
+                return {}  # no import into the table yet, or one by a lagless before the ledger
+            found = conn.execute(held_offsets(layout)).fetchall()
         return {(topic, int(p)): int(end) for topic, p, end in found}
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:

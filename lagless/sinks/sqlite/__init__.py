@@ -122,8 +122,13 @@ class SqliteSink(DriverSink):
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         if not os.path.exists(self.location):
             return {}
+        layout = ledger_layout(target, "sqlite")
         with self._connect() as conn:
-            found = conn.execute(held_offsets(ledger_layout(target, "sqlite"))).fetchall()
+            if not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (layout.table,)
+            ).fetchone():
+                return {}  # no import into the table yet, or one by a lagless before the ledger
+            found = conn.execute(held_offsets(layout)).fetchall()
         return {(topic, int(p)): int(end) for topic, p, end in found}
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
