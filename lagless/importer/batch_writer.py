@@ -118,13 +118,14 @@ class BatchWriter:
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
         )
         failpoint("before-write")
-        written = sink.write(accepted(shaped, target), target, batch)
-        observed = observation.get
-        per_partition = observed["counts"][: len(partitions)]
-        dead = {
-            r: n for r, n in zip(reasons, observed["counts"][len(partitions) :], strict=True) if n
-        }
-        if dead:
+        dead: dict[str, int] = {}
+
+        def store_dead_letters() -> None:
+            """Once the rows are staged, before they commit with the batch's ranges: a crash
+            after the commit cannot lose a dead letter, whatever becomes of the checkpoint."""
+            counts = observation.get["counts"][len(partitions) :]
+            if dead or not any(counts):
+                return  # none, or stored by an earlier try of a retried commit
             # Rare: read the batch again rather than cache every batch for it.
             rejected = dead_letters(shaped)
             if self.dead_letter_topic is not None:
@@ -132,6 +133,11 @@ class BatchWriter:
                 self.dead_letter_topic.send(collected)
                 rejected = records.sparkSession.createDataFrame(collected)
             sink.write_dead_letters(rejected, target, batch)
+            dead.update({r: n for r, n in zip(reasons, counts, strict=True) if n})
+
+        written = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
+        observed = observation.get
+        per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
         if written is None:

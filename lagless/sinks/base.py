@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
@@ -187,14 +188,19 @@ class Sink(ABC):
         there, whatever its checkpoint says."""
 
     @abstractmethod
-    def write(self, rows: DataFrame, target: Target, batch: Batch) -> int | None:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int | None:
         """Per batch: store rows (COLUMNS) idempotently with the batch's ranges in the ledger, in
-        one atomic step; returns the rows written (None: all of them)."""
+        one atomic step; returns the rows written (None: all of them). Calls before_commit
+        once the rows are staged (Spark's job over them has run) and before that step: the
+        batch's dead letters are stored then, so the ledger never holds a batch whose dead
+        letters a crash lost."""
 
     @abstractmethod
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int | None:
-        """Per batch, after write, only when some record was rejected: store them
-        (DEAD_LETTER_COLUMNS) idempotently."""
+        """Per batch, from write's before_commit, only when some record was rejected: store
+        them (DEAD_LETTER_COLUMNS) idempotently."""
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Once, before the query starts: where the source's tasks may write accepted records
@@ -231,9 +237,12 @@ class DriverSink(Sink):
     # The whole batch is one Arrow table in the driver's memory.
     max_batch_bytes: int = 256 * 1024 * 1024
 
-    def write(self, rows: DataFrame, target: Target, batch: Batch) -> int:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int:
         columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
         table = rows.select(*columns).toArrow()
+        before_commit()
         return self.write_arrow(table.to_reader(), target, batch)
 
     def transported(self, name: str, data_type: DataType) -> Column:

@@ -24,7 +24,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -116,16 +116,19 @@ class DeltaSink(Sink):
         files = sorted(set(receipts.column("file").to_pylist()))
         self._append(target.table, files, batch)
 
-    def write(self, rows: DataFrame, target: Target, batch: Batch) -> None:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> None:
         """A batch of rows: tasks write the files, the driver appends them or merges them."""
         files = stage_rows(rows, self._staging(target, target.table))
+        before_commit()
         if target.mode == "append":
             self._append(target.table, files, batch)
         else:
             self._merge(files, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
-        """After the batch's rows: its rejected records, appended to `<table>_dlq`."""
+        """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
         self._append(table, stage_rows(rows, self._staging(target, table)), batch)
 

@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,12 @@ WRITE_OPTIONS = {
     f"parquet.enable.dictionary#{column}": "false" for column in ("offset", "timestamp", "value")
 }
 RANGES = "_ranges.json"
+
+
+def _no_op() -> None:
+    pass
+
+
 LOCK = "_lagless.lock"
 
 
@@ -67,14 +73,17 @@ class ParquetSink(Sink):
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         return held_until(_held_ranges(os.path.join(self.location, target.table)))
 
-    def write(self, rows: DataFrame, target: Target, batch: Batch) -> None:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> None:
         """A batch's rows, written by Spark's tasks, then made visible in one rename. Typed
         values keep their nested types; a field the schema added is a column of the files
         written since (readers merge the files' schemas)."""
-        self._write(rows.select(*target.schema().fieldNames()), target.table, batch)
+        rows = rows.select(*target.schema().fieldNames())
+        self._write(rows, target.table, batch, before_commit)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
-        """After the batch's rows: its rejected records, as the rows are."""
+        """Its rejected records, as the rows are, before the batch's rows are visible."""
         self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch)
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
@@ -102,9 +111,12 @@ class ParquetSink(Sink):
             os.path.abspath(self.location), target.table, staged.STAGING, target.run_id
         )
 
-    def _write(self, rows: DataFrame, table: str, batch: Batch) -> None:
+    def _write(
+        self, rows: DataFrame, table: str, batch: Batch, before_commit: Callable[[], None] = _no_op
+    ) -> None:
         folder = os.path.join(self.location, table)
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
+        before_commit()
         _make_visible(folder, batch)
 
 

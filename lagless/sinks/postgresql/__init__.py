@@ -177,12 +177,14 @@ class PostgresSink(DriverSink):
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
             self._merge(conn, cur, record_ranges(ledger_layout(target, "postgresql"), batch))
 
-    def write(self, rows: DataFrame, target: Target, batch: Batch) -> int:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
         what a crashed attempt left there is dropped), then one transaction merges it and drops
         it. Retried whole while the server is away, up to RETRY_FOR_S."""
         if self.write_from == "driver":
-            return super().write(rows, target, batch)
+            return super().write(rows, target, batch, before_commit)
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
         stage = staging_table(target.table, batch.id)
         statements = [
@@ -210,6 +212,7 @@ class PostgresSink(DriverSink):
                 receipts = ingest(copy_into)
                 if not any(receipts.column("conflict").to_pylist()):
                     failpoint("mid-write")  # the batch written, not yet in the ledger
+                    before_commit()
                     self._record(target, batch)
                     return int(pc.sum(receipts.column("records")).as_py() or 0)
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
@@ -221,6 +224,7 @@ class PostgresSink(DriverSink):
                 conn.commit()
             ingest(stage)
             failpoint("mid-write")  # the batch staged, not yet merged
+            before_commit()
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
                 return self._merge(conn, cur, statements)
 
