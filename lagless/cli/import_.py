@@ -162,8 +162,6 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
-    if args.ending_timestamp is not None and args.mode != "bulk":
-        raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     return ImportSpec(
         kafka=KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option)),
         topics=tuple(args.topic),
