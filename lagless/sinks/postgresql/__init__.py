@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
+from lagless.first_line import first_line
 from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
 from lagless.sinks.postgresql import task_copy
@@ -112,7 +113,7 @@ class PostgresSink(DriverSink):
         try:
             return psycopg.connect(**info)
         except psycopg.OperationalError as exc:
-            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise TransientError(f"cannot connect to {self.url}: {first_line(exc)}") from None
 
     def check(self, target: Target) -> None:
         try:
@@ -224,7 +225,7 @@ class PostgresSink(DriverSink):
             except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
                 if time.monotonic() + pause > deadline:
                     raise TransientError(
-                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
+                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {first_line(exc)}"
                     ) from None
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
@@ -268,7 +269,7 @@ class PostgresSink(DriverSink):
         try:
             return adbc_pg.connect(self._arrow_uri())
         except adbc_pg.Error as exc:
-            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise TransientError(f"cannot connect to {self.url}: {first_line(exc)}") from None
 
     def _arrow_uri(self, application: str = "lagless") -> str:
         """The URL with the password: only for the client that connects. The application name
@@ -352,8 +353,4 @@ def _transient_reason(spark_error: str) -> str:
     for line in spark_error.splitlines():
         if marker in line:
             return line.split(marker, 1)[1].strip()
-    return _first_line(Exception(spark_error))
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first_line(spark_error)
