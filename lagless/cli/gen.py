@@ -30,6 +30,7 @@ from lagless.gen.profiles import (
     DEALS_RECORD_BYTES,
     DEFAULT_RECORD_BYTES,
     PROFILE_NAMES,
+    PROFILES,
     Profile,
     build_profile,
     explicit,
@@ -48,7 +49,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_kafka_arguments(parser)
     parser.add_argument("--topic", required=True, help="existing topic to write to")
     shape = parser.add_mutually_exclusive_group(required=True)
-    shape.add_argument("--profile", choices=PROFILE_NAMES, help="a named profile")
+    shape.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        help="; ".join(f"{name}: {meaning}" for name, meaning in PROFILES.items()),
+    )
     shape.add_argument("--counts", help="records per partition, e.g. 100,200,0,50")
     parser.add_argument("--scale", type=float, help="multiply a named profile's counts (default 1)")
     parser.add_argument(

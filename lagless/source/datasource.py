@@ -44,6 +44,7 @@ from lagless.source.options import (
 from lagless.source.reader import read_ranges
 from lagless.source.sampling import sample_bytes_per_record
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
+from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
 
@@ -70,6 +71,9 @@ class RangePartition(InputPartition):
 class KafkaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
+        # Spark asks the name when the source is registered, on the driver: the moment to
+        # tell a worker Python without lagless in one line.
+        check_worker_python()
         return SOURCE_NAME
 
     def schema(self) -> str:

@@ -93,6 +93,19 @@ def test_stopping_a_stream_closes_every_offset_reader_it_opened(
     assert len(opened) == 2
 
 
+def test_registering_the_source_tells_a_worker_python_without_lagless(spark, tmp_path, monkeypatch):
+    """Spark's own registration, on the driver, with workers set to a Python that cannot import
+    lagless: one line naming the fix, before any query."""
+    from lagless import KafkaDataSource
+    from lagless.exceptions import BadInput
+    from tests.unit.test_worker_python import python_without_lagless
+
+    python = python_without_lagless(tmp_path)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+    with pytest.raises(BadInput, match="cannot import lagless; set PYSPARK_PYTHON"):
+        spark.dataSource.register(KafkaDataSource)
+
+
 def test_batch_query_starts_and_ends_by_timestamp(broker, kafka, topic_name, spark):
     broker.create_topic(topic_name, 2)
     produce_timed(kafka, topic_name, 2, 20)
