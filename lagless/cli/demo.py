@@ -1,6 +1,7 @@
-"""`lagless demo`: the seed-000 backlog drained on a laptop with nothing else running.
+"""`lagless demo`: a skewed backlog drained on a laptop with nothing else running.
 
-Starts the embedded broker, fills a 24-partition topic shaped like seed 000's lag table,
+Starts the embedded broker, fills a 24-partition topic shaped like the lag table of field
+report 000 (12 partitions far behind, 4 half-way, 8 drained: a consumer group's worst case),
 shows the lag table, imports everything into SQLite in bulk, and shows the table again.
 With --typed: field report 002's deals (gen's deals profile) into a typed SQLite table, a
 column per field, upserted on the deal id, deleted deals gone.
@@ -39,16 +40,19 @@ DEALS_SHOWN = 5
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "demo",
-        help="drain a seed-000 shaped backlog from the embedded broker into SQLite",
+        help="drain a skewed backlog (12 of 24 partitions far behind, 4 half-way, 8 drained) "
+        "from the embedded broker into SQLite",
         description=__doc__,
     )
     parser.add_argument(
-        "--out", help="folder for demo.db and the checkpoint (default: a new temporary folder)"
+        "--out",
+        help="folder for demo.db and the checkpoint, kept (default: a temporary folder, removed "
+        "at the end)",
     )
     parser.add_argument(
         "--scale",
         type=float,
-        help="size of the backlog: seed 000's lag / 1000 times this (default 10: 1.35M "
+        help="size of the backlog: field report 000's lag / 1000 times this (default 10: 1.35M "
         "records); with --typed, the deals profile's counts times this (default 1)",
     )
     parser.add_argument(
@@ -83,8 +87,18 @@ def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
 
 def handle(args: argparse.Namespace) -> int:
     console = Console()
-    out = args.out or tempfile.mkdtemp(prefix="lagless-demo-")
-    os.makedirs(out, exist_ok=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        return _demo(console, args, args.out)
+    # Each run writes a database and a checkpoint (~220 MB at the default scale): without
+    # --out they go once the demo has shown them.
+    with tempfile.TemporaryDirectory(prefix="lagless-demo-", ignore_cleanup_errors=True) as out:
+        code = _demo(console, args, out)
+        console.print(f"removing {out}; --out DIR keeps the database")
+        return code
+
+
+def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
     database = os.path.join(out, "demo.db")
     checkpoint = os.path.join(out, "checkpoint")
     for stale in (database,):
@@ -97,7 +111,8 @@ def handle(args: argparse.Namespace) -> int:
     with EmbeddedBroker(topics={TOPIC: profile.partitions}) as broker:
         config = KafkaConfig(broker.bootstrap)
         console.print(
-            f"embedded broker at {broker.bootstrap}; producing the seed-000 backlog to {TOPIC!r}"
+            f"embedded broker at {broker.bootstrap}; producing a skewed backlog to {TOPIC!r} "
+            "(12 partitions far behind, 4 half-way, 8 drained)"
         )
         # zstd: the embedded broker keeps ~5 MB per partition, twice the records of lz4.
         produced = produce_profile(config, TOPIC, profile, keys=1_000, compression="zstd")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lagless.cli.lag import add_group_arguments
+from lagless.cli.options import add_group_arguments, kafka_config
 from lagless.exceptions import BadInput
-from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource
@@ -20,7 +19,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "doctor", help="diagnose why a consumer group lags", description=__doc__
     )
     add_group_arguments(parser)
-    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
     parser.add_argument(
         "--seconds", type=float, default=10.0, help="how long to watch the group (default 10)"
     )
@@ -38,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--seconds must be positive")
     if args.fetch_bytes <= 0:
         raise BadInput("--fetch-bytes must be positive")
-    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    config = kafka_config(args)
     source = KafkaOffsetSource(config, args.group, args.topic)
     try:
         interval_s = max(SHORTEST_INTERVAL_S, args.seconds / SAMPLES)

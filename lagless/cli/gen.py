@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from lagless.cli.options import add_kafka_arguments, kafka_config
 from lagless.exceptions import BadInput
 from lagless.gen.deals import DealRecords, register_schema, schema_text
 from lagless.gen.produce import (
@@ -29,12 +30,13 @@ from lagless.gen.profiles import (
     DEALS_RECORD_BYTES,
     DEFAULT_RECORD_BYTES,
     PROFILE_NAMES,
+    PROFILES,
     Profile,
     build_profile,
     explicit,
     parse_counts,
 )
-from lagless.kafka.config import KafkaConfig, parse_key_values
+from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 
 
@@ -44,10 +46,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="produce test records to an existing topic",
         description=__doc__,
     )
-    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers host:port,...")
+    add_kafka_arguments(parser)
     parser.add_argument("--topic", required=True, help="existing topic to write to")
     shape = parser.add_mutually_exclusive_group(required=True)
-    shape.add_argument("--profile", choices=PROFILE_NAMES, help="a named profile")
+    shape.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        help="; ".join(f"{name}: {meaning}" for name, meaning in PROFILES.items()),
+    )
     shape.add_argument("--counts", help="records per partition, e.g. 100,200,0,50")
     parser.add_argument("--scale", type=float, help="multiply a named profile's counts (default 1)")
     parser.add_argument(
@@ -83,12 +89,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "for lagless import --value-schema @FILE",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (key draws)")
-    parser.add_argument(
-        "--kafka-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="librdkafka option passed through (repeatable)",
-    )
     parser.set_defaults(func=handler)
 
 
@@ -173,7 +173,7 @@ def handler(args: argparse.Namespace) -> int:
         raise BadInput(f"--keys {args.keys} must be at least 1")
     if not 0.0 <= args.poison <= 1.0:
         raise BadInput(f"--poison {args.poison} is not between 0 and 1")
-    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    config = kafka_config(args)
     profile = _profile(args, config)
     compression = args.compression or ("zstd" if args.profile == "deals" else "none")
     profile.check_fits(compression)

@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lagless.cli.options import add_kafka_arguments, kafka_config
 from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
-from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.progress import RichCollector
 
 
@@ -20,9 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "import", help="import a Kafka topic into a store with Spark", description=__doc__
     )
-    parser.add_argument(
-        "--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]"
-    )
+    add_kafka_arguments(parser)
     parser.add_argument(
         "--topic", required=True, action="append", help="topic to import (repeatable)"
     )
@@ -136,13 +134,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--master", help="Spark master URL (default: $LAGLESS_SPARK_MASTER, else local[*])"
     )
     parser.add_argument(
-        "--kafka-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="librdkafka setting, e.g. security.protocol=SSL (repeatable); settings lagless "
-        "decides itself (group.id, enable.auto.commit, auto.offset.reset, ...) are refused",
-    )
-    parser.add_argument(
         "--explain", action="store_true", help="print the next batch's plan; import nothing"
     )
     parser.add_argument(
@@ -162,10 +153,8 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
-    if args.ending_timestamp is not None and args.mode != "bulk":
-        raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     return ImportSpec(
-        kafka=KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option)),
+        kafka=kafka_config(args),
         topics=tuple(args.topic),
         sink_url=args.sink,
         checkpoint=args.checkpoint,

@@ -11,8 +11,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from lagless.cli.options import (
+    add_group_arguments,
+    add_metric_arguments,
+    cluster_name,
+    kafka_config,
+)
 from lagless.exceptions import BadInput
-from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
 from lagless.lag.report import History, build_report, collect, committed_records
@@ -25,23 +30,11 @@ DEFAULT_WINDOW_S = 1.0
 WATCH_WINDOW_REFRESHES = 5
 
 
-def add_group_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", required=True, help="broker addresses, host:port[,...]")
-    parser.add_argument("--group", required=True, help="consumer group id")
-    parser.add_argument(
-        "--kafka-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="librdkafka setting passed through (repeatable), e.g. security.protocol=SSL",
-    )
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lag", help="show a consumer group's lag per partition", description=__doc__
     )
     add_group_arguments(parser)
-    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -60,8 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds of samples behind the status and time lag "
         f"(default {DEFAULT_WINDOW_S:g}; with --watch, {WATCH_WINDOW_REFRESHES} refreshes)",
     )
-    from lagless.cli.serve import add_metric_arguments
-
     add_metric_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -78,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--window cannot be negative")
     if args.retention_warning < 0:
         raise BadInput("--retention-warning cannot be negative")
-    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    config = kafka_config(args)
     source = KafkaOffsetSource(config, args.group, args.topic)
     try:
         if args.watch is not None:
@@ -87,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
         if args.prometheus:
-            cluster = args.cluster_name or args.bootstrap
             membership = KafkaMembership(config)
+            cluster = cluster_name(args)
             print(prometheus_once(args.group, source, membership, window_s, cluster, args), end="")
             return 0
         history = History(keep_s=window_s)

@@ -12,9 +12,14 @@ import sys
 import threading
 from types import FrameType
 
+from lagless.cli.options import (
+    add_kafka_arguments,
+    add_metric_arguments,
+    cluster_name,
+    kafka_config,
+)
 from lagless.exceptions import BadInput, TransientError
-from lagless.kafka.config import KafkaConfig, parse_key_values
-from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
+from lagless.kafka.config import KafkaConfig
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource
 from lagless.serve.sampler import Sampler, SamplerSettings
@@ -26,28 +31,13 @@ DEFAULT_PORT = 9308
 REQUEST_TIMEOUT_S = 3.0
 
 
-def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--cluster-name",
-        metavar="NAME",
-        help="the cluster_name label of the metrics (default: the bootstrap address)",
-    )
-    parser.add_argument(
-        "--retention-warning",
-        type=float,
-        default=DEFAULT_RETENTION_WARNING_S,
-        metavar="S",
-        help="warn when retention deletes unread records within S seconds (default 3600)",
-    )
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="serve consumer groups' lag: Prometheus /metrics, a JSON API and a dashboard",
         description=__doc__,
     )
-    parser.add_argument("--bootstrap", required=True, help="broker addresses, host:port[,...]")
+    add_kafka_arguments(parser)
     parser.add_argument(
         "--group",
         action="append",
@@ -69,12 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds of samples behind each status; STOP is no commit for longer (30)",
     )
     add_metric_arguments(parser)
-    parser.add_argument(
-        "--kafka-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="librdkafka setting passed through (repeatable), e.g. security.protocol=SSL",
-    )
     parser.set_defaults(func=run)
 
 
@@ -91,12 +75,12 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_numbers(args)
-    config = KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
+    config = kafka_config(args)
     settings = SamplerSettings(args.interval, args.window, args.retention_warning)
     started: list[Sampler] = []
     content = Content(
         views=lambda: started[0].views() if started else (),
-        cluster=args.cluster_name or args.bootstrap,
+        cluster=cluster_name(args),
         poll_time_ms=lambda: started[0].poll_time_ms if started else None,
     )
     # Bind first: a port in use is told at once, before the broker is asked anything.

@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 from lagless.exceptions import BadInput
+from lagless.first_line import first_line
 
 GenValueFormat = Literal["json", "avro"]
 
@@ -87,8 +88,9 @@ def register_schema(registry_url: str, subject: str) -> int:
     try:
         return client.register_schema(subject, Schema(json.dumps(DEALS_AVRO_SCHEMA), "AVRO"))
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadInput(f"cannot register the deals schema at {registry_url}: {first}") from None
+        raise BadInput(
+            f"cannot register the deals schema at {registry_url}: {first_line(exc)}"
+        ) from None
 
 
 def _option(number: int, option: int) -> dict[str, Any]:

@@ -64,7 +64,18 @@ DEALS_CHATTY_COUNT = 600
 # embedded broker keeps thousands of them.
 DEALS_RECORD_BYTES = 32_000
 
-PROFILE_NAMES = ("seed-000", "seed-002", "uniform", "deals")
+# Each profile in words a user choosing one can follow (gen --help).
+PROFILES = {
+    "seed-000": f"{len(SEED_000_LAG)} partitions, 12 far behind, 4 half-way, 8 empty (field report "
+    "000's lag table, a thousandth of it)",
+    "seed-002": f"{SEED_002_PARTITIONS} partitions, {len(SEED_002_LARGE)} flooded with "
+    f"{LARGE_RECORD_BYTES // 1000} KB records among small-record and {len(SEED_002_EMPTY)} empty "
+    "ones (field report 002)",
+    "uniform": f"{UNIFORM_COUNT:,} records on every partition of the topic",
+    "deals": f"{DEALS_PARTITIONS} partitions of deal documents keyed by the deal id, partition "
+    f"{DEALS_CHATTY} flooded with updates (field report 002)",
+}
+PROFILE_NAMES = tuple(PROFILES)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lagless.exceptions import BadInput, TransientError
+from lagless.first_line import first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,7 +38,7 @@ def parse_avro_schema(text: str, where: str) -> dict[str, Any]:
     try:
         parsed = fastavro.parse_schema(json.loads(text))
     except Exception as exc:
-        raise BadInput(f"{where} is not an Avro schema: {_first_line(exc)}") from None
+        raise BadInput(f"{where} is not an Avro schema: {first_line(exc)}") from None
     if not isinstance(parsed, dict) or parsed.get("type") != "record":
         raise BadInput(f"{where} is not an Avro record schema")
     return parsed
@@ -218,11 +219,11 @@ class _WriterSchemas:
                 text = client.get_schema(schema_id).schema_str
             except SchemaRegistryError as exc:
                 if exc.http_status_code != 404:
-                    raise TransientError(f"schema registry: {_first_line(exc)}") from None
+                    raise TransientError(f"schema registry: {first_line(exc)}") from None
                 self._cache[cached] = None
             except Exception as exc:
                 raise TransientError(
-                    f"cannot reach the schema registry at {self.registry_url}: {_first_line(exc)}"
+                    f"cannot reach the schema registry at {self.registry_url}: {first_line(exc)}"
                 ) from None
             else:
                 self._cache[cached] = fastavro.parse_schema(json.loads(text or "null"))  # type: ignore[assignment]
@@ -240,17 +241,13 @@ def latest_registered(registry_url: str, subject: str) -> str:
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:
             raise BadInput(f"schema registry {registry_url} has no subject {subject!r}") from None
-        raise BadInput(f"schema registry {registry_url}: {_first_line(exc)}") from None
+        raise BadInput(f"schema registry {registry_url}: {first_line(exc)}") from None
     except Exception as exc:
         raise BadInput(
-            f"cannot reach the schema registry at {registry_url}: {_first_line(exc)}"
+            f"cannot reach the schema registry at {registry_url}: {first_line(exc)}"
         ) from None
     if found.schema is None or found.schema.schema_str is None:
         raise BadInput(f"schema registry {registry_url} gave no schema for {subject!r}")
     if (found.schema.schema_type or "AVRO") != "AVRO":
         raise BadInput(f"subject {subject!r} holds a {found.schema.schema_type} schema, not Avro")
     return found.schema.schema_str
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -29,30 +29,33 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
     check(spec)
     slots = spec.slots or default_slots(spec.master)
     reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots)))
-    if spec.mode == "bulk":
-        reader.prepareForTriggerAvailableNow()
-    done = last_end_offsets(spec.checkpoint)
-    start = to_json_offsets(done) if done else reader.initialOffset()
-    end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    tasks = []
-    for task in reader.partitions(start, end):
-        assert isinstance(task, RangePartition)
-        pieces: list[dict[str, Any]] = [
-            {
-                "topic": piece.topic,
-                "partition": piece.partition,
-                "from": piece.start,
-                "until": piece.end,
-                "records": piece.records,
-                "bytes": reader.estimated_bytes(piece),
-            }
-            for piece in task.pieces
-        ]
-        tasks.append(
-            {
-                "records": sum(p["records"] for p in pieces),
-                "bytes": sum(p["bytes"] for p in pieces),
-                "pieces": pieces,
-            }
-        )
+    try:
+        if spec.mode == "bulk":
+            reader.prepareForTriggerAvailableNow()
+        done = last_end_offsets(spec.checkpoint)
+        start = to_json_offsets(done) if done else reader.initialOffset()
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        tasks = []
+        for task in reader.partitions(start, end):
+            assert isinstance(task, RangePartition)
+            pieces: list[dict[str, Any]] = [
+                {
+                    "topic": piece.topic,
+                    "partition": piece.partition,
+                    "from": piece.start,
+                    "until": piece.end,
+                    "records": piece.records,
+                    "bytes": reader.estimated_bytes(piece),
+                }
+                for piece in task.pieces
+            ]
+            tasks.append(
+                {
+                    "records": sum(p["records"] for p in pieces),
+                    "bytes": sum(p["bytes"] for p in pieces),
+                    "pieces": pieces,
+                }
+            )
+    finally:
+        reader.stop()
     return {"slots": slots, "tasks": tasks}

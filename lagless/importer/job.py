@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from lagless.exceptions import LaglessError, TerminalError, TransientError
+from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import last_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
@@ -112,11 +113,4 @@ def _stopped_by(failure: str) -> LaglessError:
     """The query's error as lagless's own: transient when what failed inside was transient
     (a broker or database away), so the caller may run the import again to resume."""
     error = TransientError if TransientError.__name__ in failure else TerminalError
-    return error(f"import stopped: {_first_line(failure)}")
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return text
+    return error(f"import stopped: {first_line(failure)}")

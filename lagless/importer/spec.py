@@ -15,8 +15,8 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.source import options as o
 from lagless.source import to_json_offsets
-from lagless.source.options import HELD_OFFSETS
 
 RunMode = Literal["bulk", "continuous"]
 
@@ -73,33 +73,33 @@ class ImportSpec:
         options = self.kafka.source_options()
         options.update(
             {
-                "kafka.bootstrap.servers": self.kafka.bootstrap,
-                "subscribe": ",".join(self.topics),
-                "startingOffsets": "earliest",
-                "failOnDataLoss": str(self.fail_on_data_loss).lower(),
-                "slots": str(slots),
+                f"{o.KAFKA_PREFIX}bootstrap.servers": self.kafka.bootstrap,
+                o.SUBSCRIBE: ",".join(self.topics),
+                o.STARTING_OFFSETS: "earliest",
+                o.FAIL_ON_DATA_LOSS: str(self.fail_on_data_loss).lower(),
+                o.SLOTS: str(slots),
             }
         )
         writer = self.executor_writer()
         if self.max_records_per_batch:
-            options["maxRecordsPerBatch"] = str(self.max_records_per_batch)
+            options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
         else:
             sink = sink_from_url(self.sink_url)
             # Records the source's tasks write themselves never wait in the driver's memory.
             default = Sink.max_batch_bytes if writer is not None else sink.max_batch_bytes
-            options["maxBytesPerBatch"] = str(self.max_bytes_per_batch or default)
-            options["firstBatchMaxBytes"] = str(sink.FIRST_BATCH_MAX_BYTES)
+            options[o.MAX_BYTES_PER_BATCH] = str(self.max_bytes_per_batch or default)
+            options[o.FIRST_BATCH_MAX_BYTES] = str(sink.FIRST_BATCH_MAX_BYTES)
         if self.starting_timestamp is not None:
-            options["startingTimestamp"] = str(self.starting_timestamp)
+            options[o.STARTING_TIMESTAMP] = str(self.starting_timestamp)
         if self.ending_timestamp is not None:
-            options["availableNowEndingTimestamp"] = str(self.ending_timestamp)
+            options[o.AVAILABLE_NOW_ENDING_TIMESTAMP] = str(self.ending_timestamp)
         if writer is not None:
-            options["executorWriter"] = writer.name
-            options["executorWriterConfig"] = writer.config
+            options[o.EXECUTOR_WRITER] = writer.name
+            options[o.EXECUTOR_WRITER_CONFIG] = writer.config
             if writer.secret is not None:
-                options["executorWriterSecret"] = writer.secret.reveal()
+                options[o.EXECUTOR_WRITER_SECRET] = writer.secret.reveal()
         if held:
-            options[HELD_OFFSETS] = json.dumps(to_json_offsets(held))
+            options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(held))
         options.update(self.extra_source_options)
         return options
 
@@ -136,6 +136,8 @@ class Checked:
 
 def check(spec: ImportSpec) -> Checked:
     """Every bad-input check, before anything is written to the sink or the checkpoint."""
+    if spec.ending_timestamp is not None and spec.mode != "bulk":
+        raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     spec.target()  # the table name, before anything is asked of the broker
     sink = sink_from_url(spec.sink_url)
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)

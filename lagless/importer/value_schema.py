@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+from lagless.first_line import first_line
 from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
 from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
 
@@ -108,8 +109,7 @@ def parse_ddl(spark: SparkSession, text: str) -> StructType:
     try:
         parsed = jvm.org.apache.spark.sql.types.StructType.fromDDL(text)
     except Exception as exc:  # Spark's ParseException: its first line says what and where
-        first = next((line for line in str(exc).splitlines() if line.strip()), "unreadable")
-        raise BadInput(f"--value-schema is not a Spark DDL schema: {first.strip()}") from None
+        raise BadInput(f"--value-schema is not a Spark DDL schema: {first_line(exc)}") from None
     fields = StructType.fromJson(json.loads(parsed.json()))
     if not fields.fields:
         raise BadInput("--value-schema has no fields")

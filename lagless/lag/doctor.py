@@ -126,7 +126,7 @@ def diagnose(
                 f"{_names(keys)}: lag but the committed offset stopped moving — the consumer "
                 "is stuck on a record, or blocks on another of its partitions.",
                 "look at the record at the committed offset (too large? failing?); a consumer "
-                "must not wait on an empty partition while another has data (seed 002)",
+                "must not wait on an empty partition while another has data",
             )
         )
     if by_status[Status.WARN]:
@@ -210,7 +210,7 @@ def _rewind(key: tuple[str, int], samples: Sequence[PartitionSample]) -> Finding
     return Finding(
         "rewind",
         f"{_name(key)}: the committed offset moved backwards from {highest} to {committed[-1]} "
-        f"— an out-of-order commit (seed 001): a consumer that lost the partition in a "
+        f"— an out-of-order commit: a consumer that lost the partition in a "
         f"rebalance committed after its successor; records from {committed[-1]} will be "
         "read again, and the lag shown is not real.",
         "commit only partitions the consumer still owns (check the assignment before "
@@ -231,7 +231,7 @@ def _large_records(
             "large-records",
             f"{_names(large)}: the record at the committed offset is up to {biggest} bytes; "
             f"a fetch of {fetch_bytes} bytes per partition brings one or two of them, so "
-            "these partitions crawl while each fetch waits (seed 002).",
+            "these partitions crawl while each fetch waits.",
             f"raise max.partition.fetch.bytes / fetch.message.max.bytes well above {biggest}, "
             "or shorten fetch.max.wait.ms so a consumer does not wait on its other partitions",
         )
@@ -254,7 +254,7 @@ def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) 
                 "drained-and-lagging",
                 f"{_count(len(drained), 'partition')} drained while {len(lagging)} lag "
                 f"({_names(lagging)}): consumers holding a drained partition next to a busy "
-                "one wait on it (seed 000); which consumer holds which could not be checked.",
+                "one wait on it; which consumer holds which could not be checked.",
                 fix,
             )
         ]
@@ -275,7 +275,7 @@ def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) 
                 f"to a lagging one (e.g. {example.client_id or example.member_id}: "
                 f"{_names(list(example.partitions))}) with fewer consumers than partitions "
                 f"({len(latest.members)} < {len(report.rows)}): each waits on its drained "
-                "partition (seed 000).",
+                "partition.",
                 fix,
             )
         )

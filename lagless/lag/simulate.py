@@ -186,23 +186,39 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
+# A pasted table's cell borders: markdown's, and the box drawing of `lagless lag`'s own table.
+_BARS = str.maketrans("│┃", "||")
+# Lines inside a table that hold no row: markdown's |---|---:| and the box's rules.
+_RULE = set("|-:= +─━┄┈┼╋╇┡┩├┤┏┓┗┛┌┐└┘┳┻┯┷╞╡╪")
+NO_TABLE = (
+    "lag table: found no table with 'partition' and 'lag' columns (paste what `stream.sh lag`, "
+    "`lagless lag --markdown` or `lagless lag` print; or give the lags with --counts)"
+)
+
+
 def parse_lag_table(text: str) -> list[int]:
-    """The lag column of a pasted `stream.sh lag` or `lagless lag --markdown` table.
+    """The lag column of the first lag table in `text`: a pasted `stream.sh lag`, `lagless lag
+    --markdown` or `lagless lag` table, with any text around it (headings, prose, more tables).
 
     Partitions are taken in the order listed; the All row is skipped.
     """
-    rows = [
-        [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in text.splitlines()
-        if line.strip().startswith("|")
-    ]
-    header = next((row for row in rows if "partition" in row and "lag" in row), None)
-    if header is None:
-        raise BadInput("lag table: no header row with 'partition' and 'lag' columns")
+    lines = text.splitlines()
+    header_at = next(
+        (i for i, line in enumerate(lines) if {"partition", "lag"} <= set(_cells(line) or ())),
+        None,
+    )
+    if header_at is None:
+        raise BadInput(NO_TABLE)
+    header = _cells(lines[header_at]) or []
     partition_at, lag_at = header.index("partition"), header.index("lag")
     counts = []
-    for row in rows[rows.index(header) + 1 :]:
-        if all(set(cell) <= set("-: ") for cell in row) or row[partition_at] == "All":
+    for line in lines[header_at + 1 :]:
+        if line.strip() and set(line.strip()) <= _RULE:
+            continue
+        row = _cells(line)
+        if row is None:  # the table ends
+            break
+        if row[partition_at] == "All":
             continue
         if len(row) <= max(partition_at, lag_at):
             raise BadInput(f"lag table: row {'|'.join(row)!r} has too few columns")
@@ -212,6 +228,14 @@ def parse_lag_table(text: str) -> list[int]:
     if not counts:
         raise BadInput("lag table: no partition rows")
     return counts
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of a table row; None for a line that is not one."""
+    row = line.strip().translate(_BARS)
+    if not row.startswith("|"):
+        return None
+    return [cell.strip() for cell in row.strip("|").split("|")]
 
 
 def format_duration(seconds: float) -> str:

@@ -11,9 +11,8 @@ SCHEMES = ("sqlite", "parquet", "postgresql", "delta")
 
 
 def sink_from_url(url: str) -> Sink:
-    """sqlite:///path.db, parquet:///dir, delta:///dir, postgresql://user@host:port/db.
-
-    Touches nothing."""
+    """sqlite:///path.db, parquet:///dir, delta:///dir, postgresql://user@host:port/db
+    (read by sinks/url.py). Touches nothing."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink
@@ -35,13 +34,4 @@ def sink_from_url(url: str) -> Sink:
     raise BadInput(f"sink URL scheme {shown!r} is not one of {', '.join(SCHEMES)}")
 
 
-def local_path(url: str, scheme: str) -> str:
-    """The path in `scheme:///relative/path` or `scheme:////absolute/path` (SQLAlchemy's rule)."""
-    prefix = f"{scheme}:///"
-    rest = url[len(prefix) :] if url.startswith(prefix) else ""
-    if not rest:
-        raise BadInput(f"sink URL {url!r} has no path (expected {prefix}PATH)")
-    return rest
-
-
-__all__ = ["COLUMNS", "Sink", "Target", "check_identifier", "local_path", "sink_from_url"]
+__all__ = ["COLUMNS", "Sink", "Target", "check_identifier", "sink_from_url"]

@@ -15,6 +15,7 @@ from itertools import chain
 
 import pyarrow as pa
 
+from lagless.first_line import first_line
 from lagless.secret import Secret
 
 # `unreachable`: null, or why the server could not take the rows (the driver retries the batch).
@@ -53,7 +54,7 @@ def ingest_task_rows(
     except adbc_pg.OperationalError as exc:
         for _ in batches:
             pass
-        yield _receipt(0, unreachable=(str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        yield _receipt(0, unreachable=first_line(exc))
         return
     yield _receipt(records)
 

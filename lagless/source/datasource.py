@@ -35,6 +35,7 @@ from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_tas
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     EARLIEST,
+    EXECUTOR_WRITER,
     LATEST,
     OffsetsSpec,
     SourceOptions,
@@ -43,6 +44,7 @@ from lagless.source.options import (
 from lagless.source.reader import read_ranges
 from lagless.source.sampling import sample_bytes_per_record
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
+from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
 
@@ -69,10 +71,13 @@ class RangePartition(InputPartition):
 class KafkaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
+        # Spark asks the name when the source is registered, on the driver: the moment to
+        # tell a worker Python without lagless in one line.
+        check_worker_python()
         return SOURCE_NAME
 
     def schema(self) -> str:
-        if "executorWriter" in self.options:
+        if EXECUTOR_WRITER in self.options:  # Spark's options: names in any case
             return RECEIPT_SCHEMA
         return SPARK_SCHEMA
 
@@ -101,6 +106,12 @@ class _Planning:
         if self._broker is None:
             self._broker = OffsetReader(self.options.kafka)
         return self._broker
+
+    def close(self) -> None:
+        """Release the clients the driver opened; planning again opens new ones."""
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
 
     def partitions(self) -> list[TP]:
         options = self.options
@@ -370,3 +381,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._planning.read(partition)
+
+    def stop(self) -> None:
+        """Spark calls this when the query ends, as its KafkaMicroBatchStream.stop closes the
+        admin client the stream opened."""
+        self._planning.close()

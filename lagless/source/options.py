@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig
@@ -172,7 +172,6 @@ class SourceOptions:
     executor_writer_config: str = "{}"
     executor_writer_secret: Secret | None = None
     poll_timeout_s: float = 60.0
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
@@ -192,9 +191,10 @@ class SourceOptions:
         bootstrap = kafka_opts.pop("bootstrap.servers", "")
         if not bootstrap:
             raise BadInput("option kafka.bootstrap.servers is required")
-        topics = tuple(t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip())
-        pattern = lowered.get("subscribepattern") or None
-        assign = _assign(lowered["assign"]) if lowered.get("assign") else None
+        topics = tuple(t.strip() for t in _raw(lowered, SUBSCRIBE, "").split(",") if t.strip())
+        pattern = _raw(lowered, SUBSCRIBE_PATTERN) or None
+        assigned = _raw(lowered, ASSIGN)
+        assign = _assign(assigned) if assigned else None
         if sum(1 for given in (topics, pattern, assign) if given) != 1:
             raise BadInput(
                 f"set exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN}"
@@ -206,10 +206,14 @@ class SourceOptions:
                 raise BadInput(
                     f"option {SUBSCRIBE_PATTERN} {pattern!r} is not a regular expression: {exc}"
                 ) from None
-        starting = _offsets_spec(
-            lowered.get("startingoffsets", "earliest" if batch else "latest"), STARTING_OFFSETS
-        )
-        ending = _offsets_spec(lowered.get("endingoffsets", "latest"), ENDING_OFFSETS)
+        given_start = _raw(lowered, STARTING_OFFSETS)
+        # Unset: a batch query starts at the earliest offsets (the field's default), a stream
+        # at the latest, as in Spark.
+        starting: OffsetsSpec = cls.starting if batch else "latest"
+        if given_start is not None:
+            starting = _offsets_spec(given_start, STARTING_OFFSETS)
+        given_end = _raw(lowered, ENDING_OFFSETS)
+        ending = cls.ending if given_end is None else _offsets_spec(given_end, ENDING_OFFSETS)
         if starting == "latest" and batch:
             raise BadInput(f"option {STARTING_OFFSETS} cannot be latest in batch queries")
         if isinstance(starting, dict) and batch and _names(starting, LATEST):
@@ -230,7 +234,10 @@ class SourceOptions:
                 f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is above the per-batch "
                 f"maximum ({max_records})"
             )
-        strategy = lowered.get("startingoffsetsbytimestampstrategy", "latest").strip().lower()
+        strategy = _raw(
+            lowered, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, cls.starting_timestamp_strategy
+        )
+        strategy = strategy.strip().lower()
         if strategy not in ("latest", "error"):
             raise BadInput(
                 f"option {STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY} must be latest or error, "
@@ -239,6 +246,8 @@ class SourceOptions:
         poll_ms = _positive(lowered, POLL_TIMEOUT_MS) or _positive(
             lowered, KAFKA_CONSUMER_POLL_TIMEOUT_MS
         )
+        secret = _raw(lowered, EXECUTOR_WRITER_SECRET)
+        trigger_delay = _raw(lowered, MAX_TRIGGER_DELAY)
         return cls(
             kafka=KafkaConfig.from_options(bootstrap, kafka_opts),
             topics=topics,
@@ -256,27 +265,27 @@ class SourceOptions:
             max_bytes_per_batch=_positive(lowered, MAX_BYTES_PER_BATCH),
             first_batch_max_bytes=_positive(lowered, FIRST_BATCH_MAX_BYTES),
             min_offsets_per_trigger=min_per_trigger,
-            max_trigger_delay_s=_duration_s(lowered.get("maxtriggerdelay", "15m")),
+            max_trigger_delay_s=(
+                cls.max_trigger_delay_s if trigger_delay is None else _duration_s(trigger_delay)
+            ),
             min_partitions=_positive(lowered, MIN_PARTITIONS),
             max_records_per_partition=_positive(lowered, MAX_RECORDS_PER_PARTITION),
-            include_headers=_bool(lowered.get("includeheaders", "false"), INCLUDE_HEADERS),
-            fail_on_data_loss=_bool(lowered.get("failondataloss", "true"), FAIL_ON_DATA_LOSS),
+            include_headers=_bool(lowered, INCLUDE_HEADERS, cls.include_headers),
+            fail_on_data_loss=_bool(lowered, FAIL_ON_DATA_LOSS, cls.fail_on_data_loss),
             held=(
                 _partition_map(raw_held, HELD_OFFSETS, 'JSON like {"topic": {"0": 42}}')
-                if (raw_held := lowered.get(HELD_OFFSETS.lower()))
+                if (raw_held := _raw(lowered, HELD_OFFSETS))
                 else {}
             ),
-            slots=_positive(lowered, SLOTS) or 2,
-            min_task_records=_positive(lowered, MIN_TASK_RECORDS) or 1,
+            slots=_positive(lowered, SLOTS) or cls.slots,
+            min_task_records=_positive(lowered, MIN_TASK_RECORDS) or cls.min_task_records,
             min_task_bytes=_positive(lowered, MIN_TASK_BYTES) or cls.min_task_bytes,
-            executor_writer=lowered.get("executorwriter") or None,
-            executor_writer_config=lowered.get("executorwriterconfig", "{}"),
-            executor_writer_secret=(
-                Secret(lowered["executorwritersecret"])
-                if "executorwritersecret" in lowered
-                else None
+            executor_writer=_raw(lowered, EXECUTOR_WRITER) or None,
+            executor_writer_config=_raw(
+                lowered, EXECUTOR_WRITER_CONFIG, cls.executor_writer_config
             ),
-            poll_timeout_s=(poll_ms or 60_000) / 1000,
+            executor_writer_secret=secret if secret is None else Secret(secret),
+            poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
         )
 
 
@@ -298,12 +307,21 @@ def _known(options: Mapping[str, str]) -> dict[str, str]:
     return lowered
 
 
+@overload
+def _raw(options: Mapping[str, str], name: str) -> str | None: ...
+@overload
+def _raw(options: Mapping[str, str], name: str, default: str) -> str: ...
+def _raw(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    """The option `name` (a constant above) as given, from the options by lower-cased name."""
+    return options.get(name.lower(), default)
+
+
 def _names(spec: PartitionMap, offset: int) -> bool:
     return any(o == offset for parts in spec.values() for o in parts.values())
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name.lower())
+    raw = _raw(options, name)
     if raw is None or raw.strip() == "":
         return None
     try:
@@ -315,7 +333,10 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def _bool(raw: str, name: str) -> bool:
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _raw(options, name)
+    if raw is None:
+        return default
     if raw.strip().lower() in ("true", "1", "yes"):
         return True
     if raw.strip().lower() in ("false", "0", "no"):
@@ -386,7 +407,7 @@ def _offsets_spec(raw: str, name: str) -> OffsetsSpec:
 
 
 def _timestamp(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name.lower())
+    raw = _raw(options, name)
     if raw is None:
         return None
     try:
@@ -403,7 +424,7 @@ def _timestamps(options: Mapping[str, str], every: str, by_partition: str) -> Ti
     single = _timestamp(options, every)
     if single is not None:
         return single
-    raw = options.get(by_partition.lower())
+    raw = _raw(options, by_partition)
     if raw is None:
         return None
     spec = _partition_map(raw, by_partition, 'JSON like {"topic": {"0": 1700000000000}}')

@@ -40,8 +40,8 @@ from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
-from lagless.sinks import local_path
 from lagless.sinks.base import WriteMode
+from lagless.sinks.url import parse_local
 
 pytestmark = pytest.mark.spark
 
@@ -183,7 +183,7 @@ def _plain(value: Any) -> Any:
 def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
     """A table of any sink, as sorted tuples of plain Python values (duplicates kept)."""
     if sink_url.startswith("parquet:"):
-        folder = os.path.join(local_path(sink_url, "parquet"), table)
+        folder = os.path.join(parse_local(sink_url, "parquet").path, table)
         if not any(
             name.endswith(".parquet")
             for path, _, names in os.walk(folder)
@@ -194,7 +194,7 @@ def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[An
         data = pq.read_table(folder, columns=list(columns)).to_pylist()
         return sorted(tuple(row[c] for c in columns) for row in data)
     if sink_url.startswith("delta:"):
-        folder = os.path.join(local_path(sink_url, "delta"), table)
+        folder = os.path.join(parse_local(sink_url, "delta").path, table)
         if not os.path.isdir(os.path.join(folder, "_delta_log")):
             return []
         return sorted(pl.read_delta(folder, columns=list(columns)).iter_rows())
@@ -205,7 +205,7 @@ def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[An
         # SQLite in one process do not see each other's file locks, so a GroupSampler reading
         # with the sqlite3 module beside an in-process import could read a half-written file.
         with (
-            closing(adbc_sqlite.connect(local_path(sink_url, "sqlite"))) as conn,
+            closing(adbc_sqlite.connect(parse_local(sink_url, "sqlite").path)) as conn,
             closing(conn.cursor()) as cursor,
         ):
             cursor.execute("PRAGMA busy_timeout = 30000")

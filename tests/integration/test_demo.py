@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -35,6 +36,23 @@ def test_demo_drains_the_backlog_and_stores_every_record(tmp_path: Path) -> None
     said = " ".join(result.stdout.split())  # rich wraps lines at the terminal's width
     assert "after the import" in said
     assert f"{stored:,} rows in" in said
+
+
+def test_demo_without_out_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    """Its database and checkpoint (~220 MB at the default scale) go when it ends."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "demo", "--scale", "0.05"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    said = " ".join(result.stdout.split())
+    assert "rows in" in said and "--out DIR keeps the database" in said
+    assert list(temporary.iterdir()) == []
 
 
 def test_demo_typed_upserts_deals_into_a_typed_table(tmp_path: Path, broker) -> None:

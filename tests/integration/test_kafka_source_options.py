@@ -14,6 +14,8 @@ from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.source import SOURCE_NAME
+from lagless.source.datasource import KafkaStreamReader
+from lagless.source.options import SourceOptions
 
 pytestmark = pytest.mark.spark
 
@@ -55,6 +57,53 @@ def test_offsets_for_times_on_the_embedded_broker(broker, kafka, topic_name):
     )
 
     assert found == {(topic_name, 0): 4, (topic_name, 1): None}
+
+
+def test_stopping_a_stream_closes_every_offset_reader_it_opened(
+    broker, kafka, topic_name, monkeypatch
+):
+    """Spark calls the stream reader's stop() when the query ends."""
+    broker.create_topic(topic_name, 2)
+    produce_timed(kafka, topic_name, 2, 10)
+    opened: list[OffsetReader] = []
+    closed: list[OffsetReader] = []
+    real_init, real_close = OffsetReader.__init__, OffsetReader.close
+
+    def init(self: OffsetReader, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(self)
+
+    def close(self: OffsetReader) -> None:
+        real_close(self)
+        closed.append(self)
+
+    monkeypatch.setattr(OffsetReader, "__init__", init)
+    monkeypatch.setattr(OffsetReader, "close", close)
+    stream = KafkaStreamReader(
+        SourceOptions.parse(options(kafka, topic_name, maxBytesPerBatch="99"))
+    )
+
+    stream.stop()  # nothing opened yet
+    start = stream.initialOffset()
+    stream.latestOffset(start, stream.getDefaultReadLimit())  # plans, samples record sizes
+    stream.stop()
+
+    assert opened and closed == opened
+    stream.initialOffset()  # a stopped stream that plans again opens a new one
+    assert len(opened) == 2
+
+
+def test_registering_the_source_tells_a_worker_python_without_lagless(spark, tmp_path, monkeypatch):
+    """Spark's own registration, on the driver, with workers set to a Python that cannot import
+    lagless: one line naming the fix, before any query."""
+    from lagless import KafkaDataSource
+    from lagless.exceptions import BadInput
+    from tests.unit.test_worker_python import python_without_lagless
+
+    python = python_without_lagless(tmp_path)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+    with pytest.raises(BadInput, match="cannot import lagless; set PYSPARK_PYTHON"):
+        spark.dataSource.register(KafkaDataSource)
 
 
 def test_batch_query_starts_and_ends_by_timestamp(broker, kafka, topic_name, spark):

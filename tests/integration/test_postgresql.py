@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -50,6 +51,40 @@ def test_append_and_dead_letters_land_exactly_once(
     assert set(stored) == everything - invalid
     assert {(p, o) for p, o, _ in letters} == invalid
     assert summary.imported + summary.dead_lettered == summary.records == produced.records
+
+
+def test_a_password_with_url_characters_reaches_both_clients(
+    broker, kafka, topic_name, tmp_path, spark, postgres
+):
+    """The password percent-encoded in the URL, as it must be: psycopg (checks, merges) and
+    ADBC (the tasks' COPY, the driver's ingest) both log in with it, decoded once."""
+    password = "p@ss%w:rd/1"
+    with psycopg.connect(postgres.url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS odd_user")
+        conn.execute(f"CREATE ROLE odd_user LOGIN PASSWORD '{password}'")
+        conn.execute("GRANT CREATE, USAGE ON SCHEMA public TO odd_user")
+    url = postgres.url.replace("lagless:secret-pw", f"odd_user:{quote(password, safe='')}")
+    broker.create_topic(topic_name, 2)
+    produced = produce_profile(kafka, topic_name, explicit([300, 200]), keys=20)
+
+    # Raw appends: the reading tasks COPY through ADBC with the URI the sink gives them.
+    tasks = run_import(pg_spec(kafka, topic_name, url, tmp_path / "tasks"), spark=spark)
+    # Through the driver: psycopg checks, ADBC ingests on the driver.
+    driver = run_import(
+        pg_spec(
+            kafka, topic_name, f"{url}?write_from=driver", tmp_path / "driver", table="by_driver"
+        ),
+        spark=spark,
+    )
+
+    assert tasks.imported == driver.imported == produced.records
+    owners = rows(
+        postgres.url,
+        "SELECT tablename, tableowner FROM pg_tables "
+        f"WHERE tablename IN ('{topic_name}', 'by_driver') ORDER BY tablename",
+    )
+    assert owners == sorted([(topic_name, "odd_user"), ("by_driver", "odd_user")])
+    assert rows(url, f'SELECT count(*) FROM "{topic_name}"') == [(produced.records,)]
 
 
 def test_upsert_keeps_newest_per_key(broker, kafka, topic_name, tmp_path, spark, postgres):

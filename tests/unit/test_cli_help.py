@@ -26,3 +26,14 @@ def test_every_option_has_help() -> None:
         if not action.help and not isinstance(action, argparse._HelpAction)
     ]
     assert not missing, missing
+
+
+def test_an_option_several_commands_take_says_the_same_everywhere() -> None:
+    """Declared once (cli/options.py): same name, same help."""
+    helps: dict[str, set[str | None]] = {}
+    for parser in _commands().values():
+        for action in parser._actions:
+            for option in action.option_strings:
+                helps.setdefault(option, set()).add(action.help)
+    shared = ("--bootstrap", "--kafka-option", "--cluster-name", "--retention-warning")
+    assert {option: len(helps[option]) for option in shared} == dict.fromkeys(shared, 1)

@@ -27,6 +27,7 @@ SEED_000 = [
     0, 0, 0, 0, 0, 0, 0, 0,
 ]  # fmt: skip
 RATE = 10_000.0
+DATA = Path(__file__).parent.parent / "data"
 SEED_TABLE = """\
 | partition | lag | pos | end | posOffset |?endOffset?|
 | --- | ---: | ---: | ---: | ---: | ---: |
@@ -93,10 +94,24 @@ def test_parse_counts_and_the_pasted_seed_table() -> None:
     for bad in ("1,x", "1,,2", "-4", ""):
         with pytest.raises(BadInput):
             parse_counts(bad)
-    with pytest.raises(BadInput, match="no header row"):
+    with pytest.raises(BadInput, match="found no table with 'partition' and 'lag' columns"):
         parse_lag_table("|a|b|\n|1|2|")
     with pytest.raises(BadInput, match="no partition number and lag"):
         parse_lag_table("| partition | lag |\n|0|many|")
+
+
+def test_the_field_report_as_pasted_reads_its_first_table() -> None:
+    """Field report 000's lines as written: prose, the `stream.sh lag` command and its heading
+    lines, the table, more prose and a later table."""
+    text = (DATA / "field_report_000_lag.txt").read_text()
+    assert parse_lag_table(text) == SEED_000
+
+
+def test_text_without_a_lag_table_says_what_to_paste() -> None:
+    """Field report 002 tells its lag in prose ("partition 7 ... nearly 2000 messages")."""
+    text = (DATA / "field_report_002_lagging.txt").read_text()
+    with pytest.raises(BadInput, match=r"no table .* `stream.sh lag`.* --counts"):
+        parse_lag_table(text)
 
 
 def test_cli_prints_each_strategy_and_writes_the_chart(

@@ -31,6 +31,9 @@ def test_defaults_follow_spark() -> None:
     assert stream.max_records_per_batch is None and stream.min_partitions is None
     assert stream.max_trigger_delay_s == 900
     assert stream.starting_timestamp_strategy == "latest"
+    assert (stream.slots, stream.min_task_records, stream.poll_timeout_s) == (2, 1, 60)
+    assert stream.min_task_bytes == 8 * 1024 * 1024 and stream.executor_writer_config == "{}"
+    assert stream.executor_writer is None and stream.executor_writer_secret is None
 
 
 def test_subscriptions() -> None:

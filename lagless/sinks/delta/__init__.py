@@ -32,12 +32,12 @@ import pyarrow.parquet as pq
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks import local_path
 from lagless.sinks.base import TOMBSTONE, Sink, Target, TaskWriter, WriteMode, check_writable_path
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.parquet import staged
 from lagless.sinks.sql import newer
 from lagless.sinks.task_files import stage_rows
+from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -59,7 +59,7 @@ class DeltaSink(Sink):
 
     @classmethod
     def from_url(cls, url: str) -> DeltaSink:
-        return cls(url, os.path.abspath(local_path(url, cls.scheme)))
+        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
 
     def check(self, target: Target) -> None:
         """Before anything is written: the folder can be written and each table that exists is

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
-from lagless.sinks import local_path
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, Sink, Target, TaskWriter, check_writable_path
 from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
 from lagless.sinks.parquet import staged
+from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,7 +57,7 @@ class ParquetSink(Sink):
 
     @classmethod
     def from_url(cls, url: str) -> ParquetSink:
-        return cls(url, os.path.abspath(local_path(url, cls.scheme)))
+        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
 
     def check(self, target: Target) -> None:
         if target.mode != "append":

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
+from lagless.first_line import first_line
 from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
 from lagless.sinks.ledger import TP, Batch
@@ -43,6 +43,7 @@ from lagless.sinks.sql import (
     upsert,
 )
 from lagless.sinks.task_ingest import RECEIPT_SCHEMA, ingest_task_rows
+from lagless.sinks.url import SinkUrl, parse_server
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -54,7 +55,6 @@ except ImportError:  # pragma: no cover - depends on the installation
     psycopg = None  # type: ignore[assignment]
 
 STAGE = "lagless_stage"
-WRITE_FROM = ("executors", "driver")
 TASK_APPLICATION = "lagless-task"
 # PostgreSQL cuts longer names, which could make two staging tables one.
 MAX_NAME = 63
@@ -65,58 +65,40 @@ RETRY_FOR_S = 60.0
 CONNECT_TIMEOUT_S = 10
 
 
-def redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":****@")))
-
-
 class PostgresSink(DriverSink):
     scheme = "postgresql"
     # The tasks stream the rows to the server: a batch's size does not weigh on the driver.
     max_batch_bytes: int = Sink.max_batch_bytes
 
-    def __init__(self, url: str, password: Secret | None, write_from: str = "executors") -> None:
-        super().__init__(redacted(url), redacted(url))
-        self._password = password
-        self.write_from = write_from
-        if write_from == "driver":
+    def __init__(self, address: SinkUrl) -> None:
+        super().__init__(address.shown, address.shown)
+        self._address = address
+        self.write_from = address.write_from
+        if self.write_from == "driver":
             self.max_batch_bytes = DriverSink.max_batch_bytes
 
     @classmethod
     def from_url(cls, url: str) -> PostgresSink:
         if psycopg is None:
             raise BadInput("the postgresql sink needs psycopg: pip install 'lagless[postgresql]'")
-        parts = urlsplit(url)
-        if not parts.hostname or not parts.path.strip("/"):
-            raise BadInput(f"sink URL {redacted(url)!r} needs a host and a database")
-        query = parse_qs(parts.query)
-        write_from = query.pop("write_from", ["executors"])[-1]
-        if write_from not in WRITE_FROM or query:
-            raise BadInput(
-                f"sink URL {redacted(url)!r}: the only query parameter is "
-                f"write_from={'|'.join(WRITE_FROM)}"
-            )
-        url = urlunsplit(parts._replace(query=""))
-        return cls(url, Secret(parts.password) if parts.password else None, write_from)
+        return cls(parse_server(url, write_from=True))
 
     def _connect(self) -> Any:
-        parts = urlsplit(self.url)
+        address = self._address
         info: dict[str, Any] = {
-            "host": parts.hostname,
-            "port": parts.port or 5432,
-            "dbname": parts.path.strip("/"),
+            "host": address.host,
+            "port": address.port or 5432,
+            "dbname": address.path,
             "connect_timeout": CONNECT_TIMEOUT_S,
         }
-        if parts.username:
-            info["user"] = parts.username
-        if self._password is not None:
-            info["password"] = self._password.reveal()
+        if address.user:
+            info["user"] = address.user
+        if address.password is not None:
+            info["password"] = address.password.reveal()
         try:
             return psycopg.connect(**info)
         except psycopg.OperationalError as exc:
-            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise TransientError(f"cannot connect to {self.url}: {first_line(exc)}") from None
 
     def check(self, target: Target) -> None:
         try:
@@ -254,7 +236,7 @@ class PostgresSink(DriverSink):
             except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
                 if time.monotonic() + pause > deadline:
                     raise TransientError(
-                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {_first_line(exc)}"
+                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {first_line(exc)}"
                     ) from None
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
@@ -302,20 +284,12 @@ class PostgresSink(DriverSink):
         try:
             return adbc_pg.connect(self._arrow_uri())
         except adbc_pg.Error as exc:
-            raise TransientError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise TransientError(f"cannot connect to {self.url}: {first_line(exc)}") from None
 
     def _arrow_uri(self, application: str = "lagless") -> str:
         """The URL with the password: only for the client that connects. The application name
         tells the driver's sessions from the tasks' in pg_stat_activity and the server's log."""
-        parts = urlsplit(self.url)
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc = f"{netloc}:{parts.port}"
-        if parts.username:
-            password = f":{quote(self._password.reveal(), safe='')}" if self._password else ""
-            netloc = f"{quote(parts.username, safe='')}{password}@{netloc}"
-        query = urlencode({"application_name": application})
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
+        return self._address.uri(application_name=application).reveal()
 
 
 def staging_table(table: str, batch_id: int) -> str:
@@ -389,8 +363,4 @@ def _transient_reason(spark_error: str) -> str:
     for line in spark_error.splitlines():
         if marker in line:
             return line.split(marker, 1)[1].strip()
-    return _first_line(Exception(spark_error))
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first_line(spark_error)

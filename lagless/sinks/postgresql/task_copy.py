@@ -21,6 +21,7 @@ from contextlib import closing
 import pyarrow as pa
 
 from lagless.exceptions import TransientError
+from lagless.first_line import first_line
 from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 from lagless.sinks.task_files import FILE_SCHEMA, stored_columns
@@ -54,8 +55,7 @@ class TaskCopy:
                     cur.adbc_ingest(self.table, rows, mode="append")
                 conn.commit()
         except adbc_pg.OperationalError as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise TransientError(f"PostgreSQL is away: {reason}") from None
+            raise TransientError(f"PostgreSQL is away: {first_line(exc)}") from None
         return f"postgresql:{self.table}"
 
 

@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks import local_path
 from lagless.sinks.base import DriverSink, Target, TaskWriter, check_writable_path
 from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.sql import (
@@ -39,13 +38,13 @@ from lagless.sinks.sql import (
     upsert,
 )
 from lagless.sinks.sqlite import staged
+from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
 STAGE = "lagless_stage"
-WRITE_FROM = ("executors", "driver")
 # A reader of the file (a lag tool, a test) may hold it for a moment: wait rather than fail.
 BUSY_TIMEOUT_MS = 30_000
 
@@ -59,13 +58,8 @@ class SqliteSink(DriverSink):
 
     @classmethod
     def from_url(cls, url: str) -> SqliteSink:
-        path, _, query = local_path(url, cls.scheme).partition("?")
-        write_from = query.removeprefix("write_from=") if query else "executors"
-        if write_from not in WRITE_FROM:
-            raise BadInput(
-                f"sink URL {url!r}: the only query parameter is write_from={'|'.join(WRITE_FROM)}"
-            )
-        return cls(url, path, write_from)
+        parsed = parse_local(url, cls.scheme, write_from=True)
+        return cls(url, parsed.path, parsed.write_from)
 
     def check(self, target: Target) -> None:
         check_writable_path(self.location, "file", folder=False)

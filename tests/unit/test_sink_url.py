@@ -1,0 +1,114 @@
+"""sinks/url.py: every store's URL read one way; a server's credentials decoded once and
+encoded again only for the client that decodes them; the password never in `shown`."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, unquote, urlsplit
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagless.exceptions import BadInput
+from lagless.sinks import sink_from_url
+from lagless.sinks.url import parse_local, parse_server
+
+ONLY_WRITE_FROM = re.escape("the only query parameter is write_from=executors|driver")
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///orders.db", "orders.db"),
+        ("sqlite:////tmp/x.db", "/tmp/x.db"),
+        ("sqlite:///a%20b.db", "a%20b.db"),  # taken as written, as SQLAlchemy takes it
+    ],
+)
+def test_local_paths_follow_sqlalchemy(url: str, path: str) -> None:
+    parsed = parse_local(url, "sqlite", write_from=True)
+    assert parsed.path == path and parsed.write_from == "executors" and parsed.shown == url
+
+
+def test_write_from_is_read_the_same_for_every_store_that_takes_it() -> None:
+    assert parse_local(
+        "sqlite:///a.db?write_from=driver", "sqlite", write_from=True
+    ).write_from == ("driver")
+    assert parse_server("postgresql://h/db?write_from=driver", write_from=True).write_from == (
+        "driver"
+    )
+    assert sink_from_url("sqlite:///a.db?write_from=driver").write_from == "driver"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["write_from=jvm", "write_from=driver&write_from=driver", "other=1", "write_from", "x"],
+)
+def test_any_other_query_is_one_message_for_sqlite_and_postgresql(query: str) -> None:
+    with pytest.raises(BadInput, match=ONLY_WRITE_FROM):
+        parse_local(f"sqlite:///a.db?{query}", "sqlite", write_from=True)
+    with pytest.raises(BadInput, match=ONLY_WRITE_FROM):
+        parse_server(f"postgresql://u:pw@h/db?{query}", write_from=True)
+
+
+@pytest.mark.parametrize("scheme", ["parquet", "delta"])
+def test_folder_stores_take_no_query(scheme: str) -> None:
+    with pytest.raises(BadInput, match="takes no query parameters"):
+        parse_local(f"{scheme}:///out?write_from=driver", scheme)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite://host/x.db", "sqlite:///?x"])
+def test_a_local_url_without_a_path_is_refused(url: str) -> None:
+    with pytest.raises(BadInput, match="has no path"):
+        parse_local(url, "sqlite")
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql:///db", "postgresql://h", "postgresql://u:secret@h/", "postgresql://h:x/d"]
+)
+def test_a_server_url_needs_a_host_a_database_and_a_numeric_port(url: str) -> None:
+    with pytest.raises(BadInput) as raised:
+        parse_server(url)
+    assert "secret" not in str(raised.value)
+
+
+def test_a_percent_encoded_password_is_decoded_once() -> None:
+    """The bug: `p%40ss` reached psycopg as `p%40ss` and ADBC as `p%2540ss`."""
+    parsed = parse_server("postgresql://us%40er:p%40ss@db.example:5433/my%20db")
+    assert parsed.user == "us@er" and parsed.password is not None
+    assert parsed.password.reveal() == "p@ss"
+    assert (parsed.host, parsed.port, parsed.path) == ("db.example", 5433, "my db")
+    uri = urlsplit(parsed.uri(application_name="lagless").reveal())
+    assert unquote(uri.password or "") == "p@ss" and unquote(uri.username or "") == "us@er"
+    assert uri.query == "application_name=lagless" and unquote(uri.path) == "/my db"
+
+
+def test_an_ipv6_host_keeps_its_brackets() -> None:
+    parsed = parse_server("postgresql://u@[::1]:5432/db")
+    assert parsed.host == "::1"
+    assert urlsplit(parsed.uri().reveal()).hostname == "::1"
+
+
+# Any text a password can hold, '@', '%', ':' and '/' included.
+PASSWORDS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+USERS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+
+
+@given(user=USERS, password=PASSWORDS)
+def test_credentials_come_back_as_written_and_the_password_is_never_shown(
+    user: str, password: str
+) -> None:
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:5432"
+    url = f"postgresql://{netloc}/lagless?write_from=driver"
+    parsed = parse_server(url, write_from=True)
+    assert parsed.user == user and parsed.password is not None
+    assert parsed.password.reveal() == password
+    assert parsed.shown == f"postgresql://{quote(user, safe='')}:****@127.0.0.1:5432/lagless"
+    again = urlsplit(parsed.uri().reveal())
+    assert unquote(again.username or "") == user and unquote(again.password or "") == password
+    assert "Secret('****')" in repr(parsed)
+
+
+def test_the_postgresql_sink_shows_the_url_without_its_password() -> None:
+    sink = sink_from_url("postgresql://u:hunter%2F2@h:5432/db")
+    assert sink.url == "postgresql://u:****@h:5432/db" and "hunter" not in repr(vars(sink))
