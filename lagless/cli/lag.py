@@ -1,4 +1,5 @@
-"""`lagless lag`: a consumer group's lag per partition, in records and seconds, with a status."""
+"""`lagless lag`: a consumer group's lag per partition, in records and seconds, with a status;
+with --sink, a table's own lag (what its ledger holds against the log)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lagless.cli.options import (
     kafka_config,
 )
 from lagless.exceptions import BadInput
+from lagless.importer.table_lag import table_lag
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
 from lagless.lag.report import History, build_report, collect, committed_records
@@ -34,7 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lag", help="show a consumer group's lag per partition", description=__doc__
     )
-    add_group_arguments(parser)
+    add_group_arguments(parser, group_required=False)
+    parser.add_argument(
+        "--sink",
+        metavar="URL",
+        help="instead of a group: the table's own lag in this store (what its ledger holds "
+        "against the log), whatever group or checkpoint wrote it; needs --topic",
+    )
+    parser.add_argument("--table", help="with --sink: the table (default: the topic name)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -58,6 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sink is not None:
+        return run_table_lag(args)
+    if args.group is None:
+        raise BadInput("lag needs --group (a consumer group's lag) or --sink (a table's)")
     if args.watch is not None and args.watch <= 0:
         raise BadInput("--watch must be a positive number of seconds")
     if args.watch is not None and (args.json or args.markdown or args.prometheus):
@@ -141,3 +154,27 @@ def prometheus_once(
             sleep(interval_s)
         sampler.sample_once()
     return metrics.render(sampler.views(), time.time(), cluster)
+
+
+def run_table_lag(args: argparse.Namespace) -> int:
+    """`lag --sink URL --topic T [--table T]`: per partition, the first offset the table does
+    not hold, the log's end, the records behind and the oldest missing record's age."""
+    if args.topic is None:
+        raise BadInput("lag --sink needs --topic (the topic the table is fed from)")
+    if args.group is not None or args.watch is not None or args.prometheus or args.markdown:
+        raise BadInput("lag --sink takes --topic, --table and --json only")
+    rows = table_lag(kafka_config(args), args.sink, args.table or args.topic, [args.topic])
+    if args.json:
+        print(json.dumps([row.as_json() for row in rows], indent=2))
+        return 0
+    shown = Table(title=f"table {args.table or args.topic}: what it holds against the log")
+    for name in ("topic", "partition", "table holds up to", "log end", "behind", "time lag"):
+        shown.add_column(name, justify="left" if name == "topic" else "right")
+    for row in rows:
+        lag = "-" if row.time_lag_s is None else f"{row.time_lag_s:,.1f} s"
+        held = "nothing" if row.held is None else f"{row.held:,}"
+        shown.add_row(
+            row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
+        )
+    Console().print(shown)
+    return 0

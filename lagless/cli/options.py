@@ -28,10 +28,10 @@ def kafka_config(args: argparse.Namespace) -> KafkaConfig:
     return KafkaConfig.from_options(args.bootstrap, parse_key_values(args.kafka_option))
 
 
-def add_group_arguments(parser: argparse.ArgumentParser) -> None:
+def add_group_arguments(parser: argparse.ArgumentParser, group_required: bool = True) -> None:
     """The broker, one consumer group and, optionally, one of its topics (lag, doctor)."""
     add_kafka_arguments(parser)
-    parser.add_argument("--group", required=True, help="consumer group id")
+    parser.add_argument("--group", required=group_required, help="consumer group id")
     parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
 
 

@@ -4,6 +4,7 @@ test of interleavings and crashes is tests/unit/test_ledger_stores.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -168,3 +169,37 @@ def cli(bootstrap: str, url: str, checkpoint: Path) -> tuple[int, str, str]:
         timeout=300,
     )
     return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("store", ["sqlite", "delta"])
+def test_lag_sink_shows_what_the_table_holds_against_the_log(
+    store, broker, kafka, topic_name, tmp_path, spark
+):
+    """A table's own lag, whatever wrote it: the offsets it holds, the records behind, and the
+    age of the oldest record it lacks (0 where caught up)."""
+    url = f"{store}:///{tmp_path}/{'out.db' if store == 'sqlite' else 'lake'}"
+    broker.create_topic(topic_name, 3)
+    produce(kafka, topic_name, 0, 300)
+    run_import(spec_for(kafka, topic_name, url, tmp_path / "ckpt"), spark=spark)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for n in range(25):
+        producer.produce(topic_name, value=b"late %d" % n, partition=1)
+    producer.flush(30)
+
+    args = ["--bootstrap", kafka.bootstrap, "--sink", url, "--topic", topic_name, "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "lagless", "lag", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    rows = {row["partition"]: row for row in json.loads(done.stdout)}
+    assert {p: (r["held"], r["log_end"], r["behind"]) for p, r in rows.items()} == {
+        0: (100, 100, 0),
+        1: (100, 125, 25),
+        2: (100, 100, 0),
+    }
+    assert rows[0]["time_lag_s"] == 0
+    assert 0 < rows[1]["time_lag_s"] < 120
