@@ -49,7 +49,7 @@ class BatchWriter:
         self.checked = checked
         self.collector = collector
         self.target_end = target_end
-        self.summary = Summary()
+        self.summary = Summary(skipped_offsets=sum(lost.skipped for lost in checked.lost))
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None

@@ -16,7 +16,7 @@ from typing import Any
 
 from lagless.exceptions import LaglessError, TerminalError, TransientError
 from lagless.importer.batch_writer import BatchWriter
-from lagless.importer.checkpoint import last_end_offsets
+from lagless.importer.checkpoint import last_end_offsets, write_fit
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
@@ -28,6 +28,8 @@ from lagless.source import SOURCE_NAME
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     collector = collector or Collector()
     checked = check(spec)
+    if checked.fit is not None:
+        write_fit(spec.checkpoint, checked.fit)
     from lagless.importer.spark import spark_session, warm_up_in_background
 
     with ExitStack() as opened:

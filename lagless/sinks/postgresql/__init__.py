@@ -97,6 +97,13 @@ class PostgresSink(DriverSink):
         url = urlunsplit(parts._replace(query=""))
         return cls(url, Secret(parts.password) if parts.password else None, write_from)
 
+    @property
+    def identity(self) -> str:
+        parts = urlsplit(self.url)
+        user = f"{parts.username}@" if parts.username else ""
+        database = parts.path.strip("/")
+        return f"{self.scheme}://{user}{parts.hostname}:{parts.port or 5432}/{database}"
+
     def _connect(self) -> Any:
         parts = urlsplit(self.url)
         info: dict[str, Any] = {

@@ -65,6 +65,7 @@ class SqliteSink(DriverSink):
 
     def check(self, target: Target) -> None:
         check_writable_path(self.location, "file", folder=False)
+        check_writable_path(self._staging(target), "staging directory", folder=True)
         if os.path.exists(self.location):
             with self._connect() as conn:
                 for layout in layouts(target, "sqlite"):
