@@ -72,6 +72,8 @@ class SqliteSink(DriverSink):
                     _evolution(conn, layout)
 
     def prepare(self, target: Target) -> None:
+        # check() found the folder can be made; SQLite makes the file, not its folder.
+        os.makedirs(os.path.dirname(os.path.abspath(self.location)), exist_ok=True)
         with self._connect() as conn, conn:
             for layout in layouts(target, "sqlite"):
                 for statement in _evolution(conn, layout):
