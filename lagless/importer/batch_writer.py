@@ -7,13 +7,12 @@ committed, so everything here may run again for the same batch: every write is i
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
 from lagless.failpoints import failpoint
-from lagless.importer.checkpoint import batch_end_offsets, query_id
+from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.rows import (
@@ -27,7 +26,7 @@ from lagless.importer.rows import (
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
-from lagless.sinks import Target
+from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,44 +43,50 @@ class BatchWriter:
         target_end: Offsets | None,
         committer: GroupCommitter | None = None,
         dead_letter_topic: DeadLetterTopic | None = None,
+        first_start: Offsets | None = None,
+        held: Offsets | None = None,
     ) -> None:
         self.spec = spec
         self.checked = checked
         self.collector = collector
         self.target_end = target_end
+        # Where the query's first batch starts, and what the store held when the import began
+        # (the source reads nothing below it): with Spark's journaled ends, a batch's ranges.
+        self.first_start = first_start or {}
+        self.held = held or {}
         self.summary = Summary(skipped_offsets=sum(lost.skipped for lost in checked.lost))
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
-        self._target: Target | None = None
+        self.target = checked.target
 
-    @property
-    def target(self) -> Target:
-        """The checked target, with the run its batch ids count in (the query has started)."""
-        if self._target is None:
-            run_id = query_id(self.spec.checkpoint)
-            self._target = replace(self.checked.target, run_id=run_id)
-        return self._target
+    def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
+        """The batch as the store commits it (its ranges), and its end offsets."""
+        end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        start = (
+            batch_end_offsets(self.spec.checkpoint, batch_id - 1) if batch_id else self.first_start
+        )
+        return Batch(batch_id, batch_ranges(start, end, self.held)), end
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        batch, end = self.batch(batch_id)
         if self.written_by_tasks:
-            self._commit_task_files(records, batch_id)
+            self._commit_task_files(records, batch)
         else:
-            self._write_rows(records, batch_id, sorted(end))
+            self._write_rows(records, batch, sorted(end))
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
         self.collector.batch(self.summary, self.remaining_lag(end))
 
-    def _commit_task_files(self, receipts: DataFrame, batch_id: int) -> None:
+    def _commit_task_files(self, receipts: DataFrame, batch: Batch) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""
         target = self.target
         sink = self.checked.sink
         sink.discard_staged(target)
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
-        sink.commit_staged(collected, target, batch_id)
+        sink.commit_staged(collected, target, batch)
         failpoint("after-write")
         by_partition: Counter[tuple[str, int]] = Counter()
         for topic, partition, records in zip(
@@ -94,7 +99,7 @@ class BatchWriter:
         self.summary.add_batch({tp: n for tp, n in by_partition.items() if n}, size, read, {})
 
     def _write_rows(
-        self, records: DataFrame, batch_id: int, partitions: list[tuple[str, int]]
+        self, records: DataFrame, batch: Batch, partitions: list[tuple[str, int]]
     ) -> None:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
@@ -106,27 +111,33 @@ class BatchWriter:
         # Counted while the rows stream into the sink: one pass over the batch, not three.
         # Two SQL expressions rather than a Column per partition: building Columns costs a
         # JVM round trip each, which on 24 partitions was half a second of every batch.
-        observation = Observation(f"lagless_batch_{batch_id}")
+        observation = Observation(f"lagless_batch_{batch.id}")
         shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
             observation,
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
         )
         failpoint("before-write")
-        written = sink.write(accepted(shaped, target), target, batch_id)
-        observed = observation.get
-        per_partition = observed["counts"][: len(partitions)]
-        dead = {
-            r: n for r, n in zip(reasons, observed["counts"][len(partitions) :], strict=True) if n
-        }
-        if dead:
+        dead: dict[str, int] = {}
+
+        def store_dead_letters() -> None:
+            """Once the rows are staged, before they commit with the batch's ranges: a crash
+            after the commit cannot lose a dead letter, whatever becomes of the checkpoint."""
+            counts = observation.get["counts"][len(partitions) :]
+            if dead or not any(counts):
+                return  # none, or stored by an earlier try of a retried commit
             # Rare: read the batch again rather than cache every batch for it.
             rejected = dead_letters(shaped)
             if self.dead_letter_topic is not None:
                 collected = rejected.toArrow()  # once, for the topic and the table both
                 self.dead_letter_topic.send(collected)
                 rejected = records.sparkSession.createDataFrame(collected)
-            sink.write_dead_letters(rejected, target, batch_id)
+            sink.write_dead_letters(rejected, target, batch)
+            dead.update({r: n for r, n in zip(reasons, counts, strict=True) if n})
+
+        written = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
+        observed = observation.get
+        per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
         if written is None:

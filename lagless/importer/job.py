@@ -9,6 +9,7 @@ Everything the import opens is closed when it ends, and when it fails.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import ExitStack
@@ -22,19 +23,31 @@ from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import stop_requests
-from lagless.source import SOURCE_NAME
+from lagless.sinks.ledger import reconcile
+from lagless.source import SOURCE_NAME, to_json_offsets
+
+log = logging.getLogger(__name__)
 
 
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     collector = collector or Collector()
     checked = check(spec)
-    if checked.fit is not None:
-        write_fit(spec.checkpoint, checked.fit)
     from lagless.importer.spark import spark_session, warm_up_in_background
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
         opened.enter_context(checked.broker)
+        low, high = checked.broker.watermarks(checked.partitions)
+        # The store's ledger decides where each partition starts: a lost, fresh or lagging
+        # checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a
+        # ledger that contradicts the log refused, before Spark starts or anything is written.
+        held = reconcile(
+            checked.sink.ledger(checked.target, checked.partitions), low, high, checked.where
+        )
+        if held:
+            log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
+        if checked.fit is not None:  # every check passed: the checkpoint is this import's
+            write_fit(spec.checkpoint, checked.fit)
         warming = None
         if spark is None:
             spark = spark_session(spec.master)
@@ -42,8 +55,6 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             opened.callback(warming.join)
         slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
         checked.sink.prepare(checked.target)
-
-        low, high = checked.broker.watermarks(checked.partitions)
         done = last_end_offsets(spec.checkpoint)
         target_end = dict(high) if spec.mode == "bulk" else None
         if target_end is not None and spec.ending_timestamp is not None:
@@ -51,20 +62,24 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         if spec.starting_timestamp is not None:
             low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
         high = target_end or high
+        first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
         committer = GroupCommitter(checked.broker, spec.group) if spec.group else None
         dead_letter_topic = (
             opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
             if spec.dead_letter_topic
             else None
         )
-        writer = BatchWriter(spec, checked, collector, target_end, committer, dead_letter_topic)
+        writer = BatchWriter(
+            spec, checked, collector, target_end, committer, dead_letter_topic, first_start, held
+        )
         started = time.monotonic()
         opened.enter_context(collector)
         collector.start(
-            sum(max(0, h - max(done.get(tp, low[tp]), low[tp])) for tp, h in high.items())
+            sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
         )
 
-        stream = spark.readStream.format(SOURCE_NAME).options(**spec.source_options(slots)).load()
+        options = spec.source_options(slots, held)
+        stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
         writer_stream = stream.writeStream.foreachBatch(writer).option(
             "checkpointLocation", spec.checkpoint
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -14,7 +17,9 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.source import to_json_offsets
 from lagless.source.data_loss import Lost, lost_offsets
+from lagless.source.options import HELD_OFFSETS
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +71,10 @@ class ImportSpec:
             self.value_format,
             value_schema.fields if value_schema else None,
             self.key_fields,
+            run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
         )
 
-    def source_options(self, slots: int) -> dict[str, str]:
+    def source_options(self, slots: int, held: Offsets | None = None) -> dict[str, str]:
         options = self.kafka.source_options()
         options.update(
             {
@@ -97,6 +103,8 @@ class ImportSpec:
             options["executorWriterConfig"] = writer.config
             if writer.secret is not None:
                 options["executorWriterSecret"] = writer.secret.reveal()
+        if held:
+            options[HELD_OFFSETS] = json.dumps(to_json_offsets(held))
         options.update(self.extra_source_options)
         return options
 
@@ -128,6 +136,11 @@ class Checked:
     fit: Fit | None = None
     # Offsets the checkpoint stood at that the log no longer holds (--skip-lost-offsets).
     lost: list[Lost] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        """The target as messages name it: the store (no password) and the table."""
+        return f"table {self.target.table!r} of {self.sink.url}"
 
 
 def check(spec: ImportSpec) -> Checked:

@@ -1,8 +1,10 @@
-"""What every store does: check a target without touching it, prepare it, write one batch.
+"""What every store does: check a target without touching it, prepare it, read its ledger,
+write one batch.
 
-Writes are idempotent by construction, never by bookkeeping: append rows are unique on
-(topic, partition, offset) and an upsert replaces a stored row only with a newer record,
-so a batch replayed after a crash changes nothing it already wrote.
+Writes are idempotent by construction: append rows are unique on (topic, partition, offset)
+(SQL) or a batch is committed only when the store's ledger does not hold its offsets yet
+(Parquet, Delta: ledger.py), and an upsert replaces a stored row only with a newer record. So a
+batch replayed after a crash, or imported again from a fresh checkpoint, changes nothing.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
 from lagless.secret import Secret
+from lagless.sinks.ledger import TP, Batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,14 +98,18 @@ class Target:
     fields: StructType | None = None
     # The upsert key: these fields of the value; empty: the Kafka key.
     key_fields: tuple[str, ...] = ()
-    # What the batch ids count in: the checkpoint's query id, set by the importer once the query
-    # runs. A store that records the batches it committed (Delta) keys them by it, so a fresh
-    # checkpoint, whose batch ids start again at 0, is not taken for a replay.
-    run_id: str = ""
+    # What tells this import's staging folders from another's writing into the same table at
+    # the same time (ImportSpec: a digest of its checkpoint's path, the same on every rerun).
+    run_id: str = "run"
 
     @property
     def dead_letter_table(self) -> str:
         return f"{self.table}_dlq"
+
+    @property
+    def ledger_table(self) -> str:
+        """SQL stores: the offset ranges each committed batch covered (ledger.py)."""
+        return f"{self.table}_ledger"
 
     @property
     def tombstone_table(self) -> str:
@@ -176,38 +184,58 @@ class Sink(ABC):
         """Where rows land, as a checkpoint remembers it: an absolute location, no secret."""
         return f"{self.scheme}:///{os.path.realpath(self.location)}"
 
+    # The lifecycle, in the order the importer calls it: check (before anything is written),
+    # prepare, ledger (where the import starts), then per batch write + write_dead_letters, or
+    # discard_staged + run_tasks + commit_staged when the source's tasks write; close last.
+
     @abstractmethod
     def check(self, target: Target) -> None:
-        """Raise BadInput if target cannot be written; write nothing."""
+        """First, before anything is written anywhere: raise BadInput if target cannot be
+        written (a table of another layout, a path that cannot be created); write nothing."""
 
     @abstractmethod
     def prepare(self, target: Target) -> None:
-        """Create the target and its dead-letter table (or folders); safe to repeat."""
+        """Once every check passed: create the target and its dead-letter table (or folders);
+        safe to repeat."""
 
     @abstractmethod
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
-        """Store rows (COLUMNS) idempotently; returns the rows written (None: all of them)."""
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """After prepare, before the first batch: for each of these partitions the table holds
+        records of, the first offset above everything it holds (ledger.py). The import starts
+        there, whatever its checkpoint says."""
 
     @abstractmethod
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int | None:
-        """Store rejected records (DEAD_LETTER_COLUMNS) idempotently."""
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int | None:
+        """Per batch: store rows (COLUMNS) idempotently with the batch's ranges in the ledger, in
+        one atomic step; returns the rows written (None: all of them). Calls before_commit
+        once the rows are staged (Spark's job over them has run) and before that step: the
+        batch's dead letters are stored then, so the ledger never holds a batch whose dead
+        letters a crash lost."""
+
+    @abstractmethod
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int | None:
+        """Per batch, from write's before_commit, only when some record was rejected: store
+        them (DEAD_LETTER_COLUMNS) idempotently."""
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
-        """Where the source's tasks may write accepted records themselves; None: this store
-        takes rows through Spark. Asked once, before the query starts."""
+        """Once, before the query starts: where the source's tasks may write accepted records
+        themselves; None: this store takes rows through Spark (write)."""
         return None
 
     def discard_staged(self, target: Target) -> None:  # noqa: B027 - only with executor_writer
-        """Before a batch's tasks run: drop what a crashed attempt staged."""
+        """Per batch, with executor_writer, before the batch's tasks run: drop what a crashed
+        attempt staged."""
 
     def run_tasks(self, receipts: DataFrame) -> pa.Table:
-        """With executor_writer: run the batch's tasks, which write the records, and collect
-        their receipts (source.executor_write.RECEIPT_SCHEMA)."""
+        """Per batch, with executor_writer: run the batch's tasks, which write the records, and
+        collect their receipts (source.executor_write.RECEIPT_SCHEMA)."""
         return receipts.toArrow()
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
-        """After a batch's tasks wrote (receipts in source.executor_write.RECEIPT_SCHEMA):
-        make the batch visible, idempotently."""
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+        """Per batch, with executor_writer, after the tasks wrote: make the batch visible with
+        its ranges in the ledger, in one atomic step, unless the ledger holds them already."""
         raise NotImplementedError(f"{type(self).__name__} takes rows through Spark")
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
@@ -226,10 +254,13 @@ class DriverSink(Sink):
     # The whole batch is one Arrow table in the driver's memory.
     max_batch_bytes: int = 256 * 1024 * 1024
 
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int:
         columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
         table = rows.select(*columns).toArrow()
-        return self.write_arrow(table.to_reader(), target, dead_letters=False)
+        before_commit()
+        return self.write_arrow(table.to_reader(), target, batch)
 
     def transported(self, name: str, data_type: DataType) -> Column:
         """A column as the store's Arrow ingestion takes it: nested values as JSON text (the
@@ -241,11 +272,12 @@ class DriverSink(Sink):
             return F.to_json(name).alias(name)
         return F.col(name)
 
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int:
         table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()
-        return self.write_arrow(table.to_reader(), target, dead_letters=True)
+        return self.write_arrow(table.to_reader(), target, None)
 
     @abstractmethod
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
-        """Store rows (in the columns of the target or of its dead-letter table, in order) into
-        the target or its dead-letter table; returns the rows changed."""
+    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+        """Store rows into the target, and the batch's ranges into its ledger, in one
+        transaction; with no batch, rows are dead letters (DEAD_LETTER_COLUMNS) for the
+        dead-letter table. Returns the rows changed."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
+from lagless.sinks.ledger import Batch
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructField
@@ -147,9 +148,58 @@ def dead_letter_layout(target: Target, dialect: Dialect) -> Layout:
     )
 
 
+def ledger_layout(target: Target, dialect: Dialect) -> Layout:
+    """The offsets each committed batch covered, per partition (ledger.py): written in the
+    batch's transaction."""
+    types = _TYPES[dialect]
+    return Layout(
+        table=target.ledger_table,
+        columns=(
+            ("topic", types["string"]),
+            ("partition", types["int"]),
+            ("start_offset", types["bigint"]),
+            ("end_offset", types["bigint"]),
+        ),
+        unique=("topic", "partition", "start_offset"),
+    )
+
+
+def record_ranges(layout: Layout, batch: Batch) -> list[str]:
+    """The statement that adds the batch's ranges to the ledger (none for an empty batch); a
+    replay changes nothing, a longer range from the same start widens the entry."""
+    rows = ", ".join(
+        f"({_literal(topic)}, {int(partition)}, {int(start)}, {int(end)})"
+        for (topic, partition), (start, end) in batch.covered.items()
+    )
+    if not rows:
+        return []
+    return [
+        f"INSERT INTO {quoted(layout.table)} AS t ({', '.join(quoted(n) for n in layout.names)}) "
+        f"VALUES {rows} ON CONFLICT ({', '.join(quoted(n) for n in layout.unique)}) DO UPDATE "
+        'SET "end_offset" = CASE WHEN excluded."end_offset" > t."end_offset" '
+        'THEN excluded."end_offset" ELSE t."end_offset" END'
+    ]
+
+
+def held_offsets(layout: Layout) -> str:
+    """A query: (topic, partition, the first offset above what the table holds)."""
+    return (
+        f'SELECT "topic", "partition", MAX("end_offset") FROM {quoted(layout.table)} '
+        'GROUP BY "topic", "partition"'
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def layouts(target: Target, dialect: Dialect) -> list[Layout]:
     """Every table an import into target writes."""
-    found = [target_layout(target, dialect), dead_letter_layout(target, dialect)]
+    found = [
+        target_layout(target, dialect),
+        dead_letter_layout(target, dialect),
+        ledger_layout(target, dialect),
+    ]
     if target.mode == "upsert":
         found.append(tombstone_layout(target, dialect))
     return found

@@ -94,6 +94,7 @@ class _Planning:
         self.options = options
         self._broker: OffsetReader | None = None
         self._bytes_per_record: dict[TP, float] = {}
+        self._held = from_json_offsets(options.held)
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only; the admin client stays on the driver.
@@ -111,11 +112,19 @@ class _Planning:
 
     def starting_offsets(self, low: Offsets, high: Offsets) -> Offsets:
         """Where a query starts: by time (startingTimestamp, startingOffsetsByTimestamp) when
-        given, else by startingOffsets."""
+        given, else by startingOffsets; never below what the store holds (heldOffsets)."""
         options = self.options
         if options.starting_timestamps is not None:
-            return self.by_time(options.starting_timestamps, low, high, starting=True)
-        return self.resolve(options.starting, low, high)
+            return self.above_held(
+                self.by_time(options.starting_timestamps, low, high, starting=True)
+            )
+        return self.above_held(self.resolve(options.starting, low, high))
+
+    def above_held(self, offsets: Offsets) -> Offsets:
+        """Offsets raised to what the store holds already (heldOffsets): those are not read
+        again, whatever the checkpoint says."""
+        held = self._held
+        return {tp: max(offset, held.get(tp, offset)) for tp, offset in offsets.items()}
 
     def ending_offsets(self, low: Offsets, high: Offsets) -> Offsets:
         """Where a batch query ends: by time (endingTimestamp, endingOffsetsByTimestamp) when
@@ -198,6 +207,7 @@ class _Planning:
         return dict(self._bytes_per_record)
 
     def plan(self, start: Offsets, end: Offsets) -> list[RangePartition]:
+        start = self.above_held(start)
         ranges = [
             OffsetRange(t, p, start.get((t, p), until), until)
             for (t, p), until in sorted(end.items())
@@ -307,8 +317,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"option {AVAILABLE_NOW_ENDING_TIMESTAMP} needs the availableNow trigger"
             )
         low, high = planning.broker.watermarks(planning.partitions())
-        # Against the log itself: an ending timestamp may stop short of the checkpoint.
-        begun = planning.check_data_loss(from_json_offsets(start), low, high)
+        # Against the log itself: an ending timestamp may stop short of the checkpoint. Then
+        # not below what the store holds already.
+        begun = planning.above_held(planning.check_data_loss(from_json_offsets(start), low, high))
         if self._target is not None:
             high = {tp: min(h, self._target.get(tp, low[tp])) for tp, h in high.items()}
         latest = {tp: max(h, begun[tp]) for tp, h in high.items()}

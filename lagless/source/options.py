@@ -90,6 +90,9 @@ EXECUTOR_WRITER_SECRET = "executorWriterSecret"
 # Streams under the availableNow trigger only (lagless import --ending-timestamp): stop at the
 # offsets of this time (as endingTimestamp would) instead of at the latest offsets.
 AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
+# JSON {"topic": {"0": 42}}: the store already holds every offset below these (its ledger, as
+# lagless import reads it at the start), so no batch reads them, whatever the checkpoint says.
+HELD_OFFSETS = "heldOffsets"
 
 KNOWN = (
     SUBSCRIBE,
@@ -121,6 +124,7 @@ KNOWN = (
     EXECUTOR_WRITER_CONFIG,
     EXECUTOR_WRITER_SECRET,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
+    HELD_OFFSETS,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
 BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
@@ -158,6 +162,7 @@ class SourceOptions:
     max_records_per_partition: int | None = None
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    held: PartitionMap = field(default_factory=dict)
     slots: int = 2
     min_task_records: int = 1
     # A batch lighter than this per task is packed into fewer tasks (planner/pack.py).
@@ -256,6 +261,11 @@ class SourceOptions:
             max_records_per_partition=_positive(lowered, MAX_RECORDS_PER_PARTITION),
             include_headers=_bool(lowered.get("includeheaders", "false"), INCLUDE_HEADERS),
             fail_on_data_loss=_bool(lowered.get("failondataloss", "true"), FAIL_ON_DATA_LOSS),
+            held=(
+                _partition_map(raw_held, HELD_OFFSETS, 'JSON like {"topic": {"0": 42}}')
+                if (raw_held := lowered.get(HELD_OFFSETS.lower()))
+                else {}
+            ),
             slots=_positive(lowered, SLOTS) or 2,
             min_task_records=_positive(lowered, MIN_TASK_RECORDS) or 1,
             min_task_bytes=_positive(lowered, MIN_TASK_BYTES) or cls.min_task_bytes,

@@ -2,11 +2,15 @@
 batch's files in one Delta transaction.
 
 `delta:///dir` holds the tables `<dir>/<table>`, `<table>_dlq` (dead letters) and, in upsert
-mode, `<table>_tombstones`. Tasks write into `<table>/_staging` (raw appends through the
+mode, `<table>_tombstones`. Tasks write into `<table>/_staging/<run>` (raw appends through the
 source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves the
-files beside the table's and commits them. Every commit carries an application transaction
-(app id from the checkpoint's query id, version = batch id), so a replayed batch whose commit
-is already in the log is recognised and skipped: exactly once without unique keys.
+files beside the table's and commits them. The table's log is its ledger (sinks/ledger.py):
+every commit carries an application transaction per topic partition (app id
+`lagless:<topic>:<partition>`, version = the first offset above the batch), so a batch whose
+offsets the table holds already (a replay, or an import from a fresh checkpoint) is skipped,
+and two imports committing the same partitions at once cannot both win (Delta's conflict
+check on application transactions): exactly once without unique keys. Tables an earlier
+lagless wrote without these count by the offsets their rows hold.
 
 Upsert is a MERGE on the key (the Kafka key, or --key-field's fields) whose source holds one row
 per key (rows.accepted coalesces): a newer record replaces the row, a tombstone (a row flagged
@@ -16,10 +20,11 @@ TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -29,6 +34,7 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import TOMBSTONE, Sink, Target, TaskWriter, WriteMode, check_writable_path
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.parquet import staged
 from lagless.sinks.sql import newer
 from lagless.sinks.task_files import stage_rows
@@ -64,7 +70,7 @@ class DeltaSink(Sink):
         check_writable_path(self.location, "directory", folder=True)
         for table, mode in self._tables(target):
             path = os.path.join(self.location, table)
-            for folder in (path, self._staging(table)):
+            for folder in (path, self._staging(target, table)):
                 check_writable_path(folder, "directory", folder=True)
             if not os.path.isdir(path) or not set(os.listdir(path)) - {staged.STAGING}:
                 continue  # none yet, or only what a crashed first batch staged
@@ -87,30 +93,46 @@ class DeltaSink(Sink):
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
-        config = {"folder": self._staging(target.table)}
+        config = {"folder": self._staging(target, target.table)}
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run (executorWriter): drop what a crashed attempt staged."""
-        shutil.rmtree(self._staging(target.table), ignore_errors=True)
+        shutil.rmtree(self._staging(target, target.table), ignore_errors=True)
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        path = os.path.join(self.location, target.table)
+        try:
+            delta = DeltaTable(path)
+        except TableNotFoundError:
+            return {}
+        held = {tp: v for tp in partitions if (v := delta.transaction_version(_app_id(tp)))}
+        unlisted = [tp for tp in partitions if tp not in held]
+        return held | (_held_in_rows(delta, unlisted) if unlisted else {})
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): commit its files in one transaction."""
         files = sorted(set(receipts.column("file").to_pylist()))
-        self._append(target.table, files, target, batch_id)
+        self._append(target.table, files, batch)
 
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> None:
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> None:
         """A batch of rows: tasks write the files, the driver appends them or merges them."""
-        files = stage_rows(rows, self._staging(target.table))
+        files = stage_rows(rows, self._staging(target, target.table))
+        before_commit()
         if target.mode == "append":
-            self._append(target.table, files, target, batch_id)
+            self._append(target.table, files, batch)
         else:
-            self._merge(files, target, batch_id)
+            self._merge(files, target, batch)
 
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch_id: int) -> None:
-        """After the batch's rows: its rejected records, appended to `<table>_dlq`."""
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
+        """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
-        self._append(table, stage_rows(rows, self._staging(table)), target, batch_id)
+        self._append(table, stage_rows(rows, self._staging(target, table)), batch)
 
     def _tables(self, target: Target) -> list[tuple[str, WriteMode]]:
         tables: list[tuple[str, WriteMode]] = [
@@ -121,31 +143,44 @@ class DeltaSink(Sink):
             tables.append((target.tombstone_table, "upsert"))
         return tables
 
-    def _staging(self, table: str) -> str:
-        # Absolute: a task on a standalone worker runs in a folder of its own.
-        return os.path.join(os.path.abspath(self.location), table, staged.STAGING)
+    def _staging(self, target: Target, table: str) -> str:
+        # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
+        # two imports may feed one table at once.
+        return os.path.join(os.path.abspath(self.location), table, staged.STAGING, target.run_id)
 
-    def _append(self, table: str, files: list[str], target: Target, batch_id: int) -> None:
-        """Move the batch's files beside the table's and add them in one commit, unless the
-        log already holds this batch (a replay)."""
-        if not files:
-            return
-        delta = self._open(table, "append", pq.read_schema(files[0]))
-        if _committed(delta, target, batch_id):
+    def _append(self, table: str, files: list[str], batch: Batch) -> None:
+        """Move the batch's files beside the table's and add them, with the batch's ranges, in
+        one commit, unless the log holds these offsets already (a replay). A batch without
+        files still records its ranges in a table that exists."""
+        delta = self._open_or_none(table) if not files else None
+        if delta is None:
+            if not files:
+                return
+            delta = self._open(table, "append", pq.read_schema(files[0]))
+        if _is_replay(delta, batch):
+            _drop(files)
             return
         folder = os.path.join(self.location, table)
         actions = [_add_action(folder, _move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
         _commit(
             delta,
-            target,
-            batch_id,
+            batch,
             lambda props: delta.create_write_transaction(
                 actions, "append", delta.schema(), commit_properties=props
             ),
         )
 
-    def _merge(self, files: list[str], target: Target, batch_id: int) -> None:
+    def _open_or_none(self, table: str) -> DeltaTable | None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(os.path.join(self.location, table))
+        except TableNotFoundError:
+            return None
+
+    def _merge(self, files: list[str], target: Target, batch: Batch) -> None:
         """Tombstones into `<table>_tombstones`, then one MERGE into the target: a record only
         replaces an older row and only when newer than its key's tombstone; a tombstone deletes
         an older row. Both commits are newer-only, so a replay between them changes nothing."""
@@ -156,7 +191,8 @@ class DeltaSink(Sink):
         rows_schema = pq.read_schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
         delta = self._open(target.table, "upsert", stored)
-        if _committed(delta, target, batch_id):
+        if _is_replay(delta, batch):
+            _drop(files)
             return
         keys = target.unique
 
@@ -170,11 +206,10 @@ class DeltaSink(Sink):
             .collect()
         )
         graves = self._open(target.tombstone_table, "upsert", tombstones.to_arrow().schema)
-        if tombstones.height and not _committed(graves, target, batch_id):
+        if tombstones.height and not _is_replay(graves, batch):
             _commit(
                 graves,
-                target,
-                batch_id,
+                batch,
                 lambda props: (
                     graves.merge(
                         tombstones,
@@ -200,8 +235,7 @@ class DeltaSink(Sink):
         columns = {name: f's."{name}"' for name in stored.names}
         _commit(
             delta,
-            target,
-            batch_id,
+            batch,
             lambda props: (
                 delta.merge(
                     merge_source,
@@ -238,32 +272,68 @@ def _columns(schema: Any) -> list[tuple[str, str]]:
     return [(f["name"], json.dumps(f["type"])) for f in json.loads(schema.to_json())["fields"]]
 
 
-def _app_id(target: Target) -> str:
-    if not target.run_id:
-        raise TerminalError("a Delta commit needs the run id of the checkpoint")
-    return f"lagless-{target.run_id}"
+def _app_id(tp: TP) -> str:
+    """The application transaction that holds a partition's place in the table's log."""
+    return f"lagless:{tp[0]}:{tp[1]}"
 
 
-def _committed(delta: DeltaTable, target: Target, batch_id: int) -> bool:
-    """The log holds this batch of this run already: batches commit in order."""
-    done = delta.transaction_version(_app_id(target))
-    return done is not None and done >= batch_id
+def _is_replay(delta: DeltaTable, batch: Batch) -> bool:
+    """The log holds the batch's offsets already (ledger.verdict; raises ConcurrentImport when
+    it holds part of them)."""
+    held = {
+        tp: v for tp in batch.covered if (v := delta.transaction_version(_app_id(tp))) is not None
+    }
+    return verdict(batch, held) is Verdict.REPLAY
 
 
-def _commit(delta: DeltaTable, target: Target, batch_id: int, action: Any) -> None:
-    """One Delta transaction that records (app id, batch id). A commit that lost a race to
-    another writer of the same batch (a stale driver) finds the batch done and leaves it."""
+def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
+    """A table an earlier lagless wrote without application transactions per partition: the
+    first offset above those its rows hold."""
+    import polars as pl
+
+    wanted = pl.DataFrame(
+        {"topic": [t for t, _ in partitions], "partition": [p for _, p in partitions]},
+        schema={"topic": pl.String, "partition": pl.Int32},
+    )
+    found = (
+        pl.scan_delta(delta)
+        .select("topic", pl.col("partition").cast(pl.Int32), "offset")
+        .join(wanted.lazy(), on=["topic", "partition"])
+        .group_by("topic", "partition")
+        .agg(pl.col("offset").max())
+        .collect()
+    )
+    return {(t, int(p)): int(o) + 1 for t, p, o in found.iter_rows()}
+
+
+def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
+    """One Delta transaction that records the batch's ranges (an application transaction per
+    partition). A commit that lost a race to another writer of these partitions finds them
+    held (a stale driver of the same batch: done) or raises ConcurrentImport."""
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties, Transaction
 
-    props = CommitProperties(app_transactions=[Transaction(_app_id(target), batch_id)])
+    ranges = batch.covered
+    props = CommitProperties(
+        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()],
+        custom_metadata={"lagless.ranges": batch.to_json()},
+    )
     try:
         action(props)
     except CommitFailedError:
         delta.update_incremental()
-        if not _committed(delta, target, batch_id):
-            raise
+        if not _is_replay(delta, batch):
+            raise ConcurrentImport(
+                f"a commit to {delta.table_uri} lost to another import of the same partitions; "
+                "rerun to resume after what the table holds"
+            ) from None
     delta.update_incremental()
+
+
+def _drop(files: list[str]) -> None:
+    for path in files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _move(path: str, folder: str) -> str:

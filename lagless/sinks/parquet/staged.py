@@ -3,7 +3,7 @@
 A task writes one file for its pieces into `<table>/_staging` (task_files.StagedFiles): a
 retried or replayed task replaces it with the same records. Nothing under `_staging` is visible
 to readers (pyarrow and Spark skip names that start with `_`); ParquetSink.commit_staged moves
-a batch's files into `batch=<id>` at once.
+a batch's files into `batch=<digest>` at once.
 
 Runs on executors: imports nothing of lagless but the source's types and task_files.
 """

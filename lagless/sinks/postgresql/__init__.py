@@ -26,14 +26,18 @@ from lagless.exceptions import BadInput, TransientError
 from lagless.failpoints import failpoint
 from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
+from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
     evolve,
+    held_offsets,
     insert,
     layouts,
+    ledger_layout,
     quoted,
+    record_ranges,
     target_layout,
     tombstone_layout,
     upsert,
@@ -159,19 +163,42 @@ class PostgresSink(DriverSink):
 
         return self._retried(attempt)
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
-        """The tasks committed their records themselves."""
-        failpoint("mid-write")  # the batch written, not yet committed by Spark
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        layout = ledger_layout(target, "postgresql")
+        with self._connect() as conn:
+            if conn.execute("SELECT to_regclass(%s)", (quoted(layout.table),)).fetchone() == (
+                None,
+            ):
+                return {}  # no import into the table yet, or one by a lagless before the ledger
+            found = conn.execute(held_offsets(layout)).fetchall()
+        return {(topic, int(p)): int(end) for topic, p, end in found}
 
-    def write(self, rows: DataFrame, target: Target, batch_id: int) -> int:
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+        """The tasks committed their records themselves; the batch's ranges follow in a
+        transaction of their own (a crash between leaves rows the ledger does not list: the
+        unique key makes their replay add nothing)."""
+        failpoint("mid-write")  # the batch written, not yet in the ledger nor committed by Spark
+        self._retried(lambda: self._record(target, batch))
+
+    def _record(self, target: Target, batch: Batch) -> None:
+        with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
+            self._merge(conn, cur, record_ranges(ledger_layout(target, "postgresql"), batch))
+
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> int:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
         what a crashed attempt left there is dropped), then one transaction merges it and drops
         it. Retried whole while the server is away, up to RETRY_FOR_S."""
         if self.write_from == "driver":
-            return super().write(rows, target, batch_id)
+            return super().write(rows, target, batch, before_commit)
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
-        stage = staging_table(target.table, batch_id)
-        statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
+        stage = staging_table(target.table, batch.id)
+        statements = [
+            *self._statements(target, quoted(stage)),
+            *record_ranges(ledger_layout(target, "postgresql"), batch),
+            f"DROP TABLE {quoted(stage)}",
+        ]
         columns = _arrow_schema(shipped)
         uri = Secret(self._arrow_uri(TASK_APPLICATION))
         copy_into = _copies_into(target)
@@ -191,7 +218,9 @@ class PostgresSink(DriverSink):
                 # and merged below (the rows already there are left as they are).
                 receipts = ingest(copy_into)
                 if not any(receipts.column("conflict").to_pylist()):
-                    failpoint("mid-write")  # the batch written, not yet committed by Spark
+                    failpoint("mid-write")  # the batch written, not yet in the ledger
+                    before_commit()
+                    self._record(target, batch)
                     return int(pc.sum(receipts.column("records")).as_py() or 0)
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
                 cur.execute(f"DROP TABLE IF EXISTS {quoted(stage)}")
@@ -202,6 +231,7 @@ class PostgresSink(DriverSink):
                 conn.commit()
             ingest(stage)
             failpoint("mid-write")  # the batch staged, not yet merged
+            before_commit()
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
                 return self._merge(conn, cur, statements)
 
@@ -236,26 +266,30 @@ class PostgresSink(DriverSink):
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
+    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
         """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction:
         the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
         cell), then one INSERT ... ON CONFLICT (three in upsert mode: tombstones delete, are
-        remembered, then records are stored)."""
+        remembered, then records are stored), and the batch's ranges into the ledger."""
         # Records unique on (topic, partition, offset) in columns as Spark gives them (no cast)
         # can be copied straight into their table.
         copy_into = None
-        if dead_letters:
+        recorded: list[str] = []
+        if batch is None:
             statements = [insert(dead_letter_layout(target, "postgresql"), STAGE)]
             copy_into = target.dead_letter_table
         else:
-            statements = self._statements(target, STAGE)
+            recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
+            statements = [*self._statements(target, STAGE), *recorded]
             copy_into = _copies_into(target)
         table = rows.read_all()
-        return self._retried(lambda: self._write_once(table, statements, copy_into))
+        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded))
 
-    def _write_once(self, table: pa.Table, statements: list[str], copy_into: str | None) -> int:
+    def _write_once(
+        self, table: pa.Table, statements: list[str], copy_into: str | None, recorded: list[str]
+    ) -> int:
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-            if copy_into is not None and _appended(conn, cur, table, copy_into):
+            if copy_into is not None and _appended(conn, cur, table, copy_into, recorded):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
@@ -318,13 +352,16 @@ def _copies_into(target: Target) -> str | None:
     return None
 
 
-def _appended(conn: Any, cur: Any, table: pa.Table, copy_into: str) -> bool:
-    """COPY the rows straight into the table, in one transaction: twice as fast as staging them
-    and merging with ON CONFLICT. A replayed batch meets a row it wrote before, and the unique
-    key fails the whole COPY: False, nothing written, and the caller merges instead."""
+def _appended(conn: Any, cur: Any, table: pa.Table, copy_into: str, recorded: list[str]) -> bool:
+    """COPY the rows straight into the table, then the `recorded` statements, in one
+    transaction: twice as fast as staging them and merging with ON CONFLICT. A replayed batch
+    meets a row it wrote before, and the unique key fails the whole COPY: False, nothing
+    written, and the caller merges instead."""
     try:
         cur.adbc_ingest(copy_into, table, mode="append")
         failpoint("mid-write")
+        for statement in recorded:
+            cur.execute(statement)
         conn.commit()
     except adbc_pg.IntegrityError:
         conn.rollback()

@@ -24,12 +24,16 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import local_path
 from lagless.sinks.base import DriverSink, Target, TaskWriter, check_writable_path
+from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
     evolve,
+    held_offsets,
     insert,
     layouts,
+    ledger_layout,
+    record_ranges,
     target_layout,
     tombstone_layout,
     upsert,
@@ -99,7 +103,7 @@ class SqliteSink(DriverSink):
         with suppress(OSError):  # not empty: another table of the database is staging
             os.rmdir(os.path.dirname(self._staging(target)))
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch_id: int) -> None:
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch: its files into the table in one transaction (rows
         a replayed batch stored before are left as they are), then the files are dropped."""
         files = sorted(set(receipts.column("file").to_pylist()))
@@ -110,19 +114,32 @@ class SqliteSink(DriverSink):
                 f"executors on other machines cannot stage for SQLite; add ?write_from=driver "
                 "to the sink URL"
             )
-        if files:
-            self.write_arrow(staged.read_files(files), target, dead_letters=False)
+        rows = staged.read_files(files) if files else staged.no_rows()
+        self.write_arrow(rows, target, batch)
         self.discard_staged(target)
 
     def _staging(self, target: Target) -> str:
         # Absolute: a task on a standalone worker runs in a folder of its own.
         return os.path.join(os.path.abspath(f"{self.location}-lagless-staging"), target.table)
 
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, *, dead_letters: bool) -> int:
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        if not os.path.exists(self.location):
+            return {}
+        layout = ledger_layout(target, "sqlite")
+        with self._connect() as conn:
+            if not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (layout.table,)
+            ).fetchone():
+                return {}  # no import into the table yet, or one by a lagless before the ledger
+            found = conn.execute(held_offsets(layout)).fetchall()
+        return {(topic, int(p)): int(end) for topic, p, end in found}
+
+    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
         """One transaction: the rows into a temporary table through ADBC (no Python object per
         cell: 600k rows/s against 100k with executemany), then one INSERT (three in upsert
-        mode: tombstones delete, are remembered, then records are stored)."""
-        if dead_letters:
+        mode: tombstones delete, are remembered, then records are stored) and the batch's
+        ranges into the ledger."""
+        if batch is None:
             statements = [insert(dead_letter_layout(target, "sqlite"), f"temp.{STAGE}")]
         elif target.mode == "upsert":
             statements = upsert(
@@ -130,6 +147,7 @@ class SqliteSink(DriverSink):
             )
         else:
             statements = [insert(target_layout(target, "sqlite"), f"temp.{STAGE}")]
+        recorded = record_ranges(ledger_layout(target, "sqlite"), batch) if batch else []
         changed = 0
         with closing(adbc_sqlite.connect(self.location)) as conn, closing(conn.cursor()) as cur:
             cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -139,6 +157,8 @@ class SqliteSink(DriverSink):
                 cur.execute(statement)
                 cur.execute("SELECT changes()")
                 changed += int(cur.fetchone()[0])  # type: ignore[index]
+            for statement in recorded:
+                cur.execute(statement)
             cur.execute(f"DROP TABLE temp.{STAGE}")
             conn.commit()
         return changed

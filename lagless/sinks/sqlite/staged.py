@@ -38,3 +38,8 @@ def read_files(paths: Sequence[str]) -> pa.RecordBatchReader:
                 yield file.get_batch(index)
 
     return pa.RecordBatchReader.from_batches(FILE_SCHEMA, batches())
+
+
+def no_rows() -> pa.RecordBatchReader:
+    """A batch whose tasks read no record: its ranges still go into the ledger."""
+    return pa.RecordBatchReader.from_batches(FILE_SCHEMA, [])

@@ -1,0 +1,69 @@
+"""A table's own lag: what its ledger holds (sinks/ledger.py) against each partition's log,
+whatever group or checkpoint wrote it (`lagless lag --sink URL`).
+
+Per partition: the first offset the table does not hold, the log's start and end, the records
+behind, and the time lag: now minus the timestamp of the oldest record not yet in the table.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from lagless.kafka.config import KafkaConfig
+from lagless.kafka.offset_reader import TP, OffsetReader
+from lagless.sinks import Target, check_identifier, sink_from_url
+
+
+@dataclass(frozen=True)
+class PartitionInTable:
+    topic: str
+    partition: int
+    # The first offset above what the table holds; None: it holds nothing of the partition.
+    held: int | None
+    log_start: int
+    log_end: int
+    # Records in the log the table does not hold (from the log start when it holds nothing).
+    behind: int
+    # Seconds since the oldest record the table does not hold was written; 0 when caught up,
+    # None when that record could not be read (deleted meanwhile, or the read timed out).
+    time_lag_s: float | None
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def table_lag(
+    kafka: KafkaConfig,
+    sink_url: str,
+    table: str,
+    topics: list[str],
+    now: float | None = None,
+) -> list[PartitionInTable]:
+    sink = sink_from_url(sink_url)
+    target = Target(check_identifier(table), "append", "raw")
+    with sink, OffsetReader(kafka) as broker:
+        partitions: list[TP] = broker.partitions(topics)
+        held = sink.ledger(target, partitions)
+        low, high = broker.watermarks(partitions)
+        oldest_missing = {
+            tp: max(held.get(tp, low[tp]), low[tp])
+            for tp in partitions
+            if max(held.get(tp, low[tp]), low[tp]) < high[tp]
+        }
+        found = broker.records_at(oldest_missing)
+    now = time.time() if now is None else now
+    rows = []
+    for tp in partitions:
+        lag_s: float | None = 0.0
+        if tp in oldest_missing:
+            records = found.get(tp) or []
+            stamp = records[0].timestamp_s if records else None
+            lag_s = None if stamp is None else max(0.0, now - stamp)
+        start = max(held.get(tp, low[tp]), low[tp])
+        rows.append(
+            PartitionInTable(
+                tp[0], tp[1], held.get(tp), low[tp], high[tp], max(0, high[tp] - start), lag_s
+            )
+        )
+    return rows

@@ -1,0 +1,146 @@
+"""The store is the ledger: which offsets of which topic partition a table holds.
+
+Every store records, atomically with the rows of a batch, the offset ranges the batch covered
+(`Batch.ranges`): an SQL table `<table>_ledger` in the batch's transaction, Delta application
+transactions in the batch's commit, a manifest inside a Parquet batch's folder that appears in
+the same rename as its files. A Spark checkpoint then only says where the *query* is; what the
+*table* holds is read from the table, so a checkpoint that is lost, fresh, reused or behind
+never doubles or skips a record.
+
+The one rule, for every store, when a batch is committed (`verdict`):
+- every range lies above what the table holds for its partition: the batch is new, commit it;
+- every range lies within what the table holds: a replay (a crash after the store committed,
+  before Spark did, or a second import of the same offsets): commit nothing;
+- anything else (a range straddles the held offsets, or the batch mixes held and new ranges):
+  another import committed these offsets meanwhile. The batch is refused with a TransientError:
+  a rerun reads the table's ledger again and resumes after it. Never doubled.
+
+At the start (`reconcile`), an import reads the ledger and starts each partition at the
+highest offset the table holds; a ledger beyond the log's end (the topic was recreated, or the
+table was fed from another cluster) is refused before anything is written.
+
+Pure: no store, no broker. Offsets are (topic, partition) -> offset, ranges [start, end).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from lagless.exceptions import BadInput, TransientError
+
+TP = tuple[str, int]
+Range = tuple[int, int]
+
+
+class ConcurrentImport(TransientError):
+    """Another import committed offsets of this batch meanwhile: a rerun resumes after them."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch as a store commits it: Spark's id (for names of staging folders only:
+    ids start again at 0 with every checkpoint) and the offsets it covers."""
+
+    id: int
+    ranges: Mapping[TP, Range] = field(default_factory=dict)
+
+    @property
+    def covered(self) -> dict[TP, Range]:
+        """The ranges that hold offsets (an empty range says nothing)."""
+        return {tp: r for tp, r in sorted(self.ranges.items()) if r[1] > r[0]}
+
+    def digest(self) -> str:
+        """A name for exactly these ranges: a replay of them gets the same name."""
+        text = json.dumps([[t, p, s, e] for (t, p), (s, e) in self.covered.items()])
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "ranges": [
+                    {"topic": t, "partition": p, "start": s, "end": e}
+                    for (t, p), (s, e) in self.covered.items()
+                ]
+            }
+        )
+
+    @staticmethod
+    def ranges_from_json(text: str) -> dict[TP, Range]:
+        doc = json.loads(text)
+        return {
+            (r["topic"], int(r["partition"])): (int(r["start"]), int(r["end"]))
+            for r in doc["ranges"]
+        }
+
+
+def batch_ranges(
+    start: Mapping[TP, int], end: Mapping[TP, int], held: Mapping[TP, int]
+) -> dict[TP, Range]:
+    """The offsets a batch covers: from its start (Spark's previous end, or the query's first
+    offsets), raised to what the table held when the import began (the source reads nothing
+    below it), to its end."""
+    ranges = {}
+    for tp, until in end.items():
+        begin = start.get(tp, until)
+        if begin > until:  # the source found its start lost and read the log from its start
+            begin = 0
+        begin = max(begin, held.get(tp, 0))
+        ranges[tp] = (min(begin, until), until)
+    return ranges
+
+
+class Verdict(Enum):
+    NEW = "new"
+    REPLAY = "replay"
+
+
+def held_until(ranges: Iterable[tuple[TP, Range]]) -> dict[TP, int]:
+    """The first offset above everything held, per partition."""
+    until: dict[TP, int] = {}
+    for tp, (_, end) in ranges:
+        until[tp] = max(until.get(tp, 0), end)
+    return until
+
+
+def verdict(batch: Batch, held: Mapping[TP, int]) -> Verdict:
+    """What a store does with `batch`, given the first offset above what it holds per
+    partition (the rule in the module's docstring). Raises ConcurrentImport."""
+    states = set()
+    for tp, (start, end) in batch.covered.items():
+        top = held.get(tp)
+        if top is None or start >= top:
+            states.add(Verdict.NEW)
+        elif end <= top:
+            states.add(Verdict.REPLAY)
+        else:
+            raise ConcurrentImport(
+                f"{tp[0]}[{tp[1]}]: the table already holds offsets up to {top}, inside this "
+                f"batch's {start}..{end}: another import wrote them meanwhile; rerun to resume "
+                "after what the table holds"
+            )
+    if len(states) > 1:
+        raise ConcurrentImport(
+            "part of this batch is in the table already: another import wrote it meanwhile; "
+            "rerun to resume after what the table holds"
+        )
+    return states.pop() if states else Verdict.REPLAY
+
+
+def reconcile(
+    held: Mapping[TP, int], low: Mapping[TP, int], high: Mapping[TP, int], where: str
+) -> dict[TP, int]:
+    """The offsets an import starts from, given what the table holds: never below it. A held
+    offset beyond the log's end contradicts the log (the topic was recreated, or the table
+    was filled from another cluster): BadInput, before anything is written."""
+    for tp, top in sorted(held.items()):
+        if tp in high and top > high[tp]:
+            raise BadInput(
+                f"{where} holds {tp[0]}[{tp[1]}] up to offset {top:,}, but the log ends at "
+                f"{high[tp]:,}: the topic was recreated or is another cluster's; import it into "
+                "another --table"
+            )
+    return {tp: top for tp, top in held.items() if tp in high}

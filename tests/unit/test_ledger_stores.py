@@ -1,0 +1,259 @@
+"""The store is the ledger (sinks/ledger.py), property-tested on the real stores without Spark.
+
+Each example is a sequence of imports into one table of a real SQLite file, Parquet folder or
+Delta table: each import reads the store's ledger, starts where a Spark checkpoint (kept, lost,
+or an older copy of it) and the ledger say, and commits batches of random sizes the way
+importer/batch_writer.py does, through the stores' own task writers and commit_staged. Spark's
+own part is modelled: a batch's end offsets are journaled before it runs, a crash before
+Spark's commit replays that batch with the same ends on the next run. Imports get killed before
+or after the store's commit. Whatever happens, the table holds every record from offset 0 up to
+what its ledger says, each exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lagless.planner.ranges import OffsetRange
+from lagless.sinks import Sink, Target, sink_from_url
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, batch_ranges
+from lagless.source.executor_write import RECEIPT_ARROW_SCHEMA, load_writer
+from lagless.source.schema import ARROW_SCHEMA
+
+TOPIC = "orders"
+PARTITIONS = [(TOPIC, 0), (TOPIC, 1)]
+LOG_END = 60  # records per partition
+TARGET = Target("t", "append", "raw", run_id="import-a")
+STORES = ("sqlite", "parquet", "delta")
+
+
+def records(tp: TP, start: int, end: int) -> pa.RecordBatch:
+    """The log's records [start, end) of a partition, as the source's tasks read them."""
+    offsets = list(range(start, end))
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [b"k%d" % (o % 7) for o in offsets],
+            "value": [b"%s-%d-%d" % (tp[0].encode(), tp[1], o) for o in offsets],
+            "topic": [tp[0]] * len(offsets),
+            "partition": [tp[1]] * len(offsets),
+            "offset": offsets,
+            "timestamp": [1_700_000_000_000_000 + o * 1000 for o in offsets],
+            "timestampType": [0] * len(offsets),
+            "headers": [None] * len(offsets),
+        },
+        schema=ARROW_SCHEMA,
+    )
+
+
+def stored(url: str, location: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row of table t, duplicates kept."""
+    if url.startswith("sqlite"):
+        if not os.path.exists(location):
+            return []
+        with sqlite3.connect(location) as conn:
+            return sorted(conn.execute('SELECT topic, "partition", "offset" FROM t').fetchall())
+    folder = os.path.join(location, "t")
+    if url.startswith("delta"):
+        if not os.path.isdir(os.path.join(folder, "_delta_log")):
+            return []
+        rows = pl.read_delta(folder, columns=["topic", "partition", "offset"]).iter_rows()
+        return sorted((str(t), int(p), int(o)) for t, p, o in rows)
+    files = [
+        os.path.join(path, name)
+        for path, _, names in os.walk(folder)
+        if "/_" not in path.removeprefix(folder)
+        for name in names
+        if name.endswith(".parquet")
+    ]
+    rows = [
+        r
+        for f in files
+        for r in pq.read_table(f).select(["topic", "partition", "offset"]).to_pylist()
+    ]
+    return sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+
+
+def commit(sink: Sink, target: Target, batch: Batch) -> None:
+    """A batch as batch_writer.py commits it when the source's tasks write: staged files of
+    each partition's piece (the store's own task writer), receipts, commit_staged."""
+    writer_spec = sink.executor_writer(target)
+    assert writer_spec is not None
+    writer = load_writer(writer_spec.name, writer_spec.config, writer_spec.secret)
+    sink.discard_staged(target)
+    receipts = []
+    for tp, (start, end) in batch.covered.items():
+        piece = OffsetRange(tp[0], tp[1], start, end)
+        where = writer.write([piece], iter([records(tp, start, end)]))
+        receipts.append((where, tp[0], tp[1], start, end, end - start, 0))
+    table = pa.Table.from_pylist(
+        [dict(zip(RECEIPT_ARROW_SCHEMA.names, r, strict=True)) for r in receipts],
+        schema=RECEIPT_ARROW_SCHEMA,
+    )
+    sink.commit_staged(table, target, batch)
+
+
+@dataclass
+class Checkpoint:
+    """Spark's part: each batch's end offsets, journaled before it runs; how many committed."""
+
+    ends: list[dict[TP, int]] = field(default_factory=list)
+    committed: int = 0
+
+    def copy(self) -> Checkpoint:
+        return Checkpoint([dict(e) for e in self.ends], self.committed)
+
+
+@dataclass(frozen=True)
+class Run:
+    checkpoint: str  # "kept", "lost" (a fresh one), "older" (a copy from before the last run)
+    batch_sizes: tuple[int, ...]
+    crash: str | None  # None, "before-commit", "after-commit" (the store's, not Spark's)
+
+
+runs = st.lists(
+    st.builds(
+        Run,
+        st.sampled_from(["kept", "lost", "older"]),
+        st.lists(st.integers(1, 25), min_size=1, max_size=4).map(tuple),
+        st.sampled_from([None, None, "before-commit", "after-commit"]),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def import_once(sink: Sink, checkpoint: Checkpoint, run: Run) -> None:
+    """One import, as importer/job.py runs it: the ledger first, then Spark's replay of a
+    batch journaled but not committed, then new batches, each ended at most by the log."""
+    sink.prepare(TARGET)
+    held = sink.ledger(TARGET, PARTITIONS)
+    assert all(top <= LOG_END for top in held.values())
+    first_start = {tp: max(0, held.get(tp, 0)) for tp in PARTITIONS}
+
+    def start_of(batch_id: int) -> dict[TP, int]:
+        return checkpoint.ends[batch_id - 1] if batch_id else first_start
+
+    plans: list[int] = []
+    if len(checkpoint.ends) > checkpoint.committed:
+        plans.append(checkpoint.committed)  # Spark replays the journaled batch first
+    for size in run.batch_sizes:
+        batch_id = len(checkpoint.ends)
+        begun = start_of(batch_id)
+        # The source plans nothing below what the store holds (heldOffsets).
+        begun = {tp: max(o, held.get(tp, o)) for tp, o in begun.items()}
+        checkpoint.ends.append({tp: min(LOG_END, o + size) for tp, o in begun.items()})
+        plans.append(batch_id)
+    for number, batch_id in enumerate(plans):
+        batch = Batch(batch_id, batch_ranges(start_of(batch_id), checkpoint.ends[batch_id], held))
+        last = number == len(plans) - 1
+        if last and run.crash == "before-commit":
+            return
+        commit(sink, TARGET, batch)
+        if last and run.crash == "after-commit":
+            return
+        checkpoint.committed = batch_id + 1
+
+
+@pytest.mark.parametrize("store", STORES)
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=runs)
+def test_no_sequence_of_imports_crashes_and_lost_checkpoints_doubles_or_skips(
+    store: str, sequence: list[Run], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp(store)
+    url = f"{store}:///{folder}/{'out.db' if store == 'sqlite' else 'lake'}"
+    sink = sink_from_url(url)
+    checkpoint, before = Checkpoint(), Checkpoint()
+    for run in sequence:
+        if run.checkpoint == "lost":
+            checkpoint = Checkpoint()
+        elif run.checkpoint == "older":
+            checkpoint = before.copy()
+        before = checkpoint.copy()
+        import_once(sink, checkpoint, run)
+
+        rows = stored(url, sink.location)
+        held = sink.ledger(TARGET, PARTITIONS)
+        expected = sorted((t, p, o) for (t, p), top in held.items() for o in range(top))
+        assert rows == expected  # every record below the ledger's mark, each once
+
+
+@pytest.mark.parametrize("store", ["parquet", "delta"])
+def test_two_imports_of_the_same_offsets_at_once_never_double(store: str, tmp_path: Path) -> None:
+    """Both read the ledger before either committed. The second to commit meets offsets the
+    first wrote: the same ranges are a replay (nothing added), overlapping ones are refused
+    with ConcurrentImport (exit 75: its rerun resumes after what the table holds)."""
+    url = f"{store}:///{tmp_path}/lake"
+    first, second = sink_from_url(url), sink_from_url(url)
+    a = Target("t", "append", "raw", run_id="import-a")
+    b = Target("t", "append", "raw", run_id="import-b")
+    for sink, target in ((first, a), (second, b)):
+        sink.prepare(target)
+        assert sink.ledger(target, PARTITIONS) == {}
+    commit(first, a, Batch(0, {(TOPIC, 0): (0, 20)}))
+    commit(second, b, Batch(0, {(TOPIC, 0): (0, 20)}))  # the same offsets: nothing added
+    with pytest.raises(ConcurrentImport):
+        commit(second, b, Batch(1, {(TOPIC, 0): (10, 30)}))
+    with pytest.raises(ConcurrentImport):
+        commit(second, b, Batch(1, {(TOPIC, 0): (0, 20), (TOPIC, 1): (0, 5)}))  # mixed
+    assert stored(url, first.location) == [(TOPIC, 0, o) for o in range(20)]
+    assert first.ledger(a, PARTITIONS) == {(TOPIC, 0): 20}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_imports_of_two_topics_share_one_table(store: str, tmp_path: Path) -> None:
+    """Different topics, each from its own checkpoint (batch ids both start at 0), into one
+    table: neither replaces the other's batches."""
+    url = f"{store}:///{tmp_path}/{'out.db' if store == 'sqlite' else 'lake'}"
+    sink = sink_from_url(url)
+    a = Target("t", "append", "raw", run_id="import-a")
+    b = Target("t", "append", "raw", run_id="import-b")
+    sink.prepare(a)
+    commit(sink, a, Batch(0, {("orders", 0): (0, 10)}))
+    commit(sink, b, Batch(0, {("refunds", 0): (0, 7)}))
+    rows = stored(url, sink.location)
+    assert rows == sorted(
+        [("orders", 0, o) for o in range(10)] + [("refunds", 0, o) for o in range(7)]
+    )
+    assert sink.ledger(a, [("orders", 0), ("refunds", 0)]) == {("orders", 0): 10, ("refunds", 0): 7}
+
+
+def test_parquet_batches_are_named_by_their_offsets(tmp_path: Path) -> None:
+    """A batch's folder says what it holds: the digest of its ranges, listed beside its files
+    in `_ranges.json` (hidden from readers), never Spark's batch id."""
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    sink.prepare(TARGET)
+    batch = Batch(0, {(TOPIC, 0): (0, 5), (TOPIC, 1): (3, 3)})
+    commit(sink, TARGET, batch)
+    folders = [n for n in os.listdir(tmp_path / "lake" / "t") if n.startswith("batch=")]
+    assert folders == [f"batch={batch.digest()}"]
+    listed = json.loads((tmp_path / "lake" / "t" / folders[0] / "_ranges.json").read_text())
+    assert listed == {"ranges": [{"topic": TOPIC, "partition": 0, "start": 0, "end": 5}]}
+    assert pq.read_table(tmp_path / "lake" / "t").num_rows == 5
+
+
+def test_a_parquet_table_of_an_earlier_lagless_counts_by_its_rows(tmp_path: Path) -> None:
+    """`batch=<n>` folders without `_ranges.json`: the ledger is what their files hold."""
+    legacy = tmp_path / "lake" / "t" / "batch=0"
+    legacy.mkdir(parents=True)
+    rows = pa.Table.from_batches([records((TOPIC, 1), 0, 12)]).select(
+        ["topic", "partition", "offset", "key", "value"]
+    )
+    pq.write_table(rows, legacy / "part-0.parquet")
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 1): 12}
