@@ -77,11 +77,12 @@ def test_a_checkpoint_remembers_what_it_was_made_for(made):
     assert (fit.write, fit.value_format, fit.key_fields) == ("append", "raw", ())
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "made-by-an-earlier-lagless"])
-def test_any_other_use_is_one_line_exit_2_before_anything_is_written(made, tmp_path, legacy):
+@pytest.mark.parametrize("made_by", ["lagless", "an-earlier-lagless", "another-spark"])
+def test_any_other_use_is_one_line_exit_2_before_anything_is_written(made, tmp_path, made_by):
     broker, root = made
     checkpoint = tmp_path / "ckpt"
     shutil.copytree(root / "ckpt", checkpoint)
+    legacy = made_by == "an-earlier-lagless"
     if legacy:
         (checkpoint / FIT_FILE).unlink()
     cases = [
@@ -97,6 +98,10 @@ def test_any_other_use_is_one_line_exit_2_before_anything_is_written(made, tmp_p
     ]
     if legacy:  # without a record, only the topics can be told from Spark's offsets
         cases = [({"--topic": "payments"}, "holds offsets of --topic orders, not payments")]
+    if made_by == "another-spark":  # offsets in a layout lagless does not know, else a fit
+        offsets = checkpoint / "offsets" / "0"
+        offsets.write_text(offsets.read_text().replace("v1", "v2", 1))
+        cases = [({}, f"offsets '{offsets}' have version 'v2'; lagless reads v1")]
     before = snapshot(tmp_path), snapshot(root)
 
     def refused(over: dict[str, str]) -> str:
@@ -106,7 +111,8 @@ def test_any_other_use_is_one_line_exit_2_before_anything_is_written(made, tmp_p
         said = list(pool.map(refused, [over for over, _ in cases]))
 
     for line, (_, says) in zip(said, cases, strict=True):
-        assert f"checkpoint '{checkpoint}' does not fit: " in line and says in line, line
+        assert says in line, line
+        assert made_by == "another-spark" or f"checkpoint '{checkpoint}' does not fit: " in line
     assert (snapshot(tmp_path), snapshot(root)) == before
 
 
@@ -147,4 +153,7 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start_with_skip_lost_of
     assert read_fit(str(checkpoint)).topics == ("orders",)
     with sqlite3.connect(tmp_path / "out" / "db.sqlite") as conn:
         stored = conn.execute("SELECT partition, offset FROM orders ORDER BY 2").fetchall()
+        ledger = conn.execute("SELECT partition, start_offset, end_offset FROM orders_ledger")
+        covered = ledger.fetchall()
     assert stored == [(0, offset) for offset in range(2, 10)]
+    assert covered == [(0, 0, 10)]  # the new log from its start, what retention took included
