@@ -6,6 +6,7 @@ ranges they are handed (read). Offsets travel as {"topic": {"partition": next_of
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
+from lagless.source.data_loss import lost_offsets, resumed
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
@@ -47,6 +49,8 @@ from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
 from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
+
+log = logging.getLogger(__name__)
 
 
 def to_json_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -194,18 +198,18 @@ class _Planning:
             resolved[tp] = offset
         return resolved
 
-    def check_data_loss(self, start: Offsets, low: Offsets) -> Offsets:
-        """Move starts that retention already deleted to the log start, or fail."""
-        moved = dict(start)
-        for tp, offset in start.items():
-            if tp in low and offset < low[tp]:
-                if self.options.fail_on_data_loss:
-                    raise DataLossError(
-                        f"{tp[0]}[{tp[1]}]: offsets {offset}..{low[tp]} were deleted before "
-                        "lagless read them; rerun with failOnDataLoss=false to skip what is gone"
-                    )
-                moved[tp] = low[tp]
-        return moved
+    def check_data_loss(self, start: Offsets, low: Offsets, high: Offsets) -> Offsets:
+        """Where reading goes on from `start`: offsets the log no longer holds (deleted by
+        retention, beyond a recreated log's end, a partition gone) fail, as in Spark's source,
+        unless failOnDataLoss=false, which goes on from the log's start (gone partitions are
+        dropped). Partitions `start` does not name begin at the log's start."""
+        lost = lost_offsets(start, low, high)
+        if lost and self.options.fail_on_data_loss:
+            raise DataLossError(f"{lost[0]}; rerun with failOnDataLoss=false to skip what is gone")
+        for each in lost:
+            log.warning("%s: skipped, reading on from the log's start", each)
+        moved = resumed(start, lost)
+        return {tp: moved.get(tp, low[tp]) for tp in high}
 
     def bytes_per_record(self, ranges: Sequence[OffsetRange]) -> dict[TP, float]:
         unknown = [r for r in ranges if r.records and r.key not in self._bytes_per_record]
@@ -278,7 +282,7 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
-        start = planning.check_data_loss(planning.starting_offsets(low, high), low)
+        start = planning.check_data_loss(planning.starting_offsets(low, high), low, high)
         end = planning.ending_offsets(low, high)
         return planning.plan(start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
@@ -324,12 +328,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"option {AVAILABLE_NOW_ENDING_TIMESTAMP} needs the availableNow trigger"
             )
         low, high = planning.broker.watermarks(planning.partitions())
+        # Against the log itself: an ending timestamp may stop short of the checkpoint. Then
+        # not below what the store holds already.
+        begun = planning.above_held(planning.check_data_loss(from_json_offsets(start), low, high))
         if self._target is not None:
             high = {tp: min(h, self._target.get(tp, low[tp])) for tp, h in high.items()}
-        begun = from_json_offsets(start)
-        # Partitions that appeared since the query started are read from their beginning.
-        begun = {tp: begun.get(tp, low[tp]) for tp in high}
-        begun = planning.check_data_loss(planning.above_held(begun), low)
         latest = {tp: max(h, begun[tp]) for tp, h in high.items()}
         if self._delayed(begun, latest):
             return start
@@ -373,7 +376,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_offsets(planning.broker.latest(planning.partitions()))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self._planning.plan(from_json_offsets(start), from_json_offsets(end))
+        begun, until = from_json_offsets(start), from_json_offsets(end)
+        # An end before the start: latestOffset found the start lost (failOnDataLoss=false) and
+        # went on from the log's start, which Spark does not know: read from there.
+        rewound = [tp for tp, at in begun.items() if tp in until and until[tp] < at]
+        if rewound:
+            low, _ = self._planning.broker.watermarks(rewound)
+            begun.update({tp: min(low[tp], until[tp]) for tp in rewound})
+        return self._planning.plan(begun, until)
 
     def estimated_bytes(self, piece: OffsetRange) -> int:
         """What reading `piece` should bring, by the sizes the plan was weighed with."""
