@@ -49,7 +49,10 @@ PARTITIONS = 24  # seed 000's topic
 ONE_BATCH_BYTES = 4 * 1024**3
 COMPRESSION = "zstd"  # the embedded broker keeps ~5 MiB of stored batches per partition
 CONSUME_BATCH = 500
-PROGRESS_OPTION = "benchProgressDir"
+# The bench's own source option (ProgressSource's, not lagless's): where tasks note their
+# reads. Spark hands a data source its options with lower-cased names, so it is taken out by
+# that name before lagless's source parses the rest (which refuses any option it does not know).
+PROGRESS_OPTION = "benchprogressdir"
 
 
 @dataclass
@@ -293,11 +296,11 @@ def progress_source() -> type:
 
     class ProgressSource(KafkaDataSource):
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            lagless_options = {
+                k: v for k, v in self.options.items() if k.lower() != PROGRESS_OPTION
+            }
             return ProgressStreamReader(
-                SourceOptions.parse(
-                    {k: v for k, v in self.options.items() if k != PROGRESS_OPTION}
-                ),
-                self.options[PROGRESS_OPTION],
+                SourceOptions.parse(lagless_options), self.options[PROGRESS_OPTION]
             )
 
     return ProgressSource
