@@ -9,6 +9,9 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
 2. kcat reading the topic to its end (when installed), launch to exit, and the same two
    consumers with lagless's reader settings (a deeper prefetch, a short fetch backoff): what the
    client reaches tuned;
+2b. the script peer (bench/script_peer.py): the short script a user would write instead, two
+   processes with lagless's reader settings writing Parquet files of 1M rows, launch to exit;
+   each lagless run's launch to exit is printed as a ratio to the script's;
 3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
    Delta, SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
    start-up counts. Measured: launch to the first row visible in the sink (polled every
@@ -169,6 +172,32 @@ def run_cli(
     return result
 
 
+SCRIPT_NAME = "script: 2 processes, consume(10000), pyarrow Parquet"
+
+
+def run_script_peer(
+    bootstrap: str, work: Path, args: argparse.Namespace, value_bytes: int
+) -> Baseline:
+    """bench/script_peer.py launched as a user runs it: seconds from launch to exit."""
+    out = work / "script-peer"
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("script_peer.py")),
+        *("--bootstrap", bootstrap, "--topic", TOPIC, "--out", str(out)),
+        *("--processes", str(args.processes)),
+    ]
+    with console.status("the script peer: two processes writing Parquet"):
+        started = time.time()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        seconds = time.time() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"script_peer.py exited {done.returncode}: {done.stderr[-2000:]}")
+    records = int(json.loads(done.stdout.splitlines()[-1])["records"])
+    shutil.rmtree(out, ignore_errors=True)
+    name = SCRIPT_NAME.replace("2", str(args.processes), 1)
+    return Baseline(name, records, value_bytes, seconds, seconds)
+
+
 def run_breakdown(bootstrap: str, work: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     command = [
         sys.executable,
@@ -209,11 +238,13 @@ def report(
     load_before: list[float],
 ) -> None:
     base = baselines[0].records_per_second
+    script = next(b for b in baselines if b.name.startswith("script"))
     table = Table(
         title=f"{produced:,} records x {args.record_bytes} B, {args.partitions} partitions, "
         f"{args.compression}, {os.cpu_count()} cores",
         caption="query: the import's own seconds (summary JSON); launch: from the process start "
-        f"(Spark start-up included). Baseline = {baselines[0].name}.",
+        f"(Spark start-up included). Baseline = {baselines[0].name}. exit x script: launch to "
+        "exit over the script peer's (bench/script_peer.py), same run.",
     )
     columns = (
         "reader",
@@ -224,6 +255,7 @@ def report(
         "records/s launch",
         "x baseline query",
         "x baseline launch",
+        "exit x script",
     )
     for column in columns:
         table.add_column(column, justify="left" if column == "reader" else "right")
@@ -238,6 +270,7 @@ def report(
             _rate(launch_rate),
             f"{b.records_per_second / base:.3f}",
             f"{launch_rate / base:.3f}",
+            f"{b.launch_s / script.launch_s:.2f}",
         )
     for run in runs:
         ok = run.returncode == 0
@@ -250,8 +283,15 @@ def report(
             _rate(run.per_second_of_launch()),
             f"{run.per_second_of_query() / base:.3f}" if ok else "-",
             f"{run.per_second_of_launch() / base:.3f}" if ok else "-",
+            f"{run.exit_s / script.launch_s:.2f}" if ok else "-",
         )
-    Console(width=max(Console().width, 140)).print(table)
+    Console(width=max(Console().width, 150)).print(table)
+    for run in runs:
+        if run.returncode == 0:
+            print(
+                f"lagless → {run.sink}: launch to exit {run.exit_s:.1f} s = "
+                f"{run.exit_s / script.launch_s:.2f}x the script's {script.launch_s:.1f} s"
+            )
     figures: dict[str, Any] = {
         "records": produced,
         "value_bytes": value_bytes,
@@ -264,6 +304,7 @@ def report(
     }
     for index, b in enumerate(baselines):
         key = "baseline" if index == 0 else re.sub(r"\W+", "_", b.name.lower()).strip("_")
+        key = "script" if b is script else key
         figures[key] = {
             "name": b.name,
             "records_per_s": round(b.records_per_second),
@@ -283,6 +324,7 @@ def report(
             "records_per_s_launch": round(run.per_second_of_launch()),
             "ratio_query": round(run.per_second_of_query() / base, 4),
             "ratio_launch": round(run.per_second_of_launch() / base, 4),
+            "exit_x_script": round(run.exit_s / script.launch_s, 3),
         }
     if breakdown is not None:
         figures["breakdown"] = breakdown.get("phases")
@@ -313,6 +355,8 @@ def main() -> int:
             else:
                 baselines.append(found)
             baselines.append(tuned)
+            script = run_script_peer(broker.bootstrap, work, args, value_bytes)
+            baselines.append(script)
             for b in baselines:
                 console.print(f"{b.name}: {b.records_per_second:,.0f} records/s")
             postgres_url = args.postgres_url
