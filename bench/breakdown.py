@@ -173,6 +173,8 @@ def child(args: argparse.Namespace) -> int:
             "spark.eventLog.compress": "false",
             "spark.eventLog.rolling.enabled": "false",
         }
+        if sessions:  # asked again (a typed import's checks ask first): the same session
+            return real_session(master, parallelism, {**logged, **(conf or {})})
         marks["spark session asked"] = time.time()
         spark = real_session(master, parallelism, {**logged, **(conf or {})})
         marks["spark session ready"] = time.time()
@@ -209,8 +211,7 @@ def child(args: argparse.Namespace) -> int:
     listener.terminated.wait(10)  # the listener bus delivers asynchronously
     if listener.started is not None:
         marks["query started"] = listener.started
-    (spark,) = sessions
-    spark.stop()  # which flushes the event log
+    sessions[0].stop()  # which flushes the event log
     marks["spark stopped"] = time.time()
     tasks = spark_tasks(events)
     if listener.progress:
@@ -295,7 +296,9 @@ def launch_child(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], 
     exited = time.time()
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-3000:])
+        # Python's own lines, not the JVM's stack frames.
+        said = [line for line in done.stderr.splitlines() if not line.startswith(("\t", " "))]
+        sys.stderr.write("\n".join(said[-40:]) + "\n")
         raise SystemExit(f"the import's process exited {done.returncode}")
     return json.loads(lines[-1]), launched, exited
 
