@@ -21,7 +21,13 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
 --breakdown then runs bench/breakdown.py on the same topic: where an import's seconds go.
 Prints a table, then one line of JSON for quoting.
 
+--volumes N [N ...] is a scaling run instead: for each backlog a fresh broker (the embedded one
+while the backlog fits it, else Tansu: bench/tansu.py), the plain consumers, the script peer
+and `lagless import` into Parquet, launch to exit; a table of cost against backlog, one JSON
+line, and with --png a chart of it.
+
     .venv/bin/python bench/import_throughput.py [--records N] [--partitions 24] [--breakdown]
+    .venv/bin/python bench/import_throughput.py --volumes 1350000 7200000 30000000 --png F
 """
 
 from __future__ import annotations
@@ -104,17 +110,35 @@ def parse_args() -> argparse.Namespace:
         "--breakdown", action="store_true", help="also run bench/breakdown.py on the topic"
     )
     parser.add_argument("--timeout", type=float, default=1800, help="per import, seconds")
+    parser.add_argument(
+        "--volumes", type=int, nargs="+", metavar="N", help="a scaling run at these backlogs"
+    )
+    parser.add_argument(
+        "--tansu-above",
+        type=int,
+        metavar="N",
+        help="--volumes: backlogs above N records go to Tansu (default: those the embedded "
+        "broker cannot hold)",
+    )
+    parser.add_argument("--png", type=Path, help="--volumes: a chart of cost against backlog")
     args = parser.parse_args()
     if args.partitions < 1 or args.processes < 1:
         parser.error("--partitions and --processes must be at least 1")
     if args.records is not None and args.records < args.partitions:
         parser.error("--records must be at least --partitions")
+    if args.volumes and min(args.volumes) < args.partitions:
+        parser.error("--volumes must be at least --partitions")
     return args
 
 
-def counts_that_fit(args: argparse.Namespace) -> list[int]:
+def embedded_capacity(args: argparse.Namespace) -> int:
+    """Records the embedded broker holds at this size and compression."""
     per_record = explicit([1], args.record_bytes).stored_bytes(0, args.compression)
-    total = args.records or PARTITION_BYTES_LIMIT // per_record * args.partitions
+    return PARTITION_BYTES_LIMIT // per_record * args.partitions
+
+
+def counts_that_fit(args: argparse.Namespace) -> list[int]:
+    total = args.records or embedded_capacity(args)
     share, extra = divmod(total, args.partitions)
     return [share + (p < extra) for p in range(args.partitions)]
 
@@ -333,6 +357,8 @@ def report(
 
 def main() -> int:
     args = parse_args()
+    if args.volumes:
+        return scaling(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
     stop_postgres = None
@@ -391,6 +417,152 @@ def main() -> int:
         if stop_postgres is not None:
             stop_postgres()
         shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the scaling run ---------------------------------------------------------------------------
+
+
+def scaling(args: argparse.Namespace) -> int:
+    """Per backlog: plain consumers, the script peer and lagless → Parquet, launch to exit."""
+    from tansu import TansuBroker, fill
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    limit = args.tansu_above if args.tansu_above is not None else embedded_capacity(args)
+    points: list[dict[str, Any]] = []
+    for volume in sorted(args.volumes):
+        args.records = volume
+        on_tansu = volume > limit
+        work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
+        broker: Any = TansuBroker() if on_tansu else EmbeddedBroker(topics={TOPIC: args.partitions})
+        try:
+            with broker:
+                if on_tansu:
+                    broker.create_topic(TOPIC, args.partitions)
+                    with console.status(f"producing {volume:,} records to Tansu"):
+                        produced, value_bytes = fill(
+                            broker.bootstrap,
+                            TOPIC,
+                            counts_that_fit(args),
+                            args.record_bytes,
+                            args.compression,
+                            args.keys,
+                        )
+                else:
+                    produced, value_bytes = produce(KafkaConfig(broker.bootstrap), args)
+                with console.status(f"{volume:,}: {args.processes} plain consumer processes"):
+                    plain = plain_consumers(
+                        broker.bootstrap, TOPIC, args.partitions, args.processes
+                    )
+                script = run_script_peer(broker.bootstrap, work, args, value_bytes)
+                folder = work / "parquet"
+                folder.mkdir()
+                run = run_cli(
+                    "parquet", sink_url("parquet", folder), broker.bootstrap, folder, args, produced
+                )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if run.returncode != 0 or {plain.records, script.records, run.records} != {produced}:
+            console.print(f"[red]{volume:,}: a reader did not read the {produced:,} records[/]")
+            return 1
+        points.append(
+            {
+                "records": produced,
+                "broker": "tansu" if on_tansu else "embedded",
+                "plain_consumers_s": round(plain.seconds, 3),
+                "plain_consumers_launch_to_exit_s": round(plain.launch_s, 3),
+                "script_launch_to_exit_s": round(script.launch_s, 3),
+                "lagless_launch_to_exit_s": round(run.exit_s, 3),
+                "lagless_query_s": round(run.query_s, 3),
+                "lagless_first_row_s": run.first_row_s and round(run.first_row_s, 2),
+                "lagless_x_script": round(run.exit_s / script.launch_s, 3),
+                "lagless_rate_x_script": round(script.launch_s / run.exit_s, 3),
+            }
+        )
+    show_scaling(points, args)
+    figures = {
+        "scaling": points,
+        "record_bytes": args.record_bytes,
+        "partitions": args.partitions,
+        "compression": args.compression,
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    if args.png:
+        draw_scaling(points, args)
+        console.print(f"wrote {args.png}")
+    print(json.dumps(figures))
+    return 0
+
+
+def show_scaling(points: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    table = Table(
+        title=f"cost against backlog: records of {args.record_bytes} B, {args.partitions} "
+        f"partitions, {args.compression}, {os.cpu_count()} cores (launch to exit, s)",
+        caption="plain consumers: their read alone (excluding their start-up); the script and "
+        "lagless: launch to exit. Rate x script: lagless's records/s over the script's.",
+    )
+    columns = ("records", "broker", "plain consumers", "script", "lagless", "lagless query")
+    for column in (*columns, "x script", "rate x script"):
+        table.add_column(column, justify="left" if column == "broker" else "right")
+    for p in points:
+        table.add_row(
+            f"{p['records']:,}",
+            p["broker"],
+            f"{p['plain_consumers_s']:.2f}",
+            f"{p['script_launch_to_exit_s']:.2f}",
+            f"{p['lagless_launch_to_exit_s']:.2f}",
+            f"{p['lagless_query_s']:.2f}",
+            f"{p['lagless_x_script']:.2f}",
+            f"{p['lagless_rate_x_script']:.2f}",
+        )
+    Console(width=max(Console().width, 120)).print(table)
+    for p in points:
+        print(
+            f"{p['records']:,} records: lagless {p['lagless_launch_to_exit_s']:.1f} s = "
+            f"{p['lagless_x_script']:.2f}x the script's {p['script_launch_to_exit_s']:.1f} s"
+        )
+
+
+def draw_scaling(points: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    records = [p["records"] for p in points]
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=90)
+    for key, label in (
+        ("lagless_launch_to_exit_s", "lagless import → Parquet, launch to exit"),
+        ("script_launch_to_exit_s", "the script (2 processes, pyarrow), launch to exit"),
+        ("plain_consumers_s", "2 plain consumers reading, no store"),
+    ):
+        axes.plot(records, [p[key] for p in points], marker="o", label=label)
+    for p in points:
+        axes.annotate(
+            f"{p['lagless_x_script']:.2f}x",
+            (p["records"], p["lagless_launch_to_exit_s"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize="small",
+        )
+    axes.set_xlabel("backlog (records)")
+    axes.set_ylabel("seconds")
+    axes.set_title(
+        f"cost against backlog: {args.record_bytes} B records, {args.partitions} partitions, "
+        f"{os.cpu_count()} cores"
+    )
+    axes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize="small", loc="upper left")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    args.png.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(args.png)
+    plt.close(figure)
 
 
 def store_alone(url: str, records: int, record_bytes: int) -> Baseline:

@@ -3,7 +3,7 @@
 The scripts are launched as a user launches them (a subprocess from the repository root, each
 with its own embedded broker over TCP and real Spark). The figures are not judged as speeds
 (the bench's job); they are checked to be there and to be numbers in a sane range, so a
-script that stops working, or prints nothing, fails here. ~2 minutes in all on 2 cores.
+script that stops working, or prints nothing, fails here. ~2-3 minutes in all on 2 cores.
 """
 
 from __future__ import annotations
@@ -78,6 +78,25 @@ def test_import_throughput_against_the_script_and_the_breakdown_on_its_topic() -
     assert all(between(s, -0.5, total) for s in parts), breakdown["where"]
     assert abs(sum(parts) - total) < 0.02, breakdown["where"]
     assert "Spark session (JVM, context, session)" in printed
+
+
+def test_import_throughput_scaling_on_the_embedded_broker_and_tansu(tmp_path: Path) -> None:
+    png = tmp_path / "scaling.png"
+    figures, printed = run_bench(
+        "import_throughput.py",
+        *("--volumes", "2000", "4000", "--partitions", "4", "--tansu-above", "3000"),
+        *("--png", str(png)),
+    )
+    small, large = figures["scaling"]
+    assert (small["broker"], large["broker"]) == ("embedded", "tansu")
+    # Tansu's partitions end with one record sent alone each (bench/tansu.py).
+    assert (small["records"], large["records"]) == (2000, 4004)
+    for point in (small, large):
+        for key in ("plain_consumers_s", "script_launch_to_exit_s", "lagless_launch_to_exit_s"):
+            assert between(point[key], 0.001, 300), point
+        assert between(point["lagless_x_script"], 0.01, 10_000), point
+        assert f"{point['lagless_x_script']:.2f}x the script's" in printed
+    assert png.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_script_peer_reads_with_laglesss_own_reader_settings() -> None:
