@@ -148,6 +148,9 @@ def test_skew_drains_a_profile_with_lagless_and_a_group(tmp_path: Path) -> None:
     for run in profile["runs"]:
         assert run["imported"] == profile["records"] > 0, run
         assert between(run["x_ideal"], 0.01, 10_000), run
-    assert profile["runs"][0]["tasks"], "no Spark task of lagless's run in the event log"
+    lagless = profile["runs"][0]
+    assert lagless["tasks"], "no Spark task of lagless's run in the event log"
+    # Its curve counts records as the tasks read them: every record, before the drain's end.
+    assert lagless["curve"][-2][1] == profile["records"], lagless["curve"]
     assert (tmp_path / "skew-seed-000.png").read_bytes().startswith(PNG_MAGIC)
     assert "Drain time" in printed
