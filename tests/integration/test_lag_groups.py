@@ -167,8 +167,8 @@ def test_a_rewound_commit_shows_rewind_in_lag_and_doctor(broker: EmbeddedBroker)
         source.close()
     finally:
         consumer.close()
-    findings = {finding.code: finding for finding in diagnose(exam)}
-    assert "from 3 to 2" in findings["rewind"].what
+    findings = {finding.kind: finding for finding in diagnose(exam)}
+    assert "from 3 to 2" in findings["rewind"].text
     assert "not-checked" in findings
 
 

@@ -66,7 +66,7 @@ def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
                 section = page.locator('section[data-group="web-group"]')
                 partition_row = section.locator('tr[data-partition="orders:0"]')
                 # The details of a group arrive a moment after the list of groups.
-                section.locator('li[data-code="stop"]').wait_for(timeout=5_000)
+                section.locator('li[data-kind="stop"]').wait_for(timeout=5_000)
                 expect(partition_row.locator("td.lag")).to_have_text("12")
                 expect(partition_row).to_contain_text("STOP")
 

@@ -37,7 +37,7 @@ def member(name: str, *partitions: int, instance: str | None = None) -> GroupMem
 
 
 def codes(findings: Sequence[Finding]) -> list[str]:
-    return [finding.code for finding in findings]
+    return [finding.kind for finding in findings]
 
 
 def test_seed_000_a_consumer_holding_a_drained_and_a_busy_partition() -> None:
@@ -46,9 +46,9 @@ def test_seed_000_a_consumer_holding_a_drained_and_a_busy_partition() -> None:
     found = diagnose(
         exam_of(SEED_000_LAGS, [GroupDescription("g", "roundrobin", "Stable", members)])
     )
-    mixed = next(f for f in found if f.code == "drained-and-lagging")
-    assert "8 of 16 consumers hold a drained partition next to a lagging one" in mixed.what
-    assert "e.g. c0: t:0, t:16" in mixed.what
+    mixed = next(f for f in found if f.kind == "drained-and-lagging")
+    assert "8 of 16 consumers hold a drained partition next to a lagging one" in mixed.text
+    assert "e.g. c0: t:0, t:16" in mixed.text
     assert "lagless" in mixed.fix
     assert "range-piling" not in codes(found)
 
@@ -57,8 +57,8 @@ def test_range_piles_lagging_partitions_on_few_consumers() -> None:
     """Fake DescribeGroups (the embedded broker cannot answer it): range over seed 000's lags."""
     members = tuple(member(f"c{i}", *range(3 * i, 3 * i + 3)) for i in range(8))
     found = diagnose(exam_of(SEED_000_LAGS, [GroupDescription("g", "range", "Stable", members)]))
-    piling = next(f for f in found if f.code == "range-piling")
-    assert "on 5 consumers while 2 hold none" in piling.what
+    piling = next(f for f in found if f.kind == "range-piling")
+    assert "on 5 consumers while 2 hold none" in piling.text
     assert "cooperative-sticky" in piling.fix
 
 
@@ -68,9 +68,9 @@ def test_more_consumers_than_partitions_leaves_idle_consumers() -> None:
     found = diagnose(
         exam_of([5, 5], [GroupDescription("g", "cooperative-sticky", "Stable", members)])
     )
-    idle = next(f for f in found if f.code == "idle-consumers")
+    idle = next(f for f in found if f.kind == "idle-consumers")
     assert (
-        idle.what == "1 of 3 consumers hold no partition: more consumers than partitions (3 > 2)."
+        idle.text == "1 of 3 consumers hold no partition: more consumers than partitions (3 > 2)."
     )
     assert "eager-protocol" not in codes(found)
 
@@ -80,9 +80,9 @@ def test_rebalances_and_the_eager_protocol_without_static_membership() -> None:
     before = GroupDescription("g", "range", "Stable", (member("a", 0), member("b", 1)))
     during = GroupDescription("g", "range", "Stable", (member("a", 0, 1),))
     found = diagnose(exam_of([5, 5], [before, during, before]))
-    assert "at least 2 times" in next(f for f in found if f.code == "rebalances").what
-    eager = next(f for f in found if f.code == "eager-protocol")
-    assert "range assignor, an eager protocol" in eager.what
+    assert "at least 2 times" in next(f for f in found if f.kind == "rebalances").text
+    eager = next(f for f in found if f.kind == "eager-protocol")
+    assert "range assignor, an eager protocol" in eager.text
     assert "group.instance.id" in eager.fix
 
 
@@ -90,7 +90,7 @@ def test_static_members_are_not_told_to_become_static() -> None:
     """Fake DescribeGroups (the embedded broker cannot answer it): static eager members."""
     members = (member("a", 0, instance="a-1"), member("b", 1, instance="b-1"))
     found = diagnose(exam_of([5, 5], [GroupDescription("g", "sticky", "Stable", members)]))
-    eager = next(f for f in found if f.code == "eager-protocol")
+    eager = next(f for f in found if f.kind == "eager-protocol")
     assert "group.instance.id" not in eager.fix
     assert "rebalances" not in codes(found)
 
@@ -98,15 +98,15 @@ def test_static_members_are_not_told_to_become_static() -> None:
 def test_without_describe_groups_the_doctor_says_what_it_could_not_check() -> None:
     found = diagnose(exam_of(SEED_000_LAGS, None))
     assert codes(found) == ["drained-and-lagging", "not-checked"]
-    assert "which consumer holds which could not be checked" in found[0].what
-    assert "DescribeGroups" in found[1].what
+    assert "which consumer holds which could not be checked" in found[0].text
+    assert "DescribeGroups" in found[1].text
 
 
 def test_records_too_large_for_the_fetch_size() -> None:
     records = {("t", 0): RecordInfo(timestamp_s=None, size_bytes=800_000)}
     found = diagnose(exam_of([5, 5], [], records), fetch_bytes=1_048_576)
-    large = next(f for f in found if f.code == "large-records")
-    assert "up to 800000 bytes" in large.what and large.what.startswith("t:0:")
+    large = next(f for f in found if f.kind == "large-records")
+    assert "up to 800000 bytes" in large.text and large.text.startswith("t:0:")
     assert "max.partition.fetch.bytes" in large.fix
 
 
@@ -127,6 +127,9 @@ class FrozenSource:
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {s.key: RecordInfo(timestamp_s=0.0, size_bytes=2_000_000) for s in samples}
+
+    def follow(self, partitions: object) -> None:
+        """Every partition is sampled already."""
 
     def close(self) -> None:
         """Nothing to release."""

@@ -39,7 +39,8 @@ def test_partition_status(
 def test_group_status_is_the_worst() -> None:
     assert group_status([Status.OK, Status.REWIND, Status.STALL]) is Status.REWIND
     assert group_status([Status.WARN, Status.OK]) is Status.WARN
-    assert group_status([]) is Status.OK
+    assert group_status([]) is Status.NO_COMMITS
+    assert group_status([Status.OK], sampled=False) is Status.UNKNOWN
 
 
 def test_lag_is_counted_from_the_log_start_when_never_committed() -> None:

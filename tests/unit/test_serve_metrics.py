@@ -6,26 +6,26 @@ import pytest
 
 from lagless.lag.doctor import Examination, diagnose
 from lagless.lag.offsets import PartitionSample
-from lagless.lag.report import History, build_report
+from lagless.lag.report import History, PartitionLag, build_report
 from lagless.lag.retention import retention_risk
 from lagless.lag.status import Status
 from lagless.serve import metrics
-from lagless.serve.view import GroupView, PartitionView
+from lagless.serve.view import GroupView
 from tests.harness.serve import metric, parse_metrics
 
 
-def partition(**overrides: object) -> PartitionView:
+def partition(**overrides: object) -> PartitionLag:
     fields: dict[str, object] = {
         "topic": "t", "partition": 0, "committed": 4, "log_start": 0, "end": 10, "lag": 6,
         "status": Status.OK, "sampled_at": 100.0, "committed_record_at": None,
         "interpolated_age_s": None, "retention": None,
     }  # fmt: skip
     fields.update(overrides)
-    return PartitionView(**fields)  # type: ignore[arg-type]
+    return PartitionLag(**fields)  # type: ignore[arg-type]
 
 
-def group(*partitions: PartitionView, name: str = "g") -> GroupView:
-    return GroupView(name, partitions, Status.OK, None, None, 100.0, None, (), (), 3600.0)
+def group(*partitions: PartitionLag, name: str = "g") -> GroupView:
+    return GroupView(name, partitions, Status.OK, None, None, 100.0, None, None, (), (), 3600.0)
 
 
 def test_time_lag_is_exact_from_the_record_else_interpolated_and_labelled_so() -> None:
@@ -85,8 +85,6 @@ def test_doctor_findings_for_retention(low: int, code: str, words: str) -> None:
     history = History(keep_s=100)
     history.add(samples_with_log_start((0.0, 10)))
     history.add(samples_with_log_start((10.0, low)))
-    risk = retention_risk(history.samples[("t", 0)])
-    assert risk is not None
-    exam = Examination(build_report("g", history, 5), history, {}, None, 10, {risk.key: risk})
+    exam = Examination(build_report("g", history, 5), history, {}, None, 10)
     findings = diagnose(exam)
-    assert findings[0].code == code and words in findings[0].what
+    assert findings[0].kind == code and words in findings[0].text
