@@ -62,11 +62,12 @@ class GroupWatch:
         self.view = self._build_view(None)
 
     def sample(self, membership: MembershipSource, now: Callable[[], float]) -> None:
+        asked_at = now()
         try:
             self.history.add(self.source.sample())
         except LaglessError as exc:
             if self.error is None:
-                self.error_since = now()
+                self.error_since = asked_at  # not when the request gave up, seconds later
             self.error = _one_line(exc)
         else:
             self.error = self.error_since = None

@@ -76,13 +76,13 @@ class Sampled:
     error_since: float | None
 
 
-def unknown_finding(group: str, error: str) -> Finding:
+def unknown_finding(group: str, error: str, seen_before: bool) -> Finding:
     """Said instead of the doctor's findings while a group cannot be sampled: those were about
     samples that no longer hold."""
     return Finding(
         "unknown",
-        f"group {group} could not be sampled: {error}. Its status is unknown; the lag shown "
-        "is the last one seen.",
+        f"group {group} could not be sampled: {error}. Its status is unknown"
+        + ("; the lag shown is the last one seen." if seen_before else "."),
         "check that the broker is up and reachable from here (address, network, credentials); "
         "sampling resumes by itself when it answers",
     )
@@ -107,7 +107,7 @@ def group_view(
     description = sampled.description
     up = sampled.error is None and sampled.sampled_at is not None
     if sampled.error is not None:
-        findings: tuple[Finding, ...] = (unknown_finding(group, sampled.error),)
+        findings: tuple[Finding, ...] = (unknown_finding(group, sampled.error, bool(report.rows)),)
     elif sampled.sampled_at is None:
         findings = ()
     else:
