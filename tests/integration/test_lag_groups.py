@@ -178,7 +178,7 @@ def test_an_idle_consumer_in_a_real_group(
     """Three members subscribe to a two-partition topic: one gets nothing to read.
 
     The embedded broker does not answer DescribeGroups, so the doctor must say it could not
-    check for idle consumers rather than fail; test_lag_doctor checks the finding itself.
+    check for idle consumers rather than fail; test_doctor_live checks the finding on noida-db.
     """
     consumers = [group_consumer(broker, "idle-group") for _ in range(3)]
     for consumer in consumers:

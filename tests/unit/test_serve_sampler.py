@@ -1,6 +1,6 @@
-"""The sampler and the views it builds, with scripted sources: what the embedded broker cannot
-answer (ListGroups, DescribeGroups, DescribeConfigs) is faked here, and so are broker failures
-at exact moments."""
+"""The sampler and the views it builds, with scripted sources and a clock: broker failures and
+answers at exact moments, which no live broker gives on demand. ListGroups and DescribeGroups
+run live on noida-db in tests/integration/test_doctor_live.py."""
 
 from __future__ import annotations
 
