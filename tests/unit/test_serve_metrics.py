@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from lagless.lag.doctor import Examination, diagnose
-from lagless.lag.offsets import PartitionSample
+from lagless.lag.offsets import PartitionSample, RecordInfo
 from lagless.lag.report import History, PartitionLag, build_report
 from lagless.lag.retention import retention_risk
 from lagless.lag.status import Status
-from lagless.serve import metrics
+from lagless.serve import api, metrics
 from lagless.serve.view import GroupView
 from tests.harness.serve import metric, parse_metrics
 
@@ -88,3 +88,28 @@ def test_doctor_findings_for_retention(low: int, code: str, words: str) -> None:
     exam = Examination(build_report("g", history, 5), history, {}, None, 10)
     findings = diagnose(exam)
     assert findings[0].kind == code and words in findings[0].text
+
+
+def test_lag_json_and_the_serve_api_show_the_same_partition() -> None:
+    """One model: a caught-up partition is 0 s behind (exactly) in both, a lagging one is now
+    minus its committed record's time in both, whatever the record's timestamp says."""
+    history = History(keep_s=100)
+    for at in (0.0, 10.0):
+        history.add(
+            [PartitionSample("t", 0, at, 100, 0, 100), PartitionSample("t", 1, at, 40, 0, 100)]
+        )
+    records = {("t", 0): RecordInfo(5.0, 10), ("t", 1): RecordInfo(7.0, 10)}
+    report = build_report("g", history, 5, records)
+    view = group(*report.rows)
+    served = api.group_body(view, now=12.0)["status"]["partitions"]
+    shown = report.as_json(now=12.0)["partitions"]
+    for mine, theirs in zip(shown, served, strict=True):
+        assert (mine["lag"], mine["status"]) == (theirs["current_lag"], theirs["status"])
+        assert (mine["lag_seconds"], mine["lag_seconds_method"]) == (
+            theirs["lag_seconds"],
+            theirs["lag_seconds_method"],
+        )
+    assert [(p["lag_seconds"], p["lag_seconds_method"]) for p in shown] == [
+        (0.0, "exact"),
+        (5.0, "exact"),
+    ]
