@@ -68,6 +68,11 @@ def test_retention_margin_by_the_log_starts_rate() -> None:
     assert still is not None and still.seconds_by_rate is None and not still.at_risk(1e9)
     caught_up = [PartitionSample("t", 0, 0.0, 100, 10, 100)]
     assert retention_risk(caught_up) is None
+    at_the_log_start = retention_risk(samples_with_log_start((0.0, 50), (10.0, 50)))
+    assert at_the_log_start is not None and at_the_log_start.records_left == 0
+    assert not at_the_log_start.at_risk(3600), "a log start that does not move deletes nothing"
+    moving = retention_risk(samples_with_log_start((0.0, 40), (10.0, 50)))
+    assert moving is not None and moving.seconds_by_rate == 0.0 and moving.at_risk(1)
 
 
 def test_retention_margin_by_retention_ms_counts_from_the_committed_records_time() -> None:
