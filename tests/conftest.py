@@ -45,3 +45,13 @@ def postgres():  # type: ignore[no-untyped-def]
     server = PostgresServer.start_new()
     yield server
     server.destroy()
+
+
+@pytest.fixture(scope="session")
+def noida():  # type: ignore[no-untyped-def]
+    """noida-db's Kafka, a broker with a real group coordinator (tests/harness/noida.py)."""
+    from tests.harness.noida import NoidaKafka
+
+    server = NoidaKafka.start_new()
+    yield server
+    server.destroy()
