@@ -65,7 +65,9 @@ def test_rich_table_has_the_columns_in_order() -> None:
 def test_the_printed_table_reads_back_as_simulator_input() -> None:
     """What `lagless lag` prints (box drawing, a title above), pasted as it is."""
     out = io.StringIO()
-    Console(file=out, width=120).print(rich_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4))))
+    Console(file=out, width=120).print(
+        rich_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4)), 100.0)
+    )
     assert parse_lag_table(f"$ lagless lag --group g\n{out.getvalue()}\nmore text") == [7, 0, 4]
 
 
