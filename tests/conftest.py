@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from lagless.broker import EmbeddedBroker
+from lagless.kafka.config import KafkaConfig
+
 # No per-example deadline: on a loaded 2-core machine an example can take a second without any
 # fault of the code; the properties, not their speed, are what the tests assert.
 settings.register_profile("lagless", deadline=None)
 settings.load_profile("lagless")
-
-from lagless.broker import EmbeddedBroker
-from lagless.kafka.config import KafkaConfig
 
 _names = itertools.count()
 
