@@ -53,6 +53,8 @@ CASES = [
     ("parquet", "raw", "append"),
     ("delta", "json", "append"),
     ("delta", "json", "upsert"),
+    ("iceberg", "raw", "append"),
+    ("iceberg", "json", "upsert"),
 ]
 
 

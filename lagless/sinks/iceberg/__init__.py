@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -377,6 +378,10 @@ def _drop(files: list[str]) -> None:
 
 
 def _move(path: str, folder: str) -> str:
-    moved = os.path.join(folder, os.path.basename(path))
+    """A staged file into the table's data folder, under a name of its own: a task's file is
+    named by its pieces, and another import of the same pieces may have committed a file of
+    that name, which a replay found here must not replace nor drop."""
+    stem, suffix = os.path.splitext(os.path.basename(path))
+    moved = os.path.join(folder, f"{stem}-{uuid.uuid4().hex[:12]}{suffix}")
     os.replace(path, moved)
     return moved
