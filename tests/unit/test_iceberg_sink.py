@@ -41,6 +41,15 @@ def test_check_writes_nothing_and_refuses_what_the_table_cannot_take(tmp_path: P
         sink.check(typed(StructField("region", StringType())))  # would drop a column
 
 
+def test_a_file_that_is_not_a_catalog_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "lake" / "catalog.db").write_text("not SQLite")
+    with pytest.raises(BadInput, match="is not an Iceberg SQL catalog") as refused:
+        sink_from_url(f"iceberg:///{tmp_path}/lake").check(typed(StructField("id", LongType())))
+    assert "\n" not in str(refused.value)
+    assert (tmp_path / "lake" / "catalog.db").read_text() == "not SQLite"
+
+
 def test_a_field_the_schema_added_becomes_a_column(tmp_path: Path) -> None:
     sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/lake")
     sink.prepare(typed(StructField("id", LongType())))

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 import uuid
 import warnings
@@ -187,14 +188,14 @@ class IcebergSink(Sink):
             self._opened = None
 
     def _catalog(self, *, create: bool) -> SqlCatalog | None:
-        """The warehouse's catalog; None when there is none and `create` is false (then
+        """The warehouse's catalog, made if `create`; else None while there is none (then
         nothing is written, not even an empty catalog file)."""
         from pyiceberg.catalog.sql import SqlCatalog
 
         if self._opened is not None:
             return self._opened
         path = os.path.join(self.location, CATALOG_FILE)
-        if not create and not os.path.exists(path):
+        if not create and not _holds_a_catalog(path):
             return None
         try:
             self._opened = SqlCatalog(
@@ -319,6 +320,21 @@ class IcebergSink(Sink):
             f"Iceberg table {table!r} of {self.url}: {COMMIT_ATTEMPTS} commits lost to other "
             "writers in a row; rerun to resume after what the table holds"
         )
+
+
+def _holds_a_catalog(path: str) -> bool:
+    """The file holds pyiceberg's catalog tables (read-only: opening the catalog would make
+    them). A file made by a prepare that crashed before them holds none."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'iceberg_tables'"
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
+    return found is not None
 
 
 def _check_layout(found: Table, table: str, mode: WriteMode, schema: pa.Schema) -> None:
