@@ -27,14 +27,15 @@ import sqlite3
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lagless.exceptions import BadInput, TerminalError
+from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.sinks.base import (
@@ -121,37 +122,35 @@ class IcebergSink(Sink):
         a lagless table of this write mode whose columns the target's schema keeps (it may add
         columns, and widen types as Iceberg allows)."""
         check_writable_path(self.location, "directory", folder=True)
-        catalog = self._catalog(create=False)
-        if catalog is None:
-            return
-        for table, mode, schema in self._tables(target):
-            found = self._load(catalog, table)
-            if found is not None:
-                _check_layout(found, table, mode, schema)
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            if catalog is None:
+                return
+            for table, mode, schema in self._tables(target):
+                found = self._load(catalog, table)
+                if found is not None:
+                    _check_layout(found, table, mode, schema)
 
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
         brought to them (a field the schema added becomes a column); safe to repeat."""
         os.makedirs(self.location, exist_ok=True)
-        catalog = self._catalog(create=True)
-        assert catalog is not None
-        for table, mode, schema in self._tables(target):
-            ident = identifier(table)
-            catalog.create_namespace_if_not_exists(ident[0])
-            found = catalog.create_table_if_not_exists(
-                ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
-            )
-            _check_layout(found, table, mode, schema)
-            with found.transaction() as tx:
-                if found.properties.get(next(iter(NO_RETRIES))) != "0":
-                    tx.set_properties(NO_RETRIES)
-                with tx.update_schema() as update:
-                    update.union_by_name(schema)
+        with self._catalog_errors():
+            catalog = self._catalog(create=True)
+            assert catalog is not None
+            for table, mode, schema in self._tables(target):
+                ident = identifier(table)
+                catalog.create_namespace_if_not_exists(ident[0])
+                catalog.create_table_if_not_exists(
+                    ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
+                )
+                self._evolve(table, mode, schema)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
-        catalog = self._catalog(create=False)
-        found = self._load(catalog, target.table) if catalog is not None else None
-        return held_in(found) if found is not None else {}
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return held_in(found) if found is not None else {}
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
@@ -164,7 +163,8 @@ class IcebergSink(Sink):
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
         files = sorted(set(receipts.column("file").to_pylist()))
-        self._add_files(target.table, files, batch)
+        with self._catalog_errors():
+            self._add_files(target.table, files, batch)
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
@@ -172,15 +172,18 @@ class IcebergSink(Sink):
         """A batch of rows: tasks write the files, the driver adds them or upserts them."""
         files = stage_rows(rows, self._staging(target, target.table), conformed)
         before_commit()
-        if target.mode == "append":
-            self._add_files(target.table, files, batch)
-        else:
-            self._upsert(files, target, batch)
+        with self._catalog_errors():
+            if target.mode == "append":
+                self._add_files(target.table, files, batch)
+            else:
+                self._upsert(files, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, added to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
-        self._add_files(table, stage_rows(rows, self._staging(target, table), conformed), batch)
+        files = stage_rows(rows, self._staging(target, table), conformed)
+        with self._catalog_errors():
+            self._add_files(table, files, batch)
 
     def close(self) -> None:
         if self._opened is not None:
@@ -207,17 +210,49 @@ class IcebergSink(Sink):
             raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
         return self._opened
 
+    @contextmanager
+    def _catalog_errors(self) -> Iterator[None]:
+        """The catalog's SQLite file locked beyond the timeout, or unreadable for a moment:
+        a rerun may pass."""
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            yield
+        except OperationalError as exc:
+            path = os.path.join(self.location, CATALOG_FILE)
+            raise TransientError(
+                f"the Iceberg catalog {path!r} could not be read or written: {first_line(exc)}"
+            ) from None
+
     def _load(self, catalog: SqlCatalog, table: str) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
-        from sqlalchemy.exc import DatabaseError
 
         try:
             return catalog.load_table(identifier(table))
         except NoSuchTableError:
             return None
-        except DatabaseError as exc:
-            path = os.path.join(self.location, CATALOG_FILE)
-            raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
+
+    def _evolve(self, table: str, mode: WriteMode, schema: pa.Schema) -> None:
+        """The table brought to `schema` (a column per field added) with lagless's properties;
+        a commit that lost to another writer is made again on the table it left."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(COMMIT_ATTEMPTS):
+            found = self._table(table)
+            _check_layout(found, table, mode, schema)
+            try:
+                with found.transaction() as tx:
+                    if found.properties.get(next(iter(NO_RETRIES))) != "0":
+                        tx.set_properties(NO_RETRIES)
+                    with tx.update_schema() as update:
+                        update.union_by_name(schema)
+                return
+            except CommitFailedException:
+                continue
+        raise ConcurrentImport(
+            f"Iceberg table {table!r} of {self.url}: its schema could not be updated, "
+            f"{COMMIT_ATTEMPTS} commits lost to other writers in a row; rerun"
+        )
 
     def _table(self, table: str) -> Table:
         catalog = self._catalog(create=True)
