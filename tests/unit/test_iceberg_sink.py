@@ -159,3 +159,33 @@ def test_a_commit_that_loses_a_race_decides_again(
     }
     data = tmp_path / "lake" / "default" / "t" / "data"
     assert len(list(data.glob("*.parquet"))) == (2 if other_batch == "other topic" else 1)
+
+
+def test_the_ledger_passes_over_other_writers_snapshots_and_follows_a_rollback(
+    tmp_path: Path,
+) -> None:
+    """Another tool's commit (no lagless summary) changes nothing the ledger says; rolling the
+    table back to an earlier snapshot makes the later batches count as not held, their rows
+    being gone with them."""
+    sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/lake")
+    target = Target("t", "append", "raw", run_id="import-a")
+    sink.prepare(target)
+    commit(sink, target, Batch(0, {(TOPIC, 0): (0, 10), (TOPIC, 1): (0, 4)}))
+    catalog = sink._catalog(create=False)
+    assert catalog is not None
+    first = catalog.load_table("default.t").current_snapshot()
+    assert first is not None
+    commit(sink, target, Batch(1, {(TOPIC, 0): (10, 15)}))
+    table = catalog.load_table("default.t")
+    table.append(table.scan().to_arrow().slice(0, 0))  # another writer, no lagless summary
+    assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 15, (TOPIC, 1): 4}
+
+    catalog.load_table("default.t").manage_snapshots().rollback_to_snapshot(
+        first.snapshot_id
+    ).commit()
+
+    assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 10, (TOPIC, 1): 4}
+    assert iceberg_rows(str(tmp_path / "lake"), "t") == sorted(
+        [(TOPIC, 0, o) for o in range(10)] + [(TOPIC, 1, o) for o in range(4)]
+    )
+    sink.close()
