@@ -13,10 +13,10 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
    processes with lagless's reader settings writing Parquet files of 1M rows, launch to exit;
    each lagless run's launch to exit is printed as a ratio to the script's;
 3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
-   Delta, SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
-   start-up counts. Measured: launch to the first row visible in the sink (polled every
-   50 ms), launch to exit, records/s over the query's own seconds (the summary's `seconds`)
-   and over launch to exit, and both as ratios to the baseline.
+   Delta, Iceberg, SQLite, and PostgreSQL when --postgres-url is given or initdb is
+   installed), so Spark's start-up counts. Measured: launch to the first row visible in the
+   sink (polled every 50 ms), launch to exit, records/s over the query's own seconds (the
+   summary's `seconds`) and over launch to exit, and both as ratios to the baseline.
 
 --breakdown then runs bench/breakdown.py on the same topic: where an import's seconds go.
 Prints a table, then one line of JSON for quoting.
@@ -74,7 +74,7 @@ TYPED = {
     ),
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
-SINKS = ("parquet", "delta", "sqlite", "postgresql", "postgresql-driver", *TYPED)
+SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)
 console = Console(stderr=True)
 
 

@@ -15,7 +15,7 @@ from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
-from lagless.sinks import Sink, Target, check_identifier, sink_from_url
+from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
 from lagless.source import options as o
 from lagless.source import to_json_offsets
@@ -66,7 +66,7 @@ class ImportSpec:
         if self.table is None and len(self.topics) != 1:
             raise BadInput("importing several topics needs --table")
         return Target(
-            check_identifier(self.table or self.topics[0]),
+            sink_from_url(self.sink_url).table_name(self.table or self.topics[0]),
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,

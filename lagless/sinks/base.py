@@ -184,6 +184,10 @@ class Sink(ABC):
         """Where rows land, as a checkpoint remembers it: an absolute location, no secret."""
         return f"{self.scheme}:///{os.path.realpath(self.location)}"
 
+    def table_name(self, name: str) -> str:
+        """--table (or the topic's name) as this store takes it; BadInput if it cannot."""
+        return check_identifier(name)
+
     # The lifecycle, in the order the importer calls it: check (before anything is written),
     # prepare, ledger (where the import starts), then per batch write + write_dead_letters, or
     # discard_staged + run_tasks + commit_staged when the source's tasks write; close last.
