@@ -178,7 +178,8 @@ def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
     broker, kafka, topic_name, tmp_path, spark, postgres
 ):
     """JSON without a schema goes through the stage (binary COPY cannot write Arrow text into
-    jsonb); a rerun from a fresh checkpoint replays every batch and must change nothing."""
+    jsonb). A rerun from a fresh checkpoint reads nothing (the table's ledger holds it all);
+    with the ledger emptied too, it replays every batch and must change nothing."""
     from tests.integration.test_crash_safety import read_topic
 
     broker.create_topic(topic_name, 2)
@@ -189,6 +190,9 @@ def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
     )
 
     first = run_import(spec, spark=spark)
+    fresh = run_import(replace(spec, checkpoint=str(tmp_path / "ckpt-fresh")), spark=spark)
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute(f'DELETE FROM "{topic_name}_ledger"')
     replay = run_import(replace(spec, checkpoint=str(tmp_path / "ckpt-replay")), spark=spark)
 
     assert rows(
@@ -206,6 +210,7 @@ def test_json_values_are_jsonb_and_a_replayed_append_doubles_nothing(
     assert len(stored) == len(expected) == first.imported == replay.imported
     assert {(p, o): value for p, o, value in stored} == expected
     assert first.written == len(expected) and replay.written == 0
+    assert fresh.records == 0
 
 
 def test_raw_records_copied_by_the_reading_tasks_land_once_even_when_replayed(
@@ -213,8 +218,8 @@ def test_raw_records_copied_by_the_reading_tasks_land_once_even_when_replayed(
 ):
     """Raw appends are COPYed by the source's tasks themselves (its executorWriter), with the
     connection's password in an option Spark redacts. A rerun from a fresh checkpoint after
-    rows went missing replays every batch: tasks that find their records there merge, those
-    that find none COPY, and the table ends with each record once."""
+    rows went missing, and the ledger with them, replays every batch: tasks that find their
+    records there merge, those that find none COPY, and the table ends with each record once."""
     from lagless.source import SOURCE_NAME
     from tests.integration.test_crash_safety import read_topic
 
@@ -232,6 +237,7 @@ def test_raw_records_copied_by_the_reading_tasks_land_once_even_when_replayed(
     first = run_import(spec, spark=spark)
     with psycopg.connect(postgres.url) as conn:
         conn.execute(f'DELETE FROM {topic_name} WHERE "partition" = 1 OR "offset" % 3 = 0')
+        conn.execute(f'DELETE FROM "{topic_name}_ledger"')
     run_import(replace(spec, checkpoint=str(tmp_path / "ckpt-replay")), spark=spark)
 
     stored = rows(postgres.url, f'SELECT "partition", "offset", key, value FROM {topic_name}')

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -163,7 +163,7 @@ class PostgresSink(DriverSink):
 
     def _record(self, target: Target, batch: Batch) -> None:
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-            self._merge(conn, cur, record_ranges(ledger_layout(target, "postgresql"), batch))
+            self._merge(conn, cur, [], record_ranges(ledger_layout(target, "postgresql"), batch))
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
@@ -175,11 +175,8 @@ class PostgresSink(DriverSink):
             return super().write(rows, target, batch, before_commit)
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
         stage = staging_table(target.table, batch.id)
-        statements = [
-            *self._statements(target, quoted(stage)),
-            *record_ranges(ledger_layout(target, "postgresql"), batch),
-            f"DROP TABLE {quoted(stage)}",
-        ]
+        statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
+        recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
         columns = _arrow_schema(shipped)
         uri = Secret(self._arrow_uri(TASK_APPLICATION))
         copy_into = _copies_into(target)
@@ -214,7 +211,7 @@ class PostgresSink(DriverSink):
             failpoint("mid-write")  # the batch staged, not yet merged
             before_commit()
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-                return self._merge(conn, cur, statements)
+                return self._merge(conn, cur, statements, recorded)
 
         return self._retried(attempt)
 
@@ -261,7 +258,7 @@ class PostgresSink(DriverSink):
             copy_into = target.dead_letter_table
         else:
             recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
-            statements = [*self._statements(target, STAGE), *recorded]
+            statements = self._statements(target, STAGE)
             copy_into = _copies_into(target)
         table = rows.read_all()
         return self._retried(lambda: self._write_once(table, statements, copy_into, recorded))
@@ -274,14 +271,19 @@ class PostgresSink(DriverSink):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            return self._merge(conn, cur, statements)
+            return self._merge(conn, cur, statements, recorded)
 
-    def _merge(self, conn: Any, cur: Any, statements: list[str]) -> int:
-        """The statements in one transaction; the rows they changed."""
+    def _merge(
+        self, conn: Any, cur: Any, statements: list[str], recorded: Sequence[str] = ()
+    ) -> int:
+        """The statements, then the ledger's (`recorded`), in one transaction; the rows the
+        statements changed."""
         changed = 0
         for statement in statements:
             cur.execute(statement)
             changed += max(cur.rowcount, 0)
+        for statement in recorded:
+            cur.execute(statement)
         conn.commit()
         return changed
 
