@@ -6,12 +6,16 @@ committed, so everything here may run again for the same batch: every write is i
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
+from lagless.exceptions import Stopped
 from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets, query_id
 from lagless.importer.dead_letter_topic import DeadLetterTopic
@@ -31,6 +35,8 @@ from lagless.sinks import Target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 
 class BatchWriter:
@@ -54,6 +60,15 @@ class BatchWriter:
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
         self._target: Target | None = None
+        # Set by the run loop: after a stop request, the batch in flight is finished and the
+        # next one refused (job.py).
+        self.stop: threading.Event | None = None
+        self._done_after_stop = False
+        # Batches written by this run; the error of the last failed one, as raised (the query's
+        # own error only holds its text).
+        self.done = 0
+        self.failure: BaseException | None = None
+        self.last_end: Offsets = {}
 
     @property
     def target(self) -> Target:
@@ -64,7 +79,31 @@ class BatchWriter:
         return self._target
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
+        if self.stop is not None and self.stop.is_set() and self._done_after_stop:
+            # Nothing of this batch is written: the checkpoint replays it on the next run.
+            log.info("batch %d: not started, a stop was asked for", batch_id)
+            raise Stopped(0, "a stop request")
+        started = time.monotonic()
+        try:
+            self._write(records, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            log.error("batch %d failed", batch_id, exc_info=True)
+            raise
+        self.done += 1
+        self._done_after_stop = self.stop is not None and self.stop.is_set()
+        log.info(
+            "batch %d: %d records, %d bytes, up to offsets %s, in %.2f s",
+            batch_id,
+            self.summary.last_records,
+            self.summary.last_bytes,
+            _offsets_text(self.last_end),
+            time.monotonic() - started,
+        )
+
+    def _write(self, records: DataFrame, batch_id: int) -> None:
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        self.last_end = end
         if self.written_by_tasks:
             self._commit_task_files(records, batch_id)
         else:
@@ -137,6 +176,10 @@ class BatchWriter:
         broker = self.checked.broker
         latest = self.target_end or broker.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _offsets_text(offsets: Offsets) -> str:
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "-"
 
 
 def _sql_string(text: str) -> str:

@@ -10,8 +10,10 @@ from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
+from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, check_identifier, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.source.options import RETRY_SECONDS
 
 RunMode = Literal["bulk", "continuous"]
 
@@ -51,6 +53,8 @@ class ImportSpec:
     value_schema: str | None = None
     schema_registry: str | None = None
     key_fields: tuple[str, ...] = ()
+    # How long a broker or database that is away is waited for (lagless/retry.py).
+    retry_seconds: float = DEFAULT_RETRY_S
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         if self.table is None and len(self.topics) != 1:
@@ -72,6 +76,7 @@ class ImportSpec:
                 "startingOffsets": "earliest",
                 "failOnDataLoss": str(self.fail_on_data_loss).lower(),
                 "slots": str(slots),
+                RETRY_SECONDS: str(self.retry_seconds),
             }
         )
         writer = self.executor_writer()
@@ -126,7 +131,7 @@ def check(spec: ImportSpec) -> Checked:
     spec.target()  # the table name, before anything is asked of the broker
     sink = sink_from_url(spec.sink_url)
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
-    broker = OffsetReader(spec.kafka)
+    broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
     partitions = broker.partitions(spec.topics)
     if spec.dead_letter_topic is not None:
         if spec.dead_letter_topic in spec.topics:

@@ -23,6 +23,9 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    # The last batch's records and bytes (for its log line).
+    last_records: int = 0
+    last_bytes: int = 0
 
     def add_batch(
         self,
@@ -40,6 +43,8 @@ class Summary:
         self.imported += read - dead
         self.dead_lettered += dead
         self.bytes += bytes_read
+        self.last_records = read
+        self.last_bytes = bytes_read
         self.written += written
         self.dead_lettered_by_reason.update(dead_lettered_by_reason)
 
@@ -97,6 +102,8 @@ class RichCollector(Collector):
             TimeElapsedColumn(),
             console=self.console,
             transient=False,
+            # Not on a terminal (a supervisor's log): no bar, so stderr holds only what failed.
+            disable=not self.console.is_terminal,
         )
         self._task: TaskID | None = None
         self._started = time.monotonic()

@@ -6,6 +6,7 @@ ranges they are handed (read). Offsets travel as {"topic": {"partition": next_of
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -26,8 +27,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lagless.exceptions import BadInput, DataLossError
+from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_spark
 from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
+from lagless.logs import configure_from_environment
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
@@ -45,6 +47,7 @@ from lagless.source.sampling import sample_bytes_per_record
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
 
 SOURCE_NAME = "lagless-kafka"
+log = logging.getLogger(__name__)
 
 
 def to_json_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -76,9 +79,11 @@ class KafkaDataSource(DataSource):
             return RECEIPT_SCHEMA
         return SPARK_SCHEMA
 
+    @crosses_spark
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(SourceOptions.parse(self.options, batch=True))
 
+    @crosses_spark
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
 
@@ -87,6 +92,7 @@ class _Planning:
     """Offset decisions shared by the batch and the stream reader (driver side)."""
 
     def __init__(self, options: SourceOptions) -> None:
+        configure_from_environment()  # in Spark's Python runner, the driver's log settings
         self.options = options
         self._broker: OffsetReader | None = None
         self._bytes_per_record: dict[TP, float] = {}
@@ -98,7 +104,11 @@ class _Planning:
     @property
     def broker(self) -> OffsetReader:
         if self._broker is None:
-            self._broker = OffsetReader(self.options.kafka)
+            # The import checked the broker before the query started: from here on, a broker
+            # that does not answer is away, and waited for (retrySeconds).
+            self._broker = OffsetReader(
+                self.options.kafka, retry_s=self.options.retry_s, reached=True
+            )
         return self._broker
 
     def partitions(self) -> list[TP]:
@@ -184,6 +194,13 @@ class _Planning:
                         f"{tp[0]}[{tp[1]}]: offsets {offset}..{low[tp]} were deleted before "
                         "lagless read them; rerun with failOnDataLoss=false to skip what is gone"
                     )
+                log.warning(
+                    "%s[%d]: offsets %d..%d were deleted before lagless read them; skipped "
+                    "(failOnDataLoss=false)",
+                    *tp,
+                    offset,
+                    low[tp],
+                )
                 moved[tp] = low[tp]
         return moved
 
@@ -215,17 +232,23 @@ class _Planning:
         return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """A task's records (or its receipts, when it writes them itself); runs on an
+        executor, so lagless's errors leave it marked (exceptions.crossing_spark)."""
         if not isinstance(partition, RangePartition):
             # A batch query with nothing to read: PySpark then runs one task of its own.
             return
+        configure_from_environment()
         options = self.options
-        if options.executor_writer is None:
-            yield from self._read(partition.pieces)
-            return
-        writer = load_writer(
-            options.executor_writer, options.executor_writer_config, options.executor_writer_secret
-        )
-        yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+        with crossing_spark():
+            if options.executor_writer is None:
+                yield from self._read(partition.pieces)
+                return
+            writer = load_writer(
+                options.executor_writer,
+                options.executor_writer_config,
+                options.executor_writer_secret,
+            )
+            yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
 
     def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
         batches = read_ranges(
@@ -233,6 +256,7 @@ class _Planning:
             pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
+            retry_s=self.options.retry_s,
         )
         if self.options.include_headers:
             return batches
@@ -254,6 +278,7 @@ class KafkaBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self._planning = _Planning(options)
 
+    @crosses_spark
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
@@ -273,11 +298,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self._planned_a_batch = False
 
+    @crosses_spark
     def initialOffset(self) -> dict[str, Any]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
         return to_json_offsets(planning.starting_offsets(low, high))
 
+    @crosses_spark
     def prepareForTriggerAvailableNow(self) -> None:
         planning = self._planning
         self._target = planning.broker.latest(planning.partitions())
@@ -295,6 +322,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(options.max_bytes_per_batch)
         return ReadAllAvailable()
 
+    @crosses_spark
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         planning = self._planning
         options = planning.options
@@ -347,10 +375,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             available == 0 or time.monotonic() - self._last_batch_at < options.max_trigger_delay_s
         )
 
+    @crosses_spark
     def reportLatestOffset(self) -> dict[str, Any] | None:
         planning = self._planning
         return to_json_offsets(planning.broker.latest(planning.partitions()))
 
+    @crosses_spark
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._planning.plan(from_json_offsets(start), from_json_offsets(end))
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import lagless
 
-# Modules every layer may use: errors, failpoints, stop signals, secrets. They import nothing
-# of lagless but exceptions.
-FOUNDATION = {"exceptions", "failpoints", "signals", "secret"}
+# Modules every layer may use: errors, failpoints, stop signals, secrets, logging, retries. They
+# import nothing of lagless but exceptions.
+FOUNDATION = {"exceptions", "failpoints", "signals", "secret", "logs", "retry"}
 
 ALLOWED: dict[str, set[str]] = {
     "cli": {"importer", "lag", "serve", "gen", "broker", "kafka", "progress", "sinks", "source"},
