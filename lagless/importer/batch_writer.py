@@ -29,7 +29,7 @@ from lagless.importer.rows import (
     shape,
 )
 from lagless.importer.spec import Checked, ImportSpec
-from lagless.kafka.offset_reader import Offsets
+from lagless.kafka.offset_reader import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks import Target
 
@@ -69,6 +69,8 @@ class BatchWriter:
         self.done = 0
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
+        # Where this run's first batch starts (the records before it are not this run's).
+        self.first_start: Offsets = {}
 
     @property
     def target(self) -> Target:
@@ -103,15 +105,48 @@ class BatchWriter:
 
     def _write(self, records: DataFrame, batch_id: int) -> None:
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        start = self._batch_start(batch_id)
         self.last_end = end
+        read_before = Counter(self.summary.by_partition)
         if self.written_by_tasks:
             self._commit_task_files(records, batch_id)
         else:
             self._write_rows(records, batch_id, sorted(end))
+        if not self.spec.fail_on_data_loss:
+            self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
         self.collector.batch(self.summary, self.remaining_lag(end))
+
+    def _batch_start(self, batch_id: int) -> Offsets:
+        """Where the batch's ranges start: the end of the batch before it."""
+        if batch_id == 0:
+            return dict(self.first_start)
+        try:
+            return batch_end_offsets(self.spec.checkpoint, batch_id - 1)
+        except OSError:  # Spark keeps the offsets of its last 100 batches only
+            return dict(self.last_end or self.first_start)
+
+    def _count_skipped(
+        self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]
+    ) -> None:
+        """failOnDataLoss=false: the batch's offsets that retention deleted before they were
+        read (below the log start, and no record came from them) count as skipped."""
+        low, _ = self.checked.broker.watermarks(list(end))
+        skipped = 0
+        for tp, until in end.items():
+            since = start.get(tp, until)
+            missing = max(0, until - since - read.get(tp, 0))
+            skipped += min(missing, max(0, min(until, low[tp]) - since))
+        if skipped:
+            log.warning(
+                "batch %d: %d records deleted before they were read were skipped "
+                "(failOnDataLoss=false)",
+                batch_id,
+                skipped,
+            )
+            self.summary.skipped += skipped
 
     def _commit_task_files(self, receipts: DataFrame, batch_id: int) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""

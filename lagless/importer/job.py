@@ -59,6 +59,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             else None
         )
         writer = BatchWriter(spec, checked, collector, target_end, committer, dead_letter_topic)
+        writer.first_start = {tp: done.get(tp, low[tp]) for tp in high}
         started = time.monotonic()
         opened.enter_context(collector)
         collector.start(
@@ -109,11 +110,10 @@ def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
             if done_at_stop is None:
                 done_at_stop = writer.done
                 log.warning("%s: stopping after the batch in flight", stop.first.name)
-            if (
-                stop.insisted
-                or writer.done > done_at_stop
-                or not query.status.get("isTriggerActive", False)
-            ):
+            if stop.insisted:
+                log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
+                return
+            if writer.done > done_at_stop or not query.status.get("isTriggerActive", False):
                 return
         try:
             query.awaitTermination(0.2)

@@ -23,6 +23,8 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    # Records deleted by retention before they were read, skipped (failOnDataLoss=false).
+    skipped: int = 0
     # The last batch's records and bytes (for its log line).
     last_records: int = 0
     last_bytes: int = 0
@@ -56,6 +58,7 @@ class Summary:
             "written": self.written,
             "dead_lettered": self.dead_lettered,
             "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
+            "skipped": self.skipped,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
             "records_per_partition": {
@@ -138,6 +141,8 @@ class RichCollector(Collector):
         table.add_row("dead-lettered", f"{summary.dead_lettered:,}")
         for reason, count in sorted(summary.dead_lettered_by_reason.items()):
             table.add_row(f"  {reason}", f"{count:,}")
+        if summary.skipped:
+            table.add_row("skipped (deleted before read)", f"{summary.skipped:,}")
         table.add_row("rows written (after coalescing)", f"{summary.written:,}")
         table.add_row("bytes", f"{summary.bytes:,}")
         table.add_row("seconds", f"{summary.seconds:.1f}")
