@@ -181,7 +181,8 @@ def _after_event(
             # compaction) are absent, not lost.
             return piece.end
         return _lost(where, f"the log now ends at {end_of_log}", fail_on_data_loss, piece.end)
-    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+    # auto.offset.reset=error (KafkaConfig.reader) reports a deleted offset as _AUTO_OFFSET_RESET.
+    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
         tp = TopicPartition(piece.topic, piece.partition)
         low, _ = consumer.get_watermark_offsets(tp, timeout=10)
         resume = min(max(low, piece.start), piece.end)
