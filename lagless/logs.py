@@ -29,6 +29,7 @@ STDERR = "-"
 
 _ROOT = "lagless"
 _configured_file: str | None = None
+_handler: logging.Handler | None = None
 
 
 def default_log_file() -> str:
@@ -62,18 +63,23 @@ def configure(level: str = DEFAULT_LEVEL, file: str | None = None, as_json: bool
             handler = logging.NullHandler()
             _configured_file = None
     handler.setFormatter(JsonFormatter() if as_json else _plain())
+    # On the root logger: what libraries log (py4j and PySpark log errors on the root logger,
+    # which would otherwise print them on stderr) lands in the same place, from WARNING up.
+    global _handler
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+        _handler.close()
+    _handler = handler
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
     logger = logging.getLogger(_ROOT)
     for old in list(logger.handlers):
         logger.removeHandler(old)
-        old.close()
-    logger.addHandler(handler)
     logger.setLevel(level.upper())
-    logger.propagate = False
+    logger.propagate = True
     # py4j logs every callback it serves at INFO: its warnings and errors are enough.
-    py4j = logging.getLogger("py4j")
-    py4j.addHandler(handler)
-    py4j.setLevel(logging.WARNING)
-    py4j.propagate = False
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ[LEVEL_ENV] = level
     os.environ[FILE_ENV] = where
     os.environ[JSON_ENV] = "1" if as_json else ""
@@ -84,7 +90,7 @@ def configure_from_environment() -> None:
     """In a process Spark started: the driver's settings, once; without them, records are
     dropped rather than printed on the console (Python's last-resort handler would)."""
     logger = logging.getLogger(_ROOT)
-    if logger.handlers:
+    if logger.handlers or _handler is not None:
         return
     if os.environ.get(FILE_ENV):
         configure(

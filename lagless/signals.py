@@ -57,3 +57,23 @@ def stop_requests(enabled: bool = True) -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM outside `stop_requests`, raised as Python raises KeyboardInterrupt for SIGINT,
+    so a command stopped before its work began still ends with one line and 128 + signal."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.signal_number = number
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM raises Interrupted in the main thread (Python's default ends the process with
+    no word)."""
+
+    def interrupt(number: int, _frame: object) -> None:
+        raise Interrupted(number)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)

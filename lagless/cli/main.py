@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from lagless import logs
 from lagless.exceptions import BadInput, LaglessError, Stopped, TransientError, from_spark
+from lagless.signals import interrupt_on_sigterm
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -69,7 +70,7 @@ def as_lagless_error(exc: BaseException) -> LaglessError | None:
 def exit_code(exc: BaseException) -> int:
     """BadInput 2, TransientError 75, stopped by a signal 128 + its number, anything else 1."""
     if isinstance(exc, KeyboardInterrupt):
-        return EXIT_SIGNALLED + signal.SIGINT
+        return EXIT_SIGNALLED + getattr(exc, "signal_number", signal.SIGINT)
     found = as_lagless_error(exc)
     if isinstance(found, Stopped):
         return EXIT_SIGNALLED + found.signal_number
@@ -83,7 +84,8 @@ def exit_code(exc: BaseException) -> int:
 def one_line(exc: BaseException) -> str:
     """What stderr says about a failure: one line."""
     if isinstance(exc, KeyboardInterrupt):
-        return "lagless: stopped by SIGINT; a rerun resumes"
+        name = signal.Signals(getattr(exc, "signal_number", signal.SIGINT)).name
+        return f"lagless: stopped by {name}; a rerun resumes"
     found = as_lagless_error(exc)
     if isinstance(found, Stopped):
         return f"lagless: {found}"
@@ -100,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     where = logs.configure(args.log_level, args.log_file, args.log_json)
+    interrupt_on_sigterm()
     log.debug("lagless %s", " ".join(sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)

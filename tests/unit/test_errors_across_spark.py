@@ -3,7 +3,6 @@ CLI maps each class to its exit code and one line."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import traceback
 
@@ -26,6 +25,7 @@ from lagless.exceptions import (
     marker,
     parse_marker,
 )
+from lagless.signals import Interrupted
 
 
 @pytest.mark.parametrize("cls", [BadInput, TransientError, TerminalError, DataLossError])
@@ -104,6 +104,7 @@ def test_from_spark_finds_the_error_in_a_wrapping_exception_and_in_causes() -> N
         (Stopped(signal.SIGINT, "SIGINT"), 130, "lagless: stopped by SIGINT"),
         (Stopped(signal.SIGTERM, "SIGTERM"), 143, "lagless: stopped by SIGTERM"),
         (KeyboardInterrupt(), 130, "lagless: stopped by SIGINT"),
+        (Interrupted(signal.SIGTERM), 143, "lagless: stopped by SIGTERM"),
         (ZeroDivisionError("division by zero\nsecond line"), 1, "lagless: failed unexpectedly"),
     ],
 )
@@ -137,7 +138,7 @@ def test_main_prints_one_line_and_logs_the_trace(
     try:
         code = cli.main(["--log-file", str(log_file), "--log-json", "broker"])
     finally:
-        logging.getLogger("lagless").handlers.clear()
+        logs.configure("info", str(tmp_path / "after.log"))  # the test's file closed
     err = capsys.readouterr().err
     assert code == 1
     assert err.splitlines() == [
