@@ -3,8 +3,9 @@ partitions exist, their watermarks (one request for all), the offsets of a time,
 committed offsets (read and committed without joining it), and the records at given offsets.
 
 Every command and the source's driver side ask here; Kafka's errors become lagless's own here
-(`_reason`): BadInput when the broker cannot be reached at the start, TransientError when a
-request keeps failing later. Executors read their ranges with their own consumers
+(`_reason`): BadInput when the broker cannot be reached at the start; later, a request that
+fails is retried while the broker is away (lagless/retry.py), and past the budget a
+TransientError says so. Executors read their ranges with their own consumers
 (source/reader.py): that is data, not metadata.
 """
 
