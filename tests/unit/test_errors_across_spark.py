@@ -3,6 +3,7 @@ CLI maps each class to its exit code and one line."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import traceback
 
@@ -133,12 +134,17 @@ def test_main_prints_one_line_and_logs_the_trace(
 
     monkeypatch.setattr(parser, "parse_args", parse)
     log_file = tmp_path / "lagless.log"
+    # main() configures the process's logging: restored after the test.
     for name in (logs.FILE_ENV, logs.LEVEL_ENV, logs.JSON_ENV):
-        monkeypatch.delenv(name, raising=False)  # main() sets them; restored after the test
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(logs, "_handler", None)
+    monkeypatch.setattr(logs, "_configured_file", None)
     try:
         code = cli.main(["--log-file", str(log_file), "--log-json", "broker"])
     finally:
-        logs.configure("info", str(tmp_path / "after.log"))  # the test's file closed
+        if logs._handler is not None:
+            logging.getLogger().removeHandler(logs._handler)
+            logs._handler.close()
     err = capsys.readouterr().err
     assert code == 1
     assert err.splitlines() == [
