@@ -81,8 +81,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             try:
                 _await(query, stop, writer)
             finally:
-                if query.isActive:
-                    query.stop()
+                _stop(query)
         writer.summary.seconds = time.monotonic() - started
         if stop.is_set():
             log.warning(
@@ -119,6 +118,17 @@ def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
             query.awaitTermination(0.2)
         except StreamingQueryException:
             return  # the caller reads the failure from query.exception()
+
+
+def _stop(query: Any) -> None:
+    """Stop the query if it runs. Spark waits spark.sql.streaming.stopTimeout for its batch
+    thread (one inside the source's retries may not answer): past it, the process ends
+    anyway, as after a kill, and the checkpoint replays the batch."""
+    try:
+        if query.isActive:
+            query.stop()
+    except Exception:
+        log.warning("the query did not stop within Spark's stop timeout", exc_info=True)
 
 
 def stopped_by(failure: BaseException) -> LaglessError:
