@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from lagless import logs
-from lagless.exceptions import BadInput, LaglessError, Stopped, TransientError, from_spark
+from lagless.exceptions import BadInput, Stopped, TransientError, from_spark
 from lagless.signals import interrupt_on_sigterm
 
 EXIT_FAILED = 1
@@ -61,17 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def as_lagless_error(exc: BaseException) -> LaglessError | None:
-    """The LaglessError an exception is or carries (across Spark's boundary); None for any
-    other failure."""
-    return from_spark(exc)
-
-
 def exit_code(exc: BaseException) -> int:
     """BadInput 2, TransientError 75, stopped by a signal 128 + its number, anything else 1."""
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_SIGNALLED + getattr(exc, "signal_number", signal.SIGINT)
-    found = as_lagless_error(exc)
+    found = from_spark(exc)  # what it is or carries across Spark's boundary
     if isinstance(found, Stopped):
         return EXIT_SIGNALLED + found.signal_number
     if isinstance(found, BadInput):
@@ -86,7 +80,7 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         name = signal.Signals(getattr(exc, "signal_number", signal.SIGINT)).name
         return f"lagless: stopped by {name}; a rerun resumes"
-    found = as_lagless_error(exc)
+    found = from_spark(exc)  # what it is or carries across Spark's boundary
     if isinstance(found, Stopped):
         return f"lagless: {found}"
     if isinstance(found, BadInput):
