@@ -83,14 +83,17 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             finally:
                 _stop(query)
         writer.summary.seconds = time.monotonic() - started
+        # After a stop request, an error is the stop's doing (the batch the writer refused, one
+        # that query.stop() interrupted), or, if not, is logged and met again by the rerun.
+        failure = None if stop.is_set() else writer.failure or query.exception()
+        if failure is not None:
+            raise stopped_by(failure)
         if stop.is_set():
             log.warning(
                 "stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done
             )
-            raise Stopped(stop.first.value, stop.first.name)
-        failure = writer.failure or query.exception()
-        if failure is not None:
-            raise stopped_by(failure)
+            if spec.mode == "bulk":  # a continuous import's signal is its usual end
+                raise Stopped(stop.first.value, stop.first.name)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
