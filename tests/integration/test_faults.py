@@ -4,8 +4,9 @@ broker's down/up controls), a PostgreSQL server restarted, and SIGINT/SIGTERM, d
 continuous imports into every store.
 
 Inside the retry budget the import rides the fault out: exit 0 and every record once. Past it:
-exit 75 with one line on stderr, and a rerun ends like a clean run. A signal: exit 130/143 with
-one line, and a rerun ends like a clean run. Expectations come from the topic itself, read back
+exit 75 with one line on stderr, and a rerun ends like a clean run. A signal: a bulk import
+exits 130/143 with one line, a continuous one 0 (its usual end), and a rerun ends like a clean
+run. Expectations come from the topic itself, read back
 with a plain consumer (test_crash_safety.read_topic).
 
 The default run keeps a few representative cases; the full matrix is marked `matrix`.
