@@ -1,8 +1,26 @@
-"""Every error lagless raises on purpose derives from LaglessError.
+"""Every error lagless raises on purpose derives from LaglessError, and keeps its class across
+Spark's boundary.
 
-The CLI turns a BadInput into a one-line message and exit code 2; a TransientError
-may succeed when retried (a broker or a database briefly away); a TerminalError will not.
+The CLI maps the class to an exit code (cli/main.py): BadInput 2, TransientError 75, any other
+failure 1. A TransientError may succeed when retried (a broker or a database away longer than
+the retry budget); a TerminalError will not.
+
+Code that Spark runs in another process (a task on an executor, the Python runner of the
+stream source's planning) can only send text back: Spark wraps the Python error, with its
+message, into a JVM exception. `crossing_spark` writes the error's class and message into that
+message as one structured marker, and `from_spark` reads it back out of any exception Spark
+raises: one writer, one parser, no matching of class names or message text.
 """
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class LaglessError(Exception):
@@ -18,8 +36,94 @@ class TerminalError(LaglessError):
 
 
 class TransientError(LaglessError):
-    """A failure that may pass: the caller may retry."""
+    """A failure that may pass: something was away for longer than the retry budget."""
 
 
 class DataLossError(TerminalError):
     """Offsets the plan needs are gone from the broker (retention ran ahead of the import)."""
+
+
+class Stopped(LaglessError):
+    """SIGINT or SIGTERM stopped the import between batches (or abandoned the batch in flight,
+    which the checkpoint replays): a rerun resumes. Exit code 128 + the signal's number."""
+
+    def __init__(self, signal_number: int, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}; nothing is half-written, a rerun resumes")
+        self.signal_number = signal_number
+
+
+# The classes a marker may name; an unknown name (a newer lagless) reads as a TerminalError.
+_BY_NAME: dict[str, type[LaglessError]] = {
+    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError)
+}
+MARKER = "@lagless-error:"
+
+
+class CrossedError(LaglessError):
+    """A LaglessError on its way through Spark: its message is the marker (`crossing_spark`)."""
+
+
+def marker(error: LaglessError) -> str:
+    """The error as one line of text that survives Spark's wrapping."""
+    name = type(error).__name__ if type(error).__name__ in _BY_NAME else "TerminalError"
+    return MARKER + json.dumps({"class": name, "message": str(error)})
+
+
+def parse_marker(text: str) -> LaglessError | None:
+    """The first error marked in `text` (a Spark error's message, a traceback), as the class
+    it was raised as; None when there is none."""
+    start = text.find(MARKER)
+    while start >= 0:
+        try:
+            found, _ = json.JSONDecoder().raw_decode(text, start + len(MARKER))
+            cls = _BY_NAME.get(str(found["class"]), TerminalError)
+            return cls(str(found["message"]))
+        except (ValueError, KeyError, TypeError):
+            start = text.find(MARKER, start + 1)
+    return None
+
+
+@contextmanager
+def crossing_spark() -> Iterator[None]:
+    """Around code Spark runs in another process: a LaglessError leaves as a marked one."""
+    try:
+        yield
+    except CrossedError:
+        raise
+    except LaglessError as exc:
+        raise CrossedError(marker(exc)) from None
+
+
+def crosses_spark(func: F) -> F:
+    """`crossing_spark` around a function (not a generator: use the context manager inside)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with crossing_spark():
+            return func(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+def from_spark(exc: BaseException) -> LaglessError | None:
+    """The LaglessError a Spark (or py4j) error carries in its message or its causes; None
+    when it carries none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, LaglessError) and not isinstance(current, CrossedError):
+            return current
+        found = parse_marker(_text(current))
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _text(exc: BaseException) -> str:
+    # A py4j Java error's str() asks the JVM for the Java trace, which holds the task's text.
+    try:
+        return str(exc)
+    except Exception:  # a JVM that is gone cannot describe its error
+        return repr(exc.args)

@@ -1,4 +1,13 @@
-"""SIGINT and SIGTERM as a request to stop, for commands that finish their work in flight."""
+"""SIGINT and SIGTERM as a request to stop, for commands that finish their work in flight.
+
+The handler only records the signal: it never raises and never calls into Spark. A handler that
+did (Python's default raises KeyboardInterrupt; PySpark's own SIGINT handler calls the JVM to
+cancel every job, then raises) runs between two bytecodes of the main thread, which is then
+inside a py4j call, halfway through reading the JVM's answer from its socket: the handler's
+py4j call reenters that buffered socket ("RuntimeError: reentrant call"), and the interrupted
+call leaves its connection half-read for the next one. The main thread looks at the request
+when it is between calls instead (importer/job.py).
+"""
 
 from __future__ import annotations
 
@@ -7,20 +16,64 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest(threading.Event):
+    """Set by the first SIGINT or SIGTERM; `signals` lists every one received, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signals: list[int] = []
+
+    def record(self, number: int) -> None:
+        self.signals.append(number)
+        self.set()
+
+    @property
+    def first(self) -> signal.Signals:
+        return signal.Signals(self.signals[0])
+
+    @property
+    def insisted(self) -> bool:
+        """A second signal: stop at once."""
+        return len(self.signals) > 1
+
 
 @contextmanager
-def stop_requests(enabled: bool = True) -> Iterator[threading.Event]:
-    """An event set by SIGINT or SIGTERM while inside; the handlers before are restored on exit.
-    Disabled, the event is never set and signals keep their handlers."""
-    requested = threading.Event()
-    if not enabled:
+def stop_requests(enabled: bool = True) -> Iterator[StopRequest]:
+    """A StopRequest set by SIGINT or SIGTERM while inside; the handlers before are restored
+    on exit. Disabled (or outside the main thread), it is never set and signals keep their
+    handlers."""
+    requested = StopRequest()
+    if not enabled or threading.current_thread() is not threading.main_thread():
         yield requested
         return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in previous:
-        signal.signal(sig, lambda *_: requested.set())
+        signal.signal(sig, lambda number, _frame: requested.record(number))
     try:
         yield requested
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM outside `stop_requests`, raised as Python raises KeyboardInterrupt for SIGINT,
+    so a command stopped before its work began still ends with one line and 128 + signal."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.signal_number = number
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM raises Interrupted in the main thread (Python's default ends the process with
+    no word)."""
+
+    def interrupt(number: int, _frame: object) -> None:
+        raise Interrupted(number)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)

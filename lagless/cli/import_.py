@@ -14,6 +14,7 @@ from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.progress import RichCollector
+from lagless.retry import DEFAULT_RETRY_S
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -125,6 +126,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="continuous mode: seconds between batch starts (default %(default)s)",
     )
     parser.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=DEFAULT_RETRY_S,
+        metavar="S",
+        help="how long a broker or database that is away (unreachable, hung, restarting) is "
+        "waited for, with retries, before the import exits 75; a rerun resumes "
+        "(default %(default).0f)",
+    )
+    parser.add_argument(
         "--skip-lost-offsets",
         action="store_true",
         help="skip offsets deleted by retention instead of failing",
@@ -155,6 +165,8 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
+    if not args.retry_seconds >= 0:
+        raise BadInput("--retry-seconds must be at least 0")
     return ImportSpec(
         kafka=kafka_config(args),
         topics=tuple(args.topic),
@@ -178,6 +190,7 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value_schema=args.value_schema,
         schema_registry=args.schema_registry,
         key_fields=tuple(f.strip() for f in args.key_field.split(",")) if args.key_field else (),
+        retry_seconds=args.retry_seconds,
     )
 
 

@@ -1,19 +1,31 @@
-"""`lagless` command line: one module per command, each with `register(subparsers)`."""
+"""`lagless` command line: one module per command, each with `register(subparsers)`.
+
+Every failure is one line on stderr and an exit code (`exit_code`); the full story, with the
+trace, goes to the log (lagless/logs.py), which the line names.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from lagless.exceptions import BadInput, LaglessError, TransientError
+from lagless import logs
+from lagless.exceptions import BadInput, Stopped, TransientError, from_spark
+from lagless.signals import interrupt_on_sigterm
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 # sysexits.h's EX_TEMPFAIL: something was away (a broker, a database); running the same command
 # again resumes where it stopped, so a supervisor may retry on this code and alert on the others.
 EXIT_TRANSIENT = 75
+# A shell's code for a process a signal ended: 130 for SIGINT, 143 for SIGTERM.
+EXIT_SIGNALLED = 128
+
+log = logging.getLogger("lagless.cli")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -30,28 +42,87 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lagless",
         description="Import Kafka topics into stores with Spark, and see why a consumer lags.",
     )
+    parser.add_argument(
+        "--log-level",
+        choices=logs.LEVELS,
+        default=logs.DEFAULT_LEVEL,
+        help="what lagless logs (default %(default)s; debug also lets Spark's warnings through)",
+    )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="where the log goes ('-': stderr; default $LAGLESS_LOG_FILE, else "
+        "$XDG_STATE_HOME/lagless/lagless.log, i.e. ~/.local/state/lagless/lagless.log)",
+    )
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for module in commands():
         module.register(sub)
     return parser
 
 
+def exit_code(exc: BaseException) -> int:
+    """BadInput 2, TransientError 75, stopped by a signal 128 + its number, anything else 1."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_SIGNALLED + getattr(exc, "signal_number", signal.SIGINT)
+    found = from_spark(exc)  # what it is or carries across Spark's boundary
+    if isinstance(found, Stopped):
+        return EXIT_SIGNALLED + found.signal_number
+    if isinstance(found, BadInput):
+        return EXIT_BAD_INPUT
+    if isinstance(found, TransientError):
+        return EXIT_TRANSIENT
+    return EXIT_FAILED
+
+
+def one_line(exc: BaseException) -> str:
+    """What stderr says about a failure: one line."""
+    if isinstance(exc, KeyboardInterrupt):
+        name = signal.Signals(getattr(exc, "signal_number", signal.SIGINT)).name
+        return f"lagless: stopped by {name}; a rerun resumes"
+    found = from_spark(exc)  # what it is or carries across Spark's boundary
+    if isinstance(found, Stopped):
+        return f"lagless: {found}"
+    if isinstance(found, BadInput):
+        return f"lagless: error: {_first_line(found)}"
+    if isinstance(found, TransientError):
+        return f"lagless: failed, may pass on a rerun: {_first_line(found)}"
+    if found is not None:
+        return f"lagless: failed: {_first_line(found)}"
+    return f"lagless: failed unexpectedly: {type(exc).__name__}: {_first_line(exc)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    where = logs.configure(args.log_level, args.log_file, args.log_json)
+    interrupt_on_sigterm()
+    log.debug("lagless %s", " ".join(sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)
-    except BadInput as exc:
-        print(f"lagless: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except TransientError as exc:
-        print(f"lagless: failed, may pass on a rerun: {exc}", file=sys.stderr)
-        return EXIT_TRANSIENT
-    except LaglessError as exc:
-        print(f"lagless: failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        return 130
+    except (Exception, KeyboardInterrupt) as exc:
+        code = exit_code(exc)
+        line = one_line(exc)
+        if code == EXIT_BAD_INPUT or code > EXIT_SIGNALLED:
+            log.warning("%s (exit %d)", line, code)  # a refusal or a stop: no trace to tell
+        else:
+            log.error("%s (exit %d)", line, code, exc_info=exc)
+        details = logs.log_file()
+        if code != EXIT_BAD_INPUT and details and where != logs.STDERR:
+            line = f"{line} (details: {details})"
+        print(line, file=sys.stderr, flush=True)
+        return code
+
+
+def _first_line(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # a py4j error whose JVM is gone
+        text = repr(exc.args)
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -6,11 +6,15 @@ committed, so everything here may run again for the same batch: every write is i
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
+from lagless.exceptions import Stopped
 from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
@@ -24,12 +28,14 @@ from lagless.importer.rows import (
     shape,
 )
 from lagless.importer.spec import Checked, ImportSpec
-from lagless.kafka.offset_reader import Offsets
+from lagless.kafka.offset_reader import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 
 class BatchWriter:
@@ -54,30 +60,94 @@ class BatchWriter:
         # (the source reads nothing below it): with Spark's journaled ends, a batch's ranges.
         self.first_start = first_start or {}
         self.held = held or {}
-        self.summary = Summary(skipped_offsets=sum(lost.skipped for lost in checked.lost))
+        # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
+        self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
         self.target = checked.target
+        # Set by the run loop: after a stop request, the batch in flight is finished and the
+        # next one refused (job.py).
+        self.stop: threading.Event | None = None
+        self._done_after_stop = False
+        # Batches written by this run; the error of the last failed one, as raised (the query's
+        # own error only holds its text).
+        self.done = 0
+        self.failure: BaseException | None = None
+        self.last_end: Offsets = {}
 
     def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
         """The batch as the store commits it (its ranges), and its end offsets."""
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        start = (
-            batch_end_offsets(self.spec.checkpoint, batch_id - 1) if batch_id else self.first_start
-        )
-        return Batch(batch_id, batch_ranges(start, end, self.held)), end
+        return Batch(batch_id, batch_ranges(self._batch_start(batch_id), end, self.held)), end
+
+    def _batch_start(self, batch_id: int) -> Offsets:
+        """Where the batch's ranges start: the end of the batch before it."""
+        if batch_id == 0:
+            return dict(self.first_start)
+        try:
+            return batch_end_offsets(self.spec.checkpoint, batch_id - 1)
+        except OSError:  # Spark keeps the offsets of its last 100 batches only
+            return dict(self.last_end or self.first_start)
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
+        if self.stop is not None and self.stop.is_set() and self._done_after_stop:
+            # Nothing of this batch is written: the checkpoint replays it on the next run.
+            log.info("batch %d: not started, a stop was asked for", batch_id)
+            raise Stopped(0, "a stop request")
+        started = time.monotonic()
+        try:
+            self._write(records, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            log.error("batch %d failed", batch_id, exc_info=True)
+            raise
+        self.done += 1
+        self._done_after_stop = self.stop is not None and self.stop.is_set()
+        log.info(
+            "batch %d: %d records, %d bytes, up to offsets %s, in %.2f s",
+            batch_id,
+            self.summary.last_records,
+            self.summary.last_bytes,
+            _offsets_text(self.last_end),
+            time.monotonic() - started,
+        )
+
+    def _write(self, records: DataFrame, batch_id: int) -> None:
         batch, end = self.batch(batch_id)
+        start = self._batch_start(batch_id)
+        self.last_end = end
+        read_before = Counter(self.summary.by_partition)
         if self.written_by_tasks:
             self._commit_task_files(records, batch)
         else:
             self._write_rows(records, batch, sorted(end))
+        if not self.spec.fail_on_data_loss:
+            self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
         self.collector.batch(self.summary, self.remaining_lag(end))
+
+    def _count_skipped(
+        self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]
+    ) -> None:
+        """failOnDataLoss=false: the batch's offsets that retention deleted before they were
+        read (below the log start, and no record came from them) count as skipped."""
+        low, _ = self.checked.broker.watermarks(list(end))
+        skipped = 0
+        for tp, until in end.items():
+            since = start.get(tp, until)
+            missing = max(0, until - since - read.get(tp, 0))
+            skipped += min(missing, max(0, min(until, low[tp]) - since))
+        if skipped:
+            log.warning(
+                "batch %d: %d records deleted before they were read were skipped "
+                "(failOnDataLoss=false)",
+                batch_id,
+                skipped,
+            )
+            self.summary.skipped += skipped
 
     def _commit_task_files(self, receipts: DataFrame, batch: Batch) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""
@@ -148,6 +218,10 @@ class BatchWriter:
         broker = self.checked.broker
         latest = self.target_end or broker.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _offsets_text(offsets: Offsets) -> str:
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "-"
 
 
 def _sql_string(text: str) -> str:

@@ -10,12 +10,11 @@ Everything the import opens is closed when it ends, and when it fails.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from contextlib import ExitStack
 from typing import Any
 
-from lagless.exceptions import LaglessError, TerminalError, TransientError
+from lagless.exceptions import LaglessError, Stopped, TerminalError, from_spark
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import last_end_offsets, write_fit
@@ -23,7 +22,7 @@ from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
 from lagless.progress import Collector, Summary
-from lagless.signals import stop_requests
+from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 
@@ -55,6 +54,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             warming = warm_up_in_background(spark)
             opened.callback(warming.join)
         slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
+        checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)
         done = last_end_offsets(spec.checkpoint)
         target_end = dict(high) if spec.mode == "bulk" else None
@@ -88,31 +88,71 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             writer_stream = writer_stream.trigger(availableNow=True)
         else:
             writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
-        with stop_requests(spec.mode == "continuous") as stop:
+        # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
+        with stop_requests() as stop:
+            writer.stop = stop
             query = writer_stream.start()
             try:
-                _await(query, stop)
+                _await(query, stop, writer)
             finally:
-                if query.isActive:
-                    query.stop()
+                _stop(query)
         writer.summary.seconds = time.monotonic() - started
-        failure = query.exception()
+        # After a stop request, an error is the stop's doing (the batch the writer refused, one
+        # that query.stop() interrupted), or, if not, is logged and met again by the rerun.
+        failure = None if stop.is_set() else writer.failure or query.exception()
         if failure is not None:
-            raise _stopped_by(str(failure))
+            raise stopped_by(failure)
+        if stop.is_set():
+            log.warning(
+                "stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done
+            )
+            if spec.mode == "bulk":  # a continuous import's signal is its usual end
+                raise Stopped(stop.first.value, stop.first.name)
         collector.finish(writer.summary)
+        log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
 
 
-def _await(query: Any, stop: threading.Event) -> None:
+def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
+    """Until the query ends, or until a stop was asked for and the batch in flight is done
+    (the batch after it is refused by the writer); a second signal: at once, abandoning the
+    batch in flight, which the checkpoint replays."""
+    from pyspark.errors import StreamingQueryException
+
+    done_at_stop: int | None = None
     # A source that fails while planning leaves the query active but stalled: poll its error.
     while query.isActive and query.exception() is None:
-        if stop.is_set() and not query.status.get("isTriggerActive", False):
-            return
-        query.awaitTermination(0.2)
+        if stop.is_set():
+            if done_at_stop is None:
+                done_at_stop = writer.done
+                log.warning("%s: stopping after the batch in flight", stop.first.name)
+            if stop.insisted:
+                log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
+                return
+            if writer.done > done_at_stop or not query.status.get("isTriggerActive", False):
+                return
+        try:
+            query.awaitTermination(0.2)
+        except StreamingQueryException:
+            return  # the caller reads the failure from query.exception()
 
 
-def _stopped_by(failure: str) -> LaglessError:
-    """The query's error as lagless's own: transient when what failed inside was transient
-    (a broker or database away), so the caller may run the import again to resume."""
-    error = TransientError if TransientError.__name__ in failure else TerminalError
-    return error(f"import stopped: {first_line(failure)}")
+def _stop(query: Any) -> None:
+    """Stop the query if it runs. Spark waits spark.sql.streaming.stopTimeout for its batch
+    thread (one inside the source's retries may not answer): past it, the process ends
+    anyway, as after a kill, and the checkpoint replays the batch."""
+    try:
+        if query.isActive:
+            query.stop()
+    except Exception:
+        log.warning("the query did not stop within Spark's stop timeout", exc_info=True)
+
+
+def stopped_by(failure: BaseException) -> LaglessError:
+    """The query's failure as lagless's own: the class it was raised as in foreachBatch, a
+    task or the source (exceptions.from_spark); any other failure is terminal."""
+    found = from_spark(failure)
+    log.error("the import failed", exc_info=failure)
+    if found is not None:
+        return found
+    return TerminalError(f"import stopped: {first_line(str(failure))}")

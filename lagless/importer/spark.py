@@ -11,6 +11,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+from lagless.logs import child_output_to_log, log_file, spark_log_level
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,8 +28,15 @@ def require_java() -> None:
 
 
 def quiet_logging_option() -> str:
+    """Spark's log into lagless's log file (logs.py), quiet unless lagless logs at debug."""
     log_config = resources.files("lagless.importer").joinpath("log4j2.properties")
-    return f"-Dlog4j2.configurationFile=file:{log_config}"
+    option = (
+        f"-Dlog4j2.configurationFile=file:{log_config} -Dlagless.spark.level={spark_log_level()}"
+    )
+    where = log_file()
+    if where and " " not in where:
+        option += f" -Dlagless.log.file={where}"
+    return option
 
 
 def spark_session(
@@ -64,7 +72,8 @@ def spark_session(
         builder = builder.config("spark.default.parallelism", str(parallelism))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with child_output_to_log():
+        spark = builder.getOrCreate()
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(WarmUpSource)
     return spark

@@ -15,6 +15,7 @@ from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
+from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
 from lagless.source import options as o
@@ -61,6 +62,8 @@ class ImportSpec:
     value_schema: str | None = None
     schema_registry: str | None = None
     key_fields: tuple[str, ...] = ()
+    # How long a broker or database that is away is waited for (lagless/retry.py).
+    retry_seconds: float = DEFAULT_RETRY_S
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         if self.table is None and len(self.topics) != 1:
@@ -83,6 +86,7 @@ class ImportSpec:
                 o.STARTING_OFFSETS: "earliest",
                 o.FAIL_ON_DATA_LOSS: str(self.fail_on_data_loss).lower(),
                 o.SLOTS: str(slots),
+                o.RETRY_SECONDS: str(self.retry_seconds),
             }
         )
         writer = self.executor_writer()
@@ -152,7 +156,7 @@ def check(spec: ImportSpec) -> Checked:
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     fit = Fit.of(spec.topics, sink.identity, table, spec.write, spec.value_format, spec.key_fields)
     new_fit = check_fit(spec.checkpoint, fit)
-    broker = OffsetReader(spec.kafka)
+    broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
     partitions = broker.partitions(spec.topics)
     lost = check_log(spec, broker, partitions)
     if spec.dead_letter_topic is not None:

@@ -3,8 +3,9 @@ partitions exist, their watermarks (one request for all), the offsets of a time,
 committed offsets (read and committed without joining it), and the records at given offsets.
 
 Every command and the source's driver side ask here; Kafka's errors become lagless's own here
-(`_reason`): BadInput when the broker cannot be reached at the start, TransientError when a
-request keeps failing later. Executors read their ranges with their own consumers
+(`_reason`): BadInput when the broker cannot be reached at the start; later, a request that
+fails is retried while the broker is away (lagless/retry.py), and past the budget a
+TransientError says so. Executors read their ranges with their own consumers
 (source/reader.py): that is data, not metadata.
 """
 
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Self, cast
+from typing import Self, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -24,12 +25,14 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
+from lagless.retry import DEFAULT_RETRY_S, retried
 
 TP = tuple[str, int]
+T = TypeVar("T")
 Offsets = dict[TP, int]
 
 # Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
@@ -63,10 +66,21 @@ class RecordInfo:
 
 
 class OffsetReader:
-    def __init__(self, config: KafkaConfig, timeout_s: float = 10.0, retry_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        timeout_s: float = 10.0,
+        retry_s: float = DEFAULT_RETRY_S,
+        *,
+        reached: bool = False,
+    ) -> None:
+        """`retry_s`: how long a broker that went away is waited for (lagless/retry.py).
+        Before it first answered (`reached`), an unreachable broker is bad input (a wrong
+        address) rather than one to wait for."""
         self._config = config
         self._timeout_s = timeout_s
         self._retry_s = retry_s
+        self._reached = reached
         self._admin = AdminClient(config.admin())
         self._group_clients: dict[str, Consumer] = {}
         # The latest offset a reader can reach: under read_committed (librdkafka's default) the
@@ -96,13 +110,27 @@ class OffsetReader:
     ) -> list[TP]:
         """Partitions of the named topics (each must exist), of the topics matching pattern
         (`.*`: every topic but Kafka's internal ones), or the assigned ones (each must exist)."""
-        try:
-            metadata = self._admin.list_topics(timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise BadInput(
-                f"cannot reach the broker at {self._config.bootstrap} within "
-                f"{self._timeout_s:.0f} s ({_reason(exc)})"
-            ) from None
+        if not self._reached:
+            try:
+                metadata = self._admin.list_topics(timeout=self._timeout_s)
+            except KafkaException as exc:
+                raise BadInput(
+                    f"cannot reach the broker at {self._config.bootstrap} within "
+                    f"{self._timeout_s:.0f} s ({_reason(exc)})"
+                ) from None
+            self._reached = True
+        else:
+            named = set(topics) | set(assign or ())
+
+            def answered() -> ClusterMetadata:
+                found = self._admin.list_topics(timeout=self._timeout_s)
+                # A restarting broker may answer before it leads its partitions again.
+                failing = sorted(t for t in named if t in found.topics and found.topics[t].error)
+                if failing:
+                    raise KafkaException(found.topics[failing[0]].error)
+                return found
+
+            metadata = self._retried(answered, "listing topics")
         if assign is not None:
             wanted = [(t, p) for t, parts in sorted(assign.items()) for p in sorted(parts)]
             for t, p in wanted:
@@ -162,12 +190,10 @@ class OffsetReader:
         wanted = [TopicPartition(t, p) for t, p in partitions]
         if not wanted:
             return {}
-        try:
-            found = self._group_client(group).committed(wanted, timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise TransientError(
-                f"reading the offsets of group {group!r}: {_reason(exc)}"
-            ) from None
+        found = self._retried(
+            lambda: self._group_client(group).committed(wanted, timeout=self._timeout_s),
+            f"reading the offsets of group {group!r}",
+        )
         return {
             (tp.topic, tp.partition): None
             if tp.offset == OFFSET_INVALID or tp.offset < 0
@@ -180,13 +206,13 @@ class OffsetReader:
         caller's rule), without joining the group."""
         if not offsets:
             return
-        try:
-            self._group_client(group).commit(
+        self._retried(
+            lambda: self._group_client(group).commit(
                 offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
                 asynchronous=False,
-            )
-        except KafkaException as exc:
-            raise TransientError(f"committing offsets of group {group!r}: {_reason(exc)}") from None
+            ),
+            f"committing offsets of group {group!r}",
+        )
 
     def _group_client(self, group: str) -> Consumer:
         if group not in self._group_clients:
@@ -297,23 +323,28 @@ class OffsetReader:
         return self._list_specs({tp: spec for tp in partitions})
 
     def _list_specs(self, specs: Mapping[TP, OffsetSpec]) -> Offsets:
-        """Retries while the broker is away, up to retry_s: a failure here stalls the query."""
         if not specs:
             return {}
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-        deadline = time.monotonic() + self._retry_s
-        while True:
-            try:
-                futures = self._admin.list_offsets(
-                    request, isolation_level=self._isolation, request_timeout=self._timeout_s
-                )
-                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-            except KafkaException as exc:
-                if time.monotonic() > deadline:
-                    raise TransientError(
-                        f"listing offsets on {self._config.bootstrap}: {_reason(exc)}"
-                    ) from None
-                time.sleep(1.0)
+
+        def listed() -> Offsets:
+            futures = self._admin.list_offsets(
+                request, isolation_level=self._isolation, request_timeout=self._timeout_s
+            )
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+        return self._retried(listed, "listing offsets")
+
+    def _retried(self, attempt: Callable[[], T], doing: str) -> T:
+        """attempt() again while the broker is away, up to retry_s: a failure here stalls the
+        query, and past the budget the import exits 75."""
+        return retried(
+            attempt,
+            what=f"the broker at {self._config.bootstrap} ({doing})",
+            budget_s=self._retry_s,
+            retry_on=(KafkaException,),
+            reason=lambda exc: _reason(cast(KafkaException, exc)),
+        )
 
 
 def _reason(exc: KafkaException) -> str:

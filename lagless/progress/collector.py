@@ -23,8 +23,12 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
-    # Offsets lost before they were read, skipped under --skip-lost-offsets.
-    skipped_offsets: int = 0
+    # Offsets lost before they were read (deleted by retention, or a recreated topic's), skipped
+    # under --skip-lost-offsets (failOnDataLoss=false).
+    skipped: int = 0
+    # The last batch's records and bytes (for its log line).
+    last_records: int = 0
+    last_bytes: int = 0
 
     def add_batch(
         self,
@@ -42,6 +46,8 @@ class Summary:
         self.imported += read - dead
         self.dead_lettered += dead
         self.bytes += bytes_read
+        self.last_records = read
+        self.last_bytes = bytes_read
         self.written += written
         self.dead_lettered_by_reason.update(dead_lettered_by_reason)
 
@@ -53,7 +59,7 @@ class Summary:
             "written": self.written,
             "dead_lettered": self.dead_lettered,
             "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
-            "skipped_offsets": self.skipped_offsets,
+            "skipped": self.skipped,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
             "records_per_partition": {
@@ -100,6 +106,8 @@ class RichCollector(Collector):
             TimeElapsedColumn(),
             console=self.console,
             transient=False,
+            # Not on a terminal (a supervisor's log): no bar, so stderr holds only what failed.
+            disable=not self.console.is_terminal,
         )
         self._task: TaskID | None = None
         self._started = time.monotonic()
@@ -134,9 +142,9 @@ class RichCollector(Collector):
         table.add_row("dead-lettered", f"{summary.dead_lettered:,}")
         for reason, count in sorted(summary.dead_lettered_by_reason.items()):
             table.add_row(f"  {reason}", f"{count:,}")
+        if summary.skipped:
+            table.add_row("skipped (lost before read)", f"{summary.skipped:,}")
         table.add_row("rows written (after coalescing)", f"{summary.written:,}")
-        if summary.skipped_offsets:
-            table.add_row("offsets lost, skipped", f"{summary.skipped_offsets:,}")
         table.add_row("bytes", f"{summary.bytes:,}")
         table.add_row("seconds", f"{summary.seconds:.1f}")
         table.add_row("records/s", f"{summary.records / seconds:,.0f}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
+from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
 from lagless.sinks.ledger import TP, Batch
 
@@ -171,6 +172,9 @@ class Sink(ABC):
     # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
     # stay large; executors stream rows into the store, so memory does not bound them.
     max_batch_bytes: int = 1024 * 1024 * 1024
+    # How long a store that is away (a database restarting) is waited for; the import sets it
+    # from --retry-seconds (lagless/retry.py).
+    retry_s: float = DEFAULT_RETRY_S
     # A run's first batch is small, so its rows are visible seconds after the start rather than
     # after a whole large batch (a dozen seconds or more here); it costs one batch more.
     FIRST_BATCH_MAX_BYTES: ClassVar[int] = 32 * 1024 * 1024

@@ -27,8 +27,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lagless.exceptions import BadInput, DataLossError
+from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_spark
 from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
+from lagless.logs import configure_from_environment
 from lagless.planner import limit_batch, plan_tasks
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
@@ -49,6 +50,7 @@ from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
 from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
+log = logging.getLogger(__name__)
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,11 @@ class KafkaDataSource(DataSource):
             return RECEIPT_SCHEMA
         return SPARK_SCHEMA
 
+    @crosses_spark
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(SourceOptions.parse(self.options, batch=True))
 
+    @crosses_spark
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
 
@@ -96,6 +100,7 @@ class _Planning:
     """Offset decisions shared by the batch and the stream reader (driver side)."""
 
     def __init__(self, options: SourceOptions) -> None:
+        configure_from_environment()  # in Spark's Python runner, the driver's log settings
         self.options = options
         self._broker: OffsetReader | None = None
         self._bytes_per_record: dict[TP, float] = {}
@@ -108,7 +113,11 @@ class _Planning:
     @property
     def broker(self) -> OffsetReader:
         if self._broker is None:
-            self._broker = OffsetReader(self.options.kafka)
+            # The import checked the broker before the query started: from here on, a broker
+            # that does not answer is away, and waited for (retrySeconds).
+            self._broker = OffsetReader(
+                self.options.kafka, retry_s=self.options.retry_s, reached=True
+            )
         return self._broker
 
     def close(self) -> None:
@@ -240,17 +249,23 @@ class _Planning:
         return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """A task's records (or its receipts, when it writes them itself); runs on an
+        executor, so lagless's errors leave it marked (exceptions.crossing_spark)."""
         if not isinstance(partition, RangePartition):
             # A batch query with nothing to read: PySpark then runs one task of its own.
             return
+        configure_from_environment()
         options = self.options
-        if options.executor_writer is None:
-            yield from self._read(partition.pieces)
-            return
-        writer = load_writer(
-            options.executor_writer, options.executor_writer_config, options.executor_writer_secret
-        )
-        yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+        with crossing_spark():
+            if options.executor_writer is None:
+                yield from self._read(partition.pieces)
+                return
+            writer = load_writer(
+                options.executor_writer,
+                options.executor_writer_config,
+                options.executor_writer_secret,
+            )
+            yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
 
     def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
         batches = read_ranges(
@@ -258,6 +273,7 @@ class _Planning:
             pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
+            retry_s=self.options.retry_s,
         )
         if self.options.include_headers:
             return batches
@@ -279,6 +295,7 @@ class KafkaBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self._planning = _Planning(options)
 
+    @crosses_spark
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
@@ -298,11 +315,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self._planned_a_batch = False
 
+    @crosses_spark
     def initialOffset(self) -> dict[str, Any]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
         return to_json_offsets(planning.starting_offsets(low, high))
 
+    @crosses_spark
     def prepareForTriggerAvailableNow(self) -> None:
         planning = self._planning
         self._target = planning.broker.latest(planning.partitions())
@@ -320,6 +339,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(options.max_bytes_per_batch)
         return ReadAllAvailable()
 
+    @crosses_spark
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         planning = self._planning
         options = planning.options
@@ -371,10 +391,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             available == 0 or time.monotonic() - self._last_batch_at < options.max_trigger_delay_s
         )
 
+    @crosses_spark
     def reportLatestOffset(self) -> dict[str, Any] | None:
         planning = self._planning
         return to_json_offsets(planning.broker.latest(planning.partitions()))
 
+    @crosses_spark
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begun, until = from_json_offsets(start), from_json_offsets(end)
         # An end before the start: latestOffset found the start lost (failOnDataLoss=false) and

@@ -20,6 +20,7 @@ from typing import Literal, overload
 
 from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig
+from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
 
 EARLIEST = -2
@@ -83,6 +84,10 @@ SLOTS = "slots"
 MIN_TASK_RECORDS = "minTaskRecords"
 MIN_TASK_BYTES = "minTaskBytes"
 POLL_TIMEOUT_MS = "pollTimeoutMs"
+# Seconds a broker that is away (unreachable, hung, restarting) is waited for, by the planning
+# on the driver and by each task reading its ranges, before the query fails with a
+# TransientError (lagless import --retry-seconds; lagless/retry.py).
+RETRY_SECONDS = "retrySeconds"
 EXECUTOR_WRITER = "executorWriter"
 EXECUTOR_WRITER_CONFIG = "executorWriterConfig"
 # The writer's secret (a store's password): Spark redacts options named like "secret".
@@ -120,6 +125,7 @@ KNOWN = (
     MIN_TASK_RECORDS,
     MIN_TASK_BYTES,
     POLL_TIMEOUT_MS,
+    RETRY_SECONDS,
     EXECUTOR_WRITER,
     EXECUTOR_WRITER_CONFIG,
     EXECUTOR_WRITER_SECRET,
@@ -172,6 +178,7 @@ class SourceOptions:
     executor_writer_config: str = "{}"
     executor_writer_secret: Secret | None = None
     poll_timeout_s: float = 60.0
+    retry_s: float = DEFAULT_RETRY_S
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
@@ -286,6 +293,7 @@ class SourceOptions:
             ),
             executor_writer_secret=secret if secret is None else Secret(secret),
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
+            retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
         )
 
 
@@ -330,6 +338,19 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
         raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
     if value < 1:
         raise BadInput(f"option {name} must be at least 1, not {value}")
+    return value
+
+
+def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = _raw(options, name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInput(f"option {name} must be a number of seconds, not {raw!r}") from None
+    if not value >= 0:
+        raise BadInput(f"option {name} must be at least 0, not {raw}")
     return value
 
 

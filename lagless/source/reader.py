@@ -7,6 +7,7 @@ blocks another task and never triggers a rebalance (seeds 000, 002, 003).
 from __future__ import annotations
 
 import atexit
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from lagless.exceptions import DataLossError, TerminalError, TransientError
+from lagless.exceptions import DataLossError, TerminalError
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
+from lagless.retry import DEFAULT_RETRY_S, away_error
 from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
 
 CONSUME_BATCH = 10_000
@@ -28,8 +30,11 @@ CONSUME_BATCH = 10_000
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 # Records asked for before any record's size is known.
 FIRST_CONSUME = 16
+# A task that gets no record logs it this often at least (the broker may be away).
+WARN_EVERY_S = 10.0
 
 Headers = list[tuple[str, bytes]]
+log = logging.getLogger(__name__)
 
 # One idle consumer per configuration in this process. Spark reuses its Python workers
 # between tasks, so a task borrows the consumer (and its broker connections) that the last
@@ -67,29 +72,78 @@ def read_ranges(
     *,
     fail_on_data_loss: bool = True,
     poll_timeout_s: float = 60.0,
+    retry_s: float = DEFAULT_RETRY_S,
 ) -> Iterator[pa.RecordBatch]:
-    """Read each piece in turn with one pooled consumer."""
+    """Read each piece in turn with one pooled consumer. A piece that brings no record for
+    poll_timeout_s (at most WARN_EVERY_S) is logged as a broker away, and waited for up to
+    retry_s (librdkafka reconnects by itself): then a TransientError."""
     pieces = [piece for piece in pieces if piece.start < piece.end]
     if not pieces:
         return
     with pooled_consumer(config) as consumer:
         for piece in pieces:
             consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
-            yield from _drain(consumer, piece, fail_on_data_loss, poll_timeout_s)
+            yield from _drain(
+                consumer,
+                piece,
+                fail_on_data_loss,
+                _Patience(config.bootstrap, min(poll_timeout_s, WARN_EVERY_S), retry_s),
+            )
+
+
+class _Patience:
+    """How long a task waits for a record: it logs a broker away every `warn_every_s`, and
+    gives up when the retry budget is spent."""
+
+    def __init__(self, bootstrap: str, warn_every_s: float, budget_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.warn_every_s = warn_every_s
+        self.budget_s = budget_s
+        self._progress_at = time.monotonic()
+        self._warned = 0
+
+    def progressed(self) -> None:
+        if self._warned:
+            log.info(
+                "the broker at %s is back after %.0f s",
+                self.bootstrap,
+                time.monotonic() - self._progress_at,
+            )
+        self._progress_at = time.monotonic()
+        self._warned = 0
+
+    def check(self, piece: OffsetRange, position: int) -> None:
+        waited = time.monotonic() - self._progress_at
+        where = f"{piece.topic}[{piece.partition}] at offset {position} (range ends at {piece.end})"
+        if waited > self.budget_s:
+            log.error("no record from %s for %.0f s: giving up", where, waited)
+            raise away_error(
+                f"the broker at {self.bootstrap}",
+                waited,
+                self.budget_s,
+                f"no record from {where}",
+            )
+        if waited > self.warn_every_s * (self._warned + 1):
+            self._warned += 1
+            log.warning(
+                "no record from %s for %.0f s: the broker may be away; waiting up to %.0f s",
+                where,
+                waited,
+                self.budget_s,
+            )
 
 
 def _drain(
-    consumer: Consumer, piece: OffsetRange, fail_on_data_loss: bool, poll_timeout_s: float
+    consumer: Consumer, piece: OffsetRange, fail_on_data_loss: bool, patience: _Patience
 ) -> Iterator[pa.RecordBatch]:
     position = piece.start
-    last_progress = time.monotonic()
     per_call = FIRST_CONSUME
     while position < piece.end:
         messages = consumer.consume(min(per_call, piece.end - position), timeout=1.0)
         batch, events = _decode(messages, piece, position)
         if batch is not None:
             position = batch.column("offset")[-1].as_py() + 1
-            last_progress = time.monotonic()
+            patience.progressed()
             record_bytes = max(1, batch.nbytes // batch.num_rows)
             per_call = max(1, min(CONSUME_BATCH, MAX_BATCH_BYTES // record_bytes))
             yield batch
@@ -104,11 +158,8 @@ def _drain(
         for event in events:
             if _concerns(event, piece):
                 position = max(position, _after_event(consumer, event, piece, fail_on_data_loss))
-        if batch is None and time.monotonic() - last_progress > poll_timeout_s:
-            raise TransientError(
-                f"no record from {piece.topic}[{piece.partition}] at offset {position} "
-                f"for {poll_timeout_s:.0f} s (range ends at {piece.end})"
-            )
+        if batch is None:
+            patience.check(piece, position)
 
 
 def _concerns(event: Message, piece: OffsetRange) -> bool:
@@ -130,7 +181,8 @@ def _after_event(
             # compaction) are absent, not lost.
             return piece.end
         return _lost(where, f"the log now ends at {end_of_log}", fail_on_data_loss, piece.end)
-    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+    # auto.offset.reset=error (KafkaConfig.reader) reports a deleted offset as _AUTO_OFFSET_RESET.
+    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
         tp = TopicPartition(piece.topic, piece.partition)
         low, _ = consumer.get_watermark_offsets(tp, timeout=10)
         resume = min(max(low, piece.start), piece.end)
@@ -149,6 +201,12 @@ def _lost(where: str, what: str, fail_on_data_loss: bool, resume_at: int) -> int
             f"{where}: {what} before lagless read them; "
             "rerun with failOnDataLoss=false to skip what is gone"
         )
+    log.warning(
+        "%s: %s before lagless read them; skipped up to %d (failOnDataLoss=false)",
+        where,
+        what,
+        resume_at,
+    )
     return resume_at
 
 

@@ -146,7 +146,7 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start_with_skip_lost_of
 
     assert skipped.returncode == 0, skipped.stderr
     summary = json.loads(skipped.stdout.strip().splitlines()[-1])
-    assert summary["records"] == 8 and summary["skipped_offsets"] == 2
+    assert summary["records"] == 8 and summary["skipped"] == 2
     assert "orders[0]: offset 30 is beyond the log's end 10" in skipped.stderr
     assert "orders[1] is gone (it was read up to offset 20)" in skipped.stderr
     assert last_journaled_offsets(str(checkpoint)) == {("orders", 0): 10}

@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from psycopg.types.string import TextLoader
 
-from lagless.exceptions import TerminalError
+from lagless.exceptions import LaglessError
 from lagless.gen import ProducedSummary, RecordKind, explicit, produce_profile
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.job import run_import
@@ -691,7 +691,7 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
     try:
         first = run_import(spec, BatchProbe(take_down_after_first_batch), spark=spark)
         outcome = f"retried and completed in {first.batches} batches"
-    except TerminalError as failure:
+    except LaglessError as failure:
         assert "\n" not in str(failure)
         assert came_back.wait(DOWN_S + 5)
         rerun = run_import(spec, spark=spark)

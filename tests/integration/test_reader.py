@@ -1,10 +1,16 @@
 """The executor's reader on the embedded broker: exact ranges, a pooled consumer reused across
-tasks and partitions, and Arrow batches bounded in bytes whatever the record size."""
+tasks and partitions, Arrow batches bounded in bytes whatever the record size, and a broker
+away waited for within the retry budget."""
 
 from __future__ import annotations
 
-import pyarrow as pa
+import threading
+import time
 
+import pyarrow as pa
+import pytest
+
+from lagless.exceptions import TransientError
 from lagless.gen import explicit, produce_profile
 from lagless.planner.ranges import OffsetRange
 from lagless.source import reader
@@ -60,3 +66,28 @@ def test_batches_stay_within_the_byte_cap_for_large_records(broker, kafka, topic
     assert len(batches) > 1
     # Sized by the size of the records before, one record at the least.
     assert all(b.nbytes <= MAX_BATCH_BYTES + 400_100 for b in batches)
+
+
+def test_a_task_waits_for_a_broker_away_within_the_budget_and_gives_up_past_it(
+    broker, kafka, topic_name
+):
+    broker.create_topic(topic_name, 1)
+    produce_profile(kafka, topic_name, explicit([500]))
+    piece = OffsetRange(topic_name, 0, 0, 500)
+    broker.set_down()
+    back = threading.Timer(4.0, broker.set_up)
+    back.start()
+    started = time.monotonic()
+    try:
+        got = _offsets(list(read_ranges(kafka, [piece], retry_s=60)))
+    finally:
+        back.cancel()
+    assert got == [(0, offset) for offset in range(500)]
+    assert time.monotonic() - started > 3.5  # it did wait for the broker
+
+    broker.set_down()
+    with pytest.raises(TransientError) as away:
+        list(read_ranges(kafka, [piece], retry_s=2))
+    assert str(away.value).startswith(f"the broker at {kafka.bootstrap} was away for ")
+    assert "past the retry budget of 2 s" in str(away.value)
+    assert f"no record from {topic_name}[0] at offset 0" in str(away.value)

@@ -12,8 +12,8 @@ from pathlib import Path
 import lagless
 
 # Modules every layer may use: errors, failpoints, stop signals, secrets, an error's first
-# line. They import nothing of lagless but exceptions.
-FOUNDATION = {"exceptions", "failpoints", "signals", "secret", "first_line"}
+# line, logging, retries. They import nothing of lagless but exceptions.
+FOUNDATION = {"exceptions", "failpoints", "signals", "secret", "first_line", "logs", "retry"}
 
 ALLOWED: dict[str, set[str]] = {
     "cli": {"importer", "lag", "serve", "gen", "broker", "kafka", "progress", "sinks", "source"},

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from functools import partial
@@ -21,9 +20,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import BadInput, TransientError
+from lagless.exceptions import BadInput, TransientError, from_spark
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
+from lagless.retry import retried
 from lagless.secret import Secret
 from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
 from lagless.sinks.ledger import TP, Batch
@@ -61,7 +61,6 @@ MAX_NAME = 63
 
 T = TypeVar("T")
 
-RETRY_FOR_S = 60.0
 CONNECT_TIMEOUT_S = 10
 
 
@@ -115,10 +114,13 @@ class PostgresSink(DriverSink):
             raise BadInput(str(exc)) from None
 
     def prepare(self, target: Target) -> None:
-        with self._connect() as conn:
-            for layout in layouts(target, "postgresql"):
-                for statement in _evolution(conn, layout):
-                    conn.execute(statement)
+        def attempt() -> None:
+            with self._connect() as conn:
+                for layout in layouts(target, "postgresql"):
+                    for statement in _evolution(conn, layout):
+                        conn.execute(statement)
+
+        self._retried(attempt)
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks COPY the records they read into the table."""
@@ -131,16 +133,17 @@ class PostgresSink(DriverSink):
         return TaskWriter(name, config, Secret(self._arrow_uri(TASK_APPLICATION)))
 
     def run_tasks(self, receipts: DataFrame) -> pa.Table:
-        """The tasks again, all of them, while the server is away (up to RETRY_FOR_S): a task
+        """The tasks again, all of them, while the server is away (up to the retry budget): a task
         that wrote before finds its records there and adds none twice."""
 
         def attempt() -> pa.Table:
             try:
                 return receipts.toArrow()
-            except Exception as exc:  # Spark's error, with the task's Python error as text
-                if TransientError.__name__ not in str(exc):
-                    raise
-                raise TransientError(_transient_reason(str(exc))) from None
+            except Exception as exc:  # Spark's error, with the task's error marked in its text
+                carried = from_spark(exc)
+                if isinstance(carried, TransientError):
+                    raise carried from None
+                raise
 
         return self._retried(attempt)
 
@@ -170,7 +173,7 @@ class PostgresSink(DriverSink):
     ) -> int:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
         what a crashed attempt left there is dropped), then one transaction merges it and drops
-        it. Retried whole while the server is away, up to RETRY_FOR_S."""
+        it. Retried whole while the server is away, up to the retry budget."""
         if self.write_from == "driver":
             return super().write(rows, target, batch, before_commit)
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
@@ -230,22 +233,17 @@ class PostgresSink(DriverSink):
         return [insert(target_layout(target, "postgresql"), source)]
 
     def _retried(self, attempt: Callable[[], T]) -> T:
-        """attempt() again while the server is away, up to RETRY_FOR_S."""
-        deadline = time.monotonic() + RETRY_FOR_S
-        pause = 0.5
-        while True:
-            try:
-                return attempt()
-            except (psycopg.OperationalError, adbc_pg.OperationalError, TransientError) as exc:
-                if time.monotonic() + pause > deadline:
-                    raise TransientError(
-                        f"writing to {self.url} failed for {RETRY_FOR_S:.0f} s: {first_line(exc)}"
-                    ) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
+        """attempt() again while the server is away, up to the retry budget (retry_s)."""
+        return retried(
+            attempt,
+            what=f"PostgreSQL at {self.url}",
+            budget_s=self.retry_s,
+            retry_on=(psycopg.OperationalError, adbc_pg.OperationalError, TransientError),
+            reason=first_line,
+        )
 
     def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
-        """Retries while the server is away, up to RETRY_FOR_S; each try is one transaction:
+        """Retries while the server is away, up to the retry budget; each try is one transaction:
         the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
         cell), then one INSERT ... ON CONFLICT (three in upsert mode: tombstones delete, are
         remembered, then records are stored), and the batch's ranges into the ledger."""
@@ -363,12 +361,3 @@ def _evolution(conn: Any, layout: Layout) -> list[str]:
         ).fetchall()
     )
     return evolve(layout, [(row[0], row[1]) for row in found], keyed)
-
-
-def _transient_reason(spark_error: str) -> str:
-    """The task's TransientError message in Spark's error text."""
-    marker = f"{TransientError.__name__}: "
-    for line in spark_error.splitlines():
-        if marker in line:
-            return line.split(marker, 1)[1].strip()
-    return first_line(spark_error)
