@@ -53,7 +53,7 @@ class Churn(Scenario):
                 for consumer in list(members):
                     records = [m for m in consumer.consume(5, 0.02) if m.error() is None]
                     if records:
-                        time.sleep(0.01 * len(records))  # processing
+                        time.sleep(0.05 * len(records))  # processing
                         consumer.commit(message=records[-1], asynchronous=True)
                 if any(c.assignment() for c in members):
                     ready.set()

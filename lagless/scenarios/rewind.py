@@ -43,11 +43,16 @@ class Rewind(Scenario):
         try:
             a.subscribe([self.topic])
             in_hand = None  # the record of partition 1 consumer-a is slow on
-            while in_hand is None and not stop.is_set():
+            other_done = False  # a reads the other partition to its end, committing it
+            while not (in_hand is not None and other_done) and not stop.is_set():
                 for m in a.consume(10, 0.2):
-                    if m.error() is None and m.partition() == SLOW_PARTITION:
+                    if m.error() is not None:
+                        continue
+                    if m.partition() != SLOW_PARTITION:
+                        a.commit(message=m, asynchronous=False)
+                        other_done = m.offset() + 1 >= RECORDS  # type: ignore[operator]
+                    elif in_hand is None:
                         in_hand = m.offset()
-                        break
             b = member(config, self.group, "consumer-b", "roundrobin")
             b.subscribe([self.topic])
             b_done = False
