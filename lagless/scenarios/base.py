@@ -8,7 +8,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from lagless.kafka.config import KafkaConfig
@@ -35,16 +35,16 @@ class Scenario(ABC):
         """Writes the backlog; the number of records."""
 
     @abstractmethod
-    def misbehave(self, config: KafkaConfig, ready: threading.Event, stop: threading.Event) -> None:
+    def misbehave(
+        self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event
+    ) -> None:
         """Runs the group in this thread only: sets `ready` once the failure shows, keeps the
-        group going (the doctor watches it) until `stop`, then closes every member."""
+        group going (the doctor watches it) until `stop`, then closes every member. sink_url:
+        the table the cure imports into (004's consumer writes there first)."""
 
     def broker_findings(self, config: KafkaConfig, sink_url: str) -> list[Finding]:
         """What the demo can add to the doctor's findings from outside the group (004)."""
         return []
-
-    def prepare_sink(self, config: KafkaConfig, sink_url: str) -> None:
-        """Writes into the sink before the import, as the report's own consumer did (004)."""
 
 
 def create_topic(config: KafkaConfig, topic: str, partitions: int) -> None:
@@ -68,7 +68,9 @@ def produce(
     return count
 
 
-def member(config: KafkaConfig, group: str, client_id: str, assignor: str, **extra: object) -> Consumer:
+def member(
+    config: KafkaConfig, group: str, client_id: str, assignor: str, **extra: object
+) -> Consumer:
     """A consumer of the group that commits only when told to."""
     settings: dict[str, object] = {
         **{"bootstrap.servers": config.bootstrap},
@@ -83,3 +85,8 @@ def member(config: KafkaConfig, group: str, client_id: str, assignor: str, **ext
         **extra,
     }
     return Consumer(settings)
+
+
+def coordinates(record: Message) -> tuple[str, int, int]:
+    """A record's topic, partition and offset: set on every record a consumer hands over."""
+    return str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)

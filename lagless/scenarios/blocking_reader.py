@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from lagless.scenarios.base import coordinates
+
 
 class BlockingRoundRobin:
     def __init__(self, consumer: Consumer, wait_s: float, batch: int) -> None:
@@ -27,13 +29,12 @@ class BlockingRoundRobin:
         if others:
             self.consumer.pause(others)
         self.consumer.resume([current])
-        records = [
-            m for m in self.consumer.consume(self.batch, self.wait_s) if m.error() is None
-        ]
+        records = [m for m in self.consumer.consume(self.batch, self.wait_s) if m.error() is None]
         if records:
             last: dict[tuple[str, int], int] = {}
             for m in records:
-                last[(m.topic(), m.partition())] = m.offset() + 1  # type: ignore[operator]
+                topic, partition, offset = coordinates(m)
+                last[(topic, partition)] = offset + 1
             self.consumer.commit(
                 offsets=[TopicPartition(t, p, o) for (t, p), o in last.items()],
                 asynchronous=False,

@@ -33,7 +33,9 @@ class Churn(Scenario):
         }
         return produce(config, self.topic, records)
 
-    def misbehave(self, config: KafkaConfig, ready: threading.Event, stop: threading.Event) -> None:
+    def misbehave(
+        self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event
+    ) -> None:
         joined = 0
         members: deque = deque()
 

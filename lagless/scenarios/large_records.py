@@ -40,11 +40,17 @@ class LargeRecords(Scenario):
         records[HOT_PARTITION] = [(b"deal-42", os.urandom(LARGE_BYTES)) for _ in range(UPDATES)]
         return produce(config, self.topic, records)
 
-    def misbehave(self, config: KafkaConfig, ready: threading.Event, stop: threading.Event) -> None:
+    def misbehave(
+        self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event
+    ) -> None:
         from lagless.scenarios.blocking_reader import BlockingRoundRobin
 
         consumer = member(
-            config, self.group, "deal-reader", "roundrobin", **{"fetch.message.max.bytes": FETCH_BYTES}
+            config,
+            self.group,
+            "deal-reader",
+            "roundrobin",
+            **{"fetch.message.max.bytes": FETCH_BYTES},
         )
         reader = BlockingRoundRobin(consumer, wait_s=1.0, batch=1)
         try:

@@ -10,7 +10,7 @@ import time
 from confluent_kafka import TopicPartition
 
 from lagless.kafka.config import KafkaConfig
-from lagless.scenarios.base import Scenario, create_topic, member, produce
+from lagless.scenarios.base import Scenario, coordinates, create_topic, member, produce
 
 RECORDS = 30
 SLOW_PARTITION = 1
@@ -36,7 +36,9 @@ class Rewind(Scenario):
         }
         return produce(config, self.topic, records)
 
-    def misbehave(self, config: KafkaConfig, ready: threading.Event, stop: threading.Event) -> None:
+    def misbehave(
+        self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event
+    ) -> None:
         # roundrobin orders members by id (client.id first): a keeps partition 0, b gets 1.
         a = member(config, self.group, "consumer-a", "roundrobin")
         b = None
@@ -50,9 +52,9 @@ class Rewind(Scenario):
                         continue
                     if m.partition() != SLOW_PARTITION:
                         a.commit(message=m, asynchronous=False)
-                        other_done = m.offset() + 1 >= RECORDS  # type: ignore[operator]
+                        other_done = coordinates(m)[2] + 1 >= RECORDS
                     elif in_hand is None:
-                        in_hand = m.offset()
+                        in_hand = coordinates(m)[2]
             b = member(config, self.group, "consumer-b", "roundrobin")
             b.subscribe([self.topic])
             b_done = False
@@ -62,11 +64,11 @@ class Rewind(Scenario):
                 for m in b.consume(50, 0.05):
                     if m.error() is None and m.partition() == SLOW_PARTITION:
                         b.commit(message=m, asynchronous=False)
-                        b_done = m.offset() + 1 >= RECORDS  # type: ignore[operator]
+                        b_done = coordinates(m)[2] + 1 >= RECORDS
                 if b_done and late_at is None:
                     ready.set()
                     late_at = time.monotonic() + LATE_COMMIT_S
-                if late_at is not None and time.monotonic() >= late_at:
+                if late_at is not None and in_hand is not None and time.monotonic() >= late_at:
                     # A commit of a member of the current generation: the coordinator takes it.
                     a.commit(
                         offsets=[TopicPartition(self.topic, SLOW_PARTITION, in_hand + 1)],

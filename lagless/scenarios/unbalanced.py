@@ -39,7 +39,9 @@ class Unbalanced(Scenario):
             broker.commit(self.group, {(self.topic, p): RECORDS for p in DRAINED})
         return count
 
-    def misbehave(self, config: KafkaConfig, ready: threading.Event, stop: threading.Event) -> None:
+    def misbehave(
+        self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event
+    ) -> None:
         consumers = [
             member(config, self.group, f"importer-{n}", "roundrobin") for n in range(CONSUMERS)
         ]
@@ -49,7 +51,7 @@ class Unbalanced(Scenario):
                 consumer.subscribe([self.topic])
             while not stop.is_set():
                 for reader in readers:
-                    for record in reader.read_next_partition():
+                    for _record in reader.read_next_partition():
                         time.sleep(0.005)  # processing, one record at a time
                 held = sum(len(c.assignment()) for c in consumers)
                 if held == self.partitions and all(c.assignment() for c in consumers):

@@ -17,7 +17,15 @@ FOUNDATION = {"exceptions", "failpoints", "signals", "secret", "first_line"}
 
 ALLOWED: dict[str, set[str]] = {
     "cli": {
-        "importer", "lag", "serve", "gen", "broker", "kafka", "progress", "sinks", "source",
+        "importer",
+        "lag",
+        "serve",
+        "gen",
+        "broker",
+        "kafka",
+        "progress",
+        "sinks",
+        "source",
         "scenarios",
     },
     # The field reports live: a broker, a misbehaving group, the doctor, then an import.
