@@ -18,7 +18,7 @@ from lagless.lag.doctor import Finding
 from lagless.scenarios import autocommit_app
 from lagless.scenarios.base import Scenario, create_topic, produce
 
-RECORDS = 150
+RECORDS = 200
 
 
 class AutoCommit(Scenario):

@@ -102,6 +102,9 @@ def run_scenario(
                 )
             finally:
                 source.close()
+            # Again, the group still going: what changed while the doctor watched (001's lag
+            # comes back out of nowhere).
+            _show_lag(console, config, scenario, f"lagless lag --group {scenario.group}, now")
         finally:
             stop.set()
             thread.join()
