@@ -5,6 +5,8 @@ report 000 (12 partitions far behind, 4 half-way, 8 drained: a consumer group's 
 shows the lag table, imports everything into SQLite in bulk, and shows the table again.
 With --typed: field report 002's deals (gen's deals profile) into a typed SQLite table, a
 column per field, upserted on the deal id, deleted deals gone.
+With --scenario NAME: a field report live (lagless/scenarios): its misbehaving group on
+noida-db, the lag and the doctor's diagnosis, then the cure by `lagless import`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
-from lagless.exceptions import TerminalError
+from lagless.exceptions import BadInput, TerminalError
 from lagless.gen import ProducedSummary, build_profile, produce_profile
 from lagless.gen.deals import DEALS_DDL, DealRecords
 from lagless.importer.job import run_import
@@ -27,6 +29,8 @@ from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
+from lagless.scenarios import SCENARIOS
+from lagless.scenarios.run import run_scenario
 
 TOPIC = "statements"
 GROUP = "lagless-demo"
@@ -66,6 +70,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="import deals (JSON documents) into a typed table instead, upserted on the deal id",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        help="reproduce a field report live on noida-db (a broker with a group coordinator): "
+        "the misbehaving group, its lag, the doctor's diagnosis, and the cure by an import",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="with --scenario: print the doctor's findings and the import's result as JSON "
+        "(the story goes to stderr)",
+    )
     parser.set_defaults(func=handle)
 
 
@@ -92,6 +108,10 @@ def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.scenario:
+        return _scenario(args)
+    if args.json:
+        raise BadInput("--json goes with --scenario")
     console = Console()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -102,6 +122,23 @@ def handle(args: argparse.Namespace) -> int:
         code = _demo(console, args, out)
         console.print(f"removing {out}; --out DIR keeps the database")
         return code
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    if args.typed or args.scale is not None:
+        raise BadInput("--scenario takes --out and --json only")
+    console = Console(stderr=args.json)
+    scenario = SCENARIOS[args.scenario]()
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        outcome = run_scenario(scenario, console, args.out)
+    else:
+        with tempfile.TemporaryDirectory(prefix="lagless-scenario-") as out:
+            outcome = run_scenario(scenario, console, out)
+            console.print(f"removing {out}; --out DIR keeps the database")
+    if args.json:
+        print(json.dumps(outcome.as_json(), indent=2))
+    return 0
 
 
 def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
