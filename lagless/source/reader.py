@@ -19,7 +19,12 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from lagless.exceptions import DataLossError, TerminalError, TransientError
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
-from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
+from lagless.source.schema import (
+    ARROW_SCHEMA,
+    HEADER_TYPE,
+    NO_TIMESTAMP_TYPE,
+    TIMESTAMP_TYPE_BY_KIND,
+)
 
 CONSUME_BATCH = 10_000
 # Bytes of records in one Arrow batch handed to Spark. With librdkafka's prefetch capped in
@@ -193,7 +198,7 @@ def _decode(
         keys.append(m.key())
         values.append(m.value())
         kind, ms = m.timestamp()
-        kinds.append(kind)
+        kinds.append(TIMESTAMP_TYPE_BY_KIND.get(kind, NO_TIMESTAMP_TYPE))
         millis.append(ms)
         with_headers = with_headers or m.headers() is not None
     count = len(offsets)
