@@ -98,6 +98,8 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        # Spark calls this at load(): bad options fail there, as Spark's Kafka source's do.
+        SourceOptions.parse(self.options, batch=None)
         if EXECUTOR_WRITER in self.options:  # Spark's options: names in any case
             return RECEIPT_SCHEMA
         if include_headers(self.options):
@@ -254,7 +256,7 @@ class _Planning:
             min_tasks=options.min_partitions or 1,
             max_task_records=options.max_records_per_partition,
         )
-        if options.min_partitions or options.max_records_per_partition:
+        if (options.min_partitions or 0) > 1 or options.max_records_per_partition:
             # A Spark task per piece: packing would undo minPartitions and maxRecordsPerPartition.
             return [RangePartition((piece,)) for piece in pieces]
         return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
@@ -404,7 +406,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_offsets(planning.broker.latest(planning.partitions()))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self._planning.plan(from_json_offsets(start), from_json_offsets(end))
+        planning = self._planning
+        begun, until = from_json_offsets(start), from_json_offsets(end)
+        added = [tp for tp in until if tp not in begun]
+        if added:
+            # A partition that appeared since the last batch (a new topic matching the pattern)
+            # is read from offset 0, as Spark's planInputPartitions does: from its log start,
+            # or a data loss when retention already deleted some of it.
+            low, _ = planning.broker.watermarks(added)
+            begun.update(planning.check_data_loss(dict.fromkeys(added, 0), low))
+        return planning.plan(begun, until)
 
     def estimated_bytes(self, piece: OffsetRange) -> int:
         """What reading `piece` should bring, by the sizes the plan was weighed with."""

@@ -189,12 +189,13 @@ class SourceOptions:
     poll_timeout_s: float = 60.0
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
         """The options of a stream (`spark.readStream`) or, with batch, of a batch query
-        (`spark.read`); a BadInput naming the option for anything the source cannot honour."""
+        (`spark.read`); a BadInput naming the option for anything the source cannot honour.
+        batch=None checks what any query needs (at load(), before Spark says which it is)."""
         lowered = _known(options)
         query = "batch" if batch else "streaming"
-        refused = STREAM_ONLY if batch else BATCH_ONLY
+        refused = () if batch is None else STREAM_ONLY if batch else BATCH_ONLY
         for name in refused:
             if name.lower() in lowered:
                 raise BadInput(f"option {name} is not supported in {query} queries")

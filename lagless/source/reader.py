@@ -211,13 +211,28 @@ def _decode(
             pa.repeat(pa.scalar(piece.topic, pa.string()), count),
             pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
             pa.array(offsets, pa.int64()),
-            pc.multiply(pa.array(millis, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+            _timestamps(millis, piece, offsets),
             pa.array(kinds, pa.int32()),
             _headers(records) if with_headers else pa.nulls(count, HEADER_TYPE),
         ],
         schema=ARROW_SCHEMA,
     )
     return batch, events
+
+
+def _timestamps(millis: list[int], piece: OffsetRange, offsets: list[int]) -> pa.Array:
+    """Milliseconds since the epoch as Spark's microsecond timestamps; a record whose timestamp
+    overflows that (a producer that wrote nanoseconds) fails the task naming it, as Spark's
+    KAFKA_MALFORMED_RECORD_TIMESTAMP does, rather than wrapping around to a wrong time."""
+    try:
+        micros = pc.multiply_checked(pa.array(millis, pa.int64()), 1000)
+    except pa.ArrowInvalid:
+        bad = next(i for i, ms in enumerate(millis) if abs(ms) > (2**63 - 1) // 1000)
+        raise TerminalError(
+            f"{piece.topic}[{piece.partition}] offset {offsets[bad]}: the record's timestamp "
+            f"{millis[bad]} is not milliseconds since the epoch (too large for a timestamp)"
+        ) from None
+    return micros.cast(pa.timestamp("us", tz="UTC"))
 
 
 def _headers(records: list[Message]) -> pa.Array:
