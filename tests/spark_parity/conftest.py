@@ -123,7 +123,10 @@ def stream_batches(  # type: ignore[no-untyped-def]
 
 def last_offsets(checkpoint: Path) -> dict[str, dict[str, int]]:
     """The source offsets of the last batch in a Spark checkpoint's offset log."""
-    logs = sorted((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name))
+    logs = sorted(
+        (p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
     return json.loads(logs[-1].read_text().splitlines()[-1])
 
 

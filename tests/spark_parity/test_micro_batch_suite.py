@@ -26,9 +26,10 @@ import json
 import time
 
 import pytest
+from pyspark.sql.functions import window
 
 from lagless.source import SOURCE_NAME
-from tests.spark_parity.conftest import StreamDriver, Topics, stream_batches
+from tests.spark_parity.conftest import StreamDriver, Topics, last_offsets, stream_batches
 
 pytestmark = pytest.mark.spark
 
@@ -341,3 +342,362 @@ def test_cannot_stop_kafka_stream(spark, topics, tmp_path):
     query.processAllAvailable()
     query.stop()
     assert not query.isActive and query.exception() is None
+
+
+STRATEGIES = ["assign", "subscribe", "subscribePattern"]
+# Spark runs each from-offsets test for every subscription and failOnDataLoss both ways; the
+# default run keeps subscribe with failOnDataLoss=true, the matrix the other five.
+SUBSCRIPTIONS = [
+    pytest.param(
+        strategy,
+        fail,
+        id=f"{strategy}-failOnDataLoss={str(fail).lower()}",
+        marks=() if (strategy, fail) == ("subscribe", True) else pytest.mark.matrix,
+    )
+    for strategy in STRATEGIES
+    for fail in (True, False)
+]
+
+
+def subscription(strategy: str, topic: str, partitions: int = 5) -> dict[str, str]:
+    """Spark's three ways to name the topic: assign all partitions, subscribe, a pattern."""
+    if strategy == "assign":
+        return {"assign": json.dumps({topic: list(range(partitions))})}
+    if strategy == "subscribe":
+        return {"subscribe": topic}
+    return {"subscribePattern": f"{topic.rsplit('-', 1)[0]}-.*"}
+
+
+def strategy_topic(topics: Topics, strategy: str) -> str:
+    # A pattern's topic gets a prefix of its own, as Spark's "$topicPrefix-suffix".
+    if strategy == "subscribePattern":
+        name = f"prefix{time.time_ns()}-suffix"
+        topics.create(name, 5)
+        return name
+    return topics.new(5)
+
+
+def spread(topics: Topics, topic: str, values: list[int]) -> None:
+    """Spark's AddKafkaData: values over several partitions."""
+    for value in values:
+        topics.send(topic, [value], value % 5)
+
+
+def from_options(topics: Topics, strategy: str, topic: str, fail: bool, **more: str):  # type: ignore[no-untyped-def]
+    return {
+        "kafka.bootstrap.servers": topics.bootstrap,
+        "failOnDataLoss": str(fail).lower(),
+        **subscription(strategy, topic),
+        **more,
+    }
+
+
+@pytest.mark.parametrize(("strategy", "fail"), SUBSCRIPTIONS)
+def test_from_latest_offsets(topics, strategy, fail):
+    """KafkaSourceSuiteBase: "assign from latest offsets", "subscribing topic by name from
+    latest offsets", "subscribing topic by pattern from latest offsets" (failOnDataLoss: both):
+    records before the start are skipped; a restart resumes; data added while stopped is read."""
+    topic = strategy_topic(topics, strategy)
+    topics.send(topic, ["-1"], 0)
+    options = from_options(topics, strategy, topic, fail, startingOffsets="latest")
+    driver = StreamDriver(options)
+    spread(topics, topic, [1, 2, 3])
+    assert driver.trigger() == [1, 2, 3]
+    restarted = StreamDriver(options, driver.offsets)
+    assert restarted.trigger() == []
+    spread(topics, topic, [4, 5, 6])
+    again = StreamDriver(options, restarted.offsets)
+    assert again.trigger() == [4, 5, 6]
+    spread(topics, topic, [7, 8])
+    assert again.trigger() == [7, 8]
+
+
+@pytest.mark.parametrize(("strategy", "fail"), SUBSCRIPTIONS)
+def test_from_earliest_offsets(topics, strategy, fail):
+    """KafkaSourceSuiteBase: "... from earliest offsets" (assign, subscribe, pattern;
+    failOnDataLoss: both)."""
+    topic = strategy_topic(topics, strategy)
+    spread(topics, topic, [1, 2, 3])
+    options = from_options(topics, strategy, topic, fail, startingOffsets="earliest")
+    driver = StreamDriver(options)
+    spread(topics, topic, [4, 5, 6])
+    assert driver.trigger() == [1, 2, 3, 4, 5, 6]
+    restarted = StreamDriver(options, driver.offsets)
+    spread(topics, topic, [7, 8])
+    assert restarted.trigger() == [7, 8]
+
+
+def specific_offsets_topic(topics: Topics, topic: str) -> None:
+    topics.send(topic, [-20, -21, -22], 0)  # starts at earliest: all seen
+    topics.send(topic, [-10, -11, -12], 1)  # starts at latest: all skipped
+    topics.send(topic, [0, 1, 2], 2)  # starts at 0: all seen
+    topics.send(topic, [10, 11, 12], 3)  # starts at 1: the first skipped
+    topics.send(topic, [20, 21, 22], 4)  # starts at 2: two skipped
+
+
+@pytest.mark.parametrize(("strategy", "fail"), SUBSCRIPTIONS)
+def test_from_specific_offsets(topics, strategy, fail):
+    """KafkaSourceSuiteBase: "... from specific offsets" (-2, -1, 0, 1, 2)."""
+    topic = strategy_topic(topics, strategy)
+    specific_offsets_topic(topics, topic)
+    starting = {topic: {"0": -2, "1": -1, "2": 0, "3": 1, "4": 2}}
+    options = from_options(topics, strategy, topic, fail, startingOffsets=json.dumps(starting))
+    driver = StreamDriver(options)
+    assert driver.trigger() == sorted([-20, -21, -22, 0, 1, 2, 11, 12, 22])
+    assert {p: o for (_, p), o in driver.positions().items()} == dict.fromkeys(range(5), 3)
+    restarted = StreamDriver(options, driver.offsets)
+    assert restarted.trigger() == []
+    spread(topics, topic, [30, 31, 32, 33, 34])
+    assert restarted.trigger() == [30, 31, 32, 33, 34]
+
+
+def timed_messages(topics: Topics, topic: str) -> tuple[int, int]:
+    """Spark's setupTestMessagesForTestOnTimestampOffsets: nothing after the second timestamp
+    in partition 4."""
+    first = int(time.time() * 1000) - 5000
+    second = first + 1000
+    for partition, values in enumerate(([-20], [-10], [0, 1], [10, 11], [20, 21, 22])):
+        topics.send(topic, values, partition, timestamp=first)
+    for partition, values in enumerate(([-21, -22], [-11, -12], [2], [12])):
+        topics.send(topic, values, partition, timestamp=second)
+    return first, second
+
+
+@pytest.mark.parametrize(("strategy", "fail"), SUBSCRIPTIONS)
+def test_from_specific_timestamps(topics, strategy, fail):
+    """KafkaSourceSuiteBase: "... from specific timestamps": partitions 0-3 from the second
+    timestamp, partition 4 from the first."""
+    topic = strategy_topic(topics, strategy)
+    first, second = timed_messages(topics, topic)
+    by_time = {topic: {**{str(p): second for p in range(4)}, "4": first}}
+    options = from_options(
+        topics, strategy, topic, fail, startingOffsetsByTimestamp=json.dumps(by_time)
+    )
+    driver = StreamDriver(options)
+    assert driver.trigger() == sorted([-21, -22, -11, -12, 2, 12, 20, 21, 22])
+    restarted = StreamDriver(options, driver.offsets)
+    assert restarted.trigger() == []
+    spread(topics, topic, [30, 31, 32])
+    again = StreamDriver(options, restarted.offsets)
+    assert again.trigger() == [30, 31, 32]
+    spread(topics, topic, [40, 41, 42, 43, 44])
+    assert again.trigger() == [40, 41, 42, 43, 44]
+
+
+@pytest.mark.parametrize(("strategy", "fail"), SUBSCRIPTIONS)
+def test_from_global_timestamp(topics, strategy, fail):
+    """KafkaSourceSuiteBase: "... from global timestamp per topic"."""
+    topic = strategy_topic(topics, strategy)
+    _, second = timed_messages(topics, topic)
+    topics.send(topic, [23, 24], 4, timestamp=second)
+    options = from_options(topics, strategy, topic, fail, startingTimestamp=str(second))
+    driver = StreamDriver(options)
+    assert driver.trigger() == sorted([-21, -22, -11, -12, 2, 12, 23, 24])
+    restarted = StreamDriver(options, driver.offsets)
+    assert restarted.trigger() == []
+    spread(topics, topic, [30, 31, 32])
+    again = StreamDriver(options, restarted.offsets)
+    assert again.trigger() == [30, 31, 32]
+
+
+def test_subscribing_topics_from_topic_level_offsets(topics):
+    """KafkaSourceSuiteBase: "subscribing topics from topic-level offsets"."""
+    first, second = topics.new(3), topics.new(2)
+    topics.send(first, [1, 2, 3], 0)
+    topics.send(second, ["11"], 0)
+    options = topics.options(
+        f"{first},{second}",
+        startingOffsets=json.dumps({first: "earliest", second: "latest"}),
+    )
+    driver = StreamDriver(options)
+    topics.send(second, ["12"], 0)
+    topics.send(first, [4], 1)
+    assert driver.trigger() == [1, 2, 3, 4, 12]
+    assert StreamDriver(options, driver.offsets).trigger() == []
+
+
+@pytest.mark.parametrize(
+    ("strategy", "timestamps"),
+    [
+        ("subscribe", "specific"),
+        pytest.param("subscribe", "global", marks=pytest.mark.matrix),
+        pytest.param("subscribePattern", "specific", marks=pytest.mark.matrix),
+        pytest.param("subscribePattern", "global", marks=pytest.mark.matrix),
+    ],
+)
+def test_from_timestamps_with_non_matching_starting_offset(topics, strategy, timestamps):
+    """KafkaSourceSuiteBase: "subscribing topic by name / by pattern from specific timestamps /
+    global timestamp per topic with non-matching starting offset": partition 4 has no record
+    at the second timestamp. startingOffsetsByTimestampStrategy=error fails (Spark's default);
+    latest starts that partition at its end (lagless's default, README's table)."""
+    for strategy_option in ("error", "latest", None):
+        topic = strategy_topic(topics, strategy)
+        _, second = timed_messages(topics, topic)
+        every = {topic: {str(p): second for p in range(5)}}
+        given = (
+            {"startingOffsetsByTimestamp": json.dumps(every)}
+            if timestamps == "specific"
+            else {"startingTimestamp": str(second)}
+        )
+        if strategy_option is not None:
+            given["startingOffsetsByTimestampStrategy"] = strategy_option
+        options = from_options(topics, strategy, topic, True, **given)
+        if strategy_option == "error":
+            with pytest.raises(Exception, match="has no record at or after timestamp"):
+                StreamDriver(options)
+            continue
+        driver = StreamDriver(options)
+        assert driver.trigger() == sorted([-21, -22, -11, -12, 2, 12])
+        topics.send(topic, [23, 24, 25], 4, timestamp=second)
+        assert driver.trigger() == [23, 24, 25]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (
+            {"subscribe": "t", "endingOffsets": "latest"},
+            "endingOffsets is not supported in streaming",
+        ),
+        (
+            {"subscribe": "t", "endingOffsetsByTimestamp": '{"t": {"0": 1000}}'},
+            "endingOffsetsByTimestamp is not supported in streaming",
+        ),
+        ({}, "exactly one of the options subscribe, subscribePattern and assign"),
+        ({"subscribe": "t", "subscribePattern": "t.*"}, "exactly one of the options"),
+        ({"subscribe": "t", "assign": '{"a": [0]}'}, "exactly one of the options"),
+        ({"assign": ""}, "no topic partitions to assign"),
+        ({"subscribePattern": ""}, "pattern to subscribe is empty"),
+        ({"subscribe": ""}, "no topics to subscribe"),
+        (
+            {"subscribe": "t", "minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "15"},
+            "minOffsetsPerTrigger \\(20\\) is higher than maxOffsetsPerTrigger \\(15\\)",
+        ),
+    ],
+)
+def test_bad_source_options(spark, topics, options, says):
+    """KafkaSourceSuiteBase: "bad source options". Spark refuses them at load(); lagless at
+    load() too, except the batch-only ending options, which a Python source can only tell
+    apart when the stream starts (before anything is read)."""
+    reader = spark.readStream.format(SOURCE_NAME).options(**topics.options(**options))
+    with pytest.raises(Exception, match=says):
+        reader.load().writeStream.format("noop").start().awaitTermination(60)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("kafka.auto.offset.reset", "someValue"),
+        ("kafka.enable.auto.commit", "someValue"),
+        ("kafka.interceptor.classes", "someValue"),
+        ("kafka.key.deserializer", "someValue"),
+        ("kafka.value.deserializer", "someValue"),
+        ("kafka.auto.offset.reset", "none"),
+        ("kafka.auto.offset.reset", "earliest"),
+        ("kafka.auto.offset.reset", "latest"),
+    ],
+)
+def test_unsupported_kafka_configs(spark, topics, key, value):
+    """KafkaSourceSuiteBase: "unsupported kafka configs": refused at load(), with the reason."""
+    reader = spark.readStream.format(SOURCE_NAME).options(**topics.options("topic", **{key: value}))
+    with pytest.raises(Exception, match=f"kafka option {key.removeprefix('kafka.')} cannot be set"):
+        reader.load()
+
+
+def test_get_offsets_from_case_insensitive_parameters():
+    """KafkaSourceSuiteBase: "get offsets from case insensitive parameters"."""
+    from lagless.source.options import SourceOptions
+
+    def parse(**given: str) -> SourceOptions:
+        return SourceOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t", **given})
+
+    assert parse(startingOffsets="earLiEst").starting == "earliest"
+    assert (
+        SourceOptions.parse(
+            {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "endingOffsets": "laTest"},
+            batch=True,
+        ).ending
+        == "latest"
+    )
+    assert parse(startingOffsets='{"topic-A":{"0":23}}').starting == {"topic-A": {"0": 23}}
+    mixed = parse(startingOffsets='{"topic-A":"eArLiEst","topic-B":{"0":23}}').starting
+    assert mixed == {"topic-A": -2, "topic-B": {"0": 23}}
+    assert parse().starting == "latest"
+
+
+def test_kafka_column_types(spark, topics, tmp_path):
+    """KafkaSourceSuiteBase: "Kafka column types": Spark's schema and values, headers
+    included: a null key, timestampType 0 (CreateTime)."""
+    now = int(time.time() * 1000)
+    topic = topics.new(1)
+    topics.send(topic, ["1"], 0, headers=[("a", b"b"), ("c", b"d")])
+    rows: list = []
+    frame = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**earliest(topics, topic, includeHeaders="true"))
+        .load()
+    )
+    assert frame.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
+    query = (
+        frame.writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+        .option("checkpointLocation", str(tmp_path))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    [row] = rows
+    assert row.key is None and bytes(row.value) == b"1"
+    assert (row.topic, row.partition, row.offset, row.timestampType) == (topic, 0, 0, 0)
+    assert row.timestamp.timestamp() * 1000 >= now
+    assert [(h.key, bytes(h.value)) for h in row.headers] == [("a", b"b"), ("c", b"d")]
+
+
+@pytest.mark.matrix
+def test_kafka_source_with_watermark(spark, topics, tmp_path):
+    """KafkaSourceSuiteBase: "KafkaSource with watermark": a windowed count over the
+    timestamp column."""
+    now = int(time.time() * 1000)
+    topic = topics.new(1)
+    topics.send(topic, ["1"], 0)
+    counted = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**earliest(topics, topic))
+        .load()
+        .withWatermark("timestamp", "10 seconds")
+        .groupBy(window("timestamp", "5 seconds"))
+        .count()
+        .selectExpr("window.start AS start", "count")
+    )
+    query = (
+        counted.writeStream.format("memory")
+        .outputMode("complete")
+        .queryName("kafka_watermark")
+        .option("checkpointLocation", str(tmp_path))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    [row] = spark.table("kafka_watermark").collect()
+    assert row.start.timestamp() * 1000 >= now - 5000 and row["count"] == 1
+
+
+def test_restart_from_a_checkpoint_keeps_sparks_offset_layout(spark, topics, tmp_path):
+    """KafkaSourceSuiteBase: "subscribing topic by name from specific offsets" on real Spark,
+    stopped and restarted from its checkpoint ("Should get the data back on recovery"), whose
+    offset log holds Spark's KafkaSourceOffset JSON: {"topic": {"partition": offset}}."""
+    topic = topics.new(5)
+    specific_offsets_topic(topics, topic)
+    starting = {topic: {"0": -2, "1": -1, "2": 0, "3": 1, "4": 2}}
+    options = topics.options(topic, startingOffsets=json.dumps(starting))
+    first = stream_batches(spark, options, tmp_path)
+    assert sorted(v for batch in first for v in batch) == sorted(
+        [-20, -21, -22, 0, 1, 2, 11, 12, 22]
+    )
+    assert last_offsets(tmp_path) == {topic: {str(p): 3 for p in range(5)}}
+    spread(topics, topic, [30, 31, 32, 33, 34])
+    assert stream_batches(spark, options, tmp_path) == [[30, 31, 32, 33, 34]]
