@@ -408,14 +408,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         planning = self._planning
         begun, until = from_json_offsets(start), from_json_offsets(end)
-        added = [tp for tp in until if tp not in begun]
-        if added:
-            # A partition that appeared since the last batch (a new topic matching the pattern)
-            # is read from offset 0, as Spark's planInputPartitions does: from its log start,
-            # or a data loss when retention already deleted some of it.
-            low, _ = planning.broker.watermarks(added)
-            begun.update(planning.check_data_loss(dict.fromkeys(added, 0), low))
-        return planning.plan(begun, until)
+        # A partition that appeared since the last batch (a new topic matching the pattern)
+        # is read from offset 0, as Spark's planInputPartitions does. Offsets retention deleted
+        # since latestOffset are a data loss: the query fails, or (failOnDataLoss=false) the
+        # batch starts at the log start.
+        begun = {tp: begun.get(tp, 0) for tp in until}
+        low, _ = planning.broker.watermarks(list(until))
+        return planning.plan(planning.check_data_loss(begun, low), until)
 
     def estimated_bytes(self, piece: OffsetRange) -> int:
         """What reading `piece` should bring, by the sizes the plan was weighed with."""

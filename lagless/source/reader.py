@@ -122,6 +122,11 @@ def _concerns(event: Message, piece: OffsetRange) -> bool:
     return partition is None or partition < 0 or (event.topic(), partition) == piece.key
 
 
+# librdkafka reports a fetch below the log start as OFFSET_OUT_OF_RANGE, or, under
+# auto.offset.reset=error (the reader's setting), as _AUTO_OFFSET_RESET.
+_OFFSET_GONE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+
+
 def _after_event(
     consumer: Consumer, event: Message, piece: OffsetRange, fail_on_data_loss: bool
 ) -> int:
@@ -135,7 +140,7 @@ def _after_event(
             # compaction) are absent, not lost.
             return piece.end
         return _lost(where, f"the log now ends at {end_of_log}", fail_on_data_loss, piece.end)
-    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+    if err.code() in _OFFSET_GONE:
         tp = TopicPartition(piece.topic, piece.partition)
         low, _ = consumer.get_watermark_offsets(tp, timeout=10)
         resume = min(max(low, piece.start), piece.end)
