@@ -177,7 +177,7 @@ def kcat(bootstrap: str, topic: str, value_bytes: int = 0) -> Baseline | None:
 def sink_url(kind: str, work: Path, postgres_url: str | None = None) -> str:
     if kind == "sqlite":
         return f"sqlite:///{work}/bench.db"
-    if kind in ("parquet", "delta"):
+    if kind in ("parquet", "delta", "iceberg"):
         return f"{kind}:///{work}/lake"
     if kind in ("postgresql", "postgresql-driver"):
         if not postgres_url:
@@ -220,6 +220,8 @@ def has_rows(url: str, table: str) -> Callable[[], bool]:
         return parquet_probe
     if url.startswith("delta:"):
         return _delta_probe(os.path.join(sink_path(url), table))
+    if url.startswith("iceberg:"):
+        return _iceberg_probe(sink_path(url), table)
     return _postgres_probe(url.split("?", 1)[0], table)
 
 
@@ -234,6 +236,38 @@ def _delta_probe(path: str) -> Callable[[], bool]:
             return False
 
     return delta_probe
+
+
+def _iceberg_probe(warehouse: str, table: str) -> Callable[[], bool]:
+    """A snapshot holding records, read through the warehouse's catalog once lagless made it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    opened: list[SqlCatalog] = []
+    catalog_file = os.path.join(warehouse, "catalog.db")
+
+    def iceberg_probe() -> bool:
+        if not opened:
+            if not os.path.exists(catalog_file):
+                return False  # opening it would create it before lagless does
+            opened.append(
+                SqlCatalog(
+                    "lagless",
+                    uri=f"sqlite:///{catalog_file}",
+                    warehouse=f"file://{warehouse}",
+                    init_catalog_tables="false",
+                )
+            )
+        try:
+            snapshot = opened[0].load_table(f"default.{table}").current_snapshot()
+        except NoSuchTableError:
+            return False
+        except Exception:  # the catalog's tables not made yet, or the file locked a moment
+            return False
+        summary = snapshot.summary if snapshot is not None else None
+        return summary is not None and int(summary.get("total-records", "0")) > 0
+
+    return iceberg_probe
 
 
 def _postgres_probe(url: str, table: str) -> Callable[[], bool]:

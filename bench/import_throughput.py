@@ -9,16 +9,25 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
 2. kcat reading the topic to its end (when installed), launch to exit, and the same two
    consumers with lagless's reader settings (a deeper prefetch, a short fetch backoff): what the
    client reaches tuned;
+2b. the script peer (bench/script_peer.py): the short script a user would write instead, two
+   processes with lagless's reader settings writing Parquet files of 1M rows, launch to exit;
+   each lagless run's launch to exit is printed as a ratio to the script's;
 3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
-   Delta, SQLite, and PostgreSQL when --postgres-url is given or initdb is installed), so Spark's
-   start-up counts. Measured: launch to the first row visible in the sink (polled every
-   50 ms), launch to exit, records/s over the query's own seconds (the summary's `seconds`)
-   and over launch to exit, and both as ratios to the baseline.
+   Delta, Iceberg, SQLite, and PostgreSQL when --postgres-url is given or initdb is
+   installed), so Spark's start-up counts. Measured: launch to the first row visible in the
+   sink (polled every 50 ms), launch to exit, records/s over the query's own seconds (the
+   summary's `seconds`) and over launch to exit, and both as ratios to the baseline.
 
 --breakdown then runs bench/breakdown.py on the same topic: where an import's seconds go.
 Prints a table, then one line of JSON for quoting.
 
+--volumes N [N ...] is a scaling run instead: for each backlog a fresh broker (the embedded one
+while the backlog fits it, else Tansu: bench/tansu.py), the plain consumers, the script peer
+and `lagless import` into Parquet, launch to exit; a table of cost against backlog, one JSON
+line, and with --png a chart of it.
+
     .venv/bin/python bench/import_throughput.py [--records N] [--partitions 24] [--breakdown]
+    .venv/bin/python bench/import_throughput.py --volumes 1350000 7200000 30000000 --png F
 """
 
 from __future__ import annotations
@@ -65,7 +74,7 @@ TYPED = {
     ),
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
-SINKS = ("parquet", "delta", "sqlite", "postgresql", "postgresql-driver", *TYPED)
+SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)
 console = Console(stderr=True)
 
 
@@ -101,17 +110,35 @@ def parse_args() -> argparse.Namespace:
         "--breakdown", action="store_true", help="also run bench/breakdown.py on the topic"
     )
     parser.add_argument("--timeout", type=float, default=1800, help="per import, seconds")
+    parser.add_argument(
+        "--volumes", type=int, nargs="+", metavar="N", help="a scaling run at these backlogs"
+    )
+    parser.add_argument(
+        "--tansu-above",
+        type=int,
+        metavar="N",
+        help="--volumes: backlogs above N records go to Tansu (default: those the embedded "
+        "broker cannot hold)",
+    )
+    parser.add_argument("--png", type=Path, help="--volumes: a chart of cost against backlog")
     args = parser.parse_args()
     if args.partitions < 1 or args.processes < 1:
         parser.error("--partitions and --processes must be at least 1")
     if args.records is not None and args.records < args.partitions:
         parser.error("--records must be at least --partitions")
+    if args.volumes and min(args.volumes) < args.partitions:
+        parser.error("--volumes must be at least --partitions")
     return args
 
 
-def counts_that_fit(args: argparse.Namespace) -> list[int]:
+def embedded_capacity(args: argparse.Namespace) -> int:
+    """Records the embedded broker holds at this size and compression."""
     per_record = explicit([1], args.record_bytes).stored_bytes(0, args.compression)
-    total = args.records or PARTITION_BYTES_LIMIT // per_record * args.partitions
+    return PARTITION_BYTES_LIMIT // per_record * args.partitions
+
+
+def counts_that_fit(args: argparse.Namespace) -> list[int]:
+    total = args.records or embedded_capacity(args)
     share, extra = divmod(total, args.partitions)
     return [share + (p < extra) for p in range(args.partitions)]
 
@@ -169,6 +196,32 @@ def run_cli(
     return result
 
 
+SCRIPT_NAME = "script: 2 processes, consume(10000), pyarrow Parquet"
+
+
+def run_script_peer(
+    bootstrap: str, work: Path, args: argparse.Namespace, value_bytes: int
+) -> Baseline:
+    """bench/script_peer.py launched as a user runs it: seconds from launch to exit."""
+    out = work / "script-peer"
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("script_peer.py")),
+        *("--bootstrap", bootstrap, "--topic", TOPIC, "--out", str(out)),
+        *("--processes", str(args.processes)),
+    ]
+    with console.status("the script peer: two processes writing Parquet"):
+        started = time.time()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        seconds = time.time() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"script_peer.py exited {done.returncode}: {done.stderr[-2000:]}")
+    records = int(json.loads(done.stdout.splitlines()[-1])["records"])
+    shutil.rmtree(out, ignore_errors=True)
+    name = SCRIPT_NAME.replace("2", str(args.processes), 1)
+    return Baseline(name, records, value_bytes, seconds, seconds)
+
+
 def run_breakdown(bootstrap: str, work: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     command = [
         sys.executable,
@@ -183,7 +236,7 @@ def run_breakdown(bootstrap: str, work: Path, args: argparse.Namespace) -> dict[
         str(work / "breakdown"),
         *(["--master", args.master] if args.master else []),
     ]
-    with console.status("breakdown: an in-process import to Parquet with a query listener"):
+    with console.status("breakdown: an import to Parquet, timed phase by phase"):
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     sys.stderr.write(done.stderr[-3000:] if done.returncode else "")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -209,11 +262,13 @@ def report(
     load_before: list[float],
 ) -> None:
     base = baselines[0].records_per_second
+    script = next(b for b in baselines if b.name.startswith("script"))
     table = Table(
         title=f"{produced:,} records x {args.record_bytes} B, {args.partitions} partitions, "
         f"{args.compression}, {os.cpu_count()} cores",
         caption="query: the import's own seconds (summary JSON); launch: from the process start "
-        f"(Spark start-up included). Baseline = {baselines[0].name}.",
+        f"(Spark start-up included). Baseline = {baselines[0].name}. exit x script: launch to "
+        "exit over the script peer's (bench/script_peer.py), same run.",
     )
     columns = (
         "reader",
@@ -224,6 +279,7 @@ def report(
         "records/s launch",
         "x baseline query",
         "x baseline launch",
+        "exit x script",
     )
     for column in columns:
         table.add_column(column, justify="left" if column == "reader" else "right")
@@ -238,6 +294,7 @@ def report(
             _rate(launch_rate),
             f"{b.records_per_second / base:.3f}",
             f"{launch_rate / base:.3f}",
+            f"{b.launch_s / script.launch_s:.2f}",
         )
     for run in runs:
         ok = run.returncode == 0
@@ -250,8 +307,15 @@ def report(
             _rate(run.per_second_of_launch()),
             f"{run.per_second_of_query() / base:.3f}" if ok else "-",
             f"{run.per_second_of_launch() / base:.3f}" if ok else "-",
+            f"{run.exit_s / script.launch_s:.2f}" if ok else "-",
         )
-    Console(width=max(Console().width, 140)).print(table)
+    Console(width=max(Console().width, 150)).print(table)
+    for run in runs:
+        if run.returncode == 0:
+            print(
+                f"lagless → {run.sink}: launch to exit {run.exit_s:.1f} s = "
+                f"{run.exit_s / script.launch_s:.2f}x the script's {script.launch_s:.1f} s"
+            )
     figures: dict[str, Any] = {
         "records": produced,
         "value_bytes": value_bytes,
@@ -264,6 +328,7 @@ def report(
     }
     for index, b in enumerate(baselines):
         key = "baseline" if index == 0 else re.sub(r"\W+", "_", b.name.lower()).strip("_")
+        key = "script" if b is script else key
         figures[key] = {
             "name": b.name,
             "records_per_s": round(b.records_per_second),
@@ -283,14 +348,17 @@ def report(
             "records_per_s_launch": round(run.per_second_of_launch()),
             "ratio_query": round(run.per_second_of_query() / base, 4),
             "ratio_launch": round(run.per_second_of_launch() / base, 4),
+            "exit_x_script": round(run.exit_s / script.launch_s, 3),
         }
     if breakdown is not None:
-        figures["breakdown"] = breakdown.get("phases")
+        figures["breakdown"] = {k: breakdown[k] for k in ("launch_to_exit_s", "where", "phases")}
     print(json.dumps(figures))
 
 
 def main() -> int:
     args = parse_args()
+    if args.volumes:
+        return scaling(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
     stop_postgres = None
@@ -313,6 +381,8 @@ def main() -> int:
             else:
                 baselines.append(found)
             baselines.append(tuned)
+            script = run_script_peer(broker.bootstrap, work, args, value_bytes)
+            baselines.append(script)
             for b in baselines:
                 console.print(f"{b.name}: {b.records_per_second:,.0f} records/s")
             postgres_url = args.postgres_url
@@ -347,6 +417,152 @@ def main() -> int:
         if stop_postgres is not None:
             stop_postgres()
         shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the scaling run ---------------------------------------------------------------------------
+
+
+def scaling(args: argparse.Namespace) -> int:
+    """Per backlog: plain consumers, the script peer and lagless → Parquet, launch to exit."""
+    from tansu import TansuBroker, fill
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    limit = args.tansu_above if args.tansu_above is not None else embedded_capacity(args)
+    points: list[dict[str, Any]] = []
+    for volume in sorted(args.volumes):
+        args.records = volume
+        on_tansu = volume > limit
+        work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
+        broker: Any = TansuBroker() if on_tansu else EmbeddedBroker(topics={TOPIC: args.partitions})
+        try:
+            with broker:
+                if on_tansu:
+                    broker.create_topic(TOPIC, args.partitions)
+                    with console.status(f"producing {volume:,} records to Tansu"):
+                        produced, value_bytes = fill(
+                            broker.bootstrap,
+                            TOPIC,
+                            counts_that_fit(args),
+                            args.record_bytes,
+                            args.compression,
+                            args.keys,
+                        )
+                else:
+                    produced, value_bytes = produce(KafkaConfig(broker.bootstrap), args)
+                with console.status(f"{volume:,}: {args.processes} plain consumer processes"):
+                    plain = plain_consumers(
+                        broker.bootstrap, TOPIC, args.partitions, args.processes
+                    )
+                script = run_script_peer(broker.bootstrap, work, args, value_bytes)
+                folder = work / "parquet"
+                folder.mkdir()
+                run = run_cli(
+                    "parquet", sink_url("parquet", folder), broker.bootstrap, folder, args, produced
+                )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if run.returncode != 0 or {plain.records, script.records, run.records} != {produced}:
+            console.print(f"[red]{volume:,}: a reader did not read the {produced:,} records[/]")
+            return 1
+        points.append(
+            {
+                "records": produced,
+                "broker": "tansu" if on_tansu else "embedded",
+                "plain_consumers_s": round(plain.seconds, 3),
+                "plain_consumers_launch_to_exit_s": round(plain.launch_s, 3),
+                "script_launch_to_exit_s": round(script.launch_s, 3),
+                "lagless_launch_to_exit_s": round(run.exit_s, 3),
+                "lagless_query_s": round(run.query_s, 3),
+                "lagless_first_row_s": run.first_row_s and round(run.first_row_s, 2),
+                "lagless_x_script": round(run.exit_s / script.launch_s, 3),
+                "lagless_rate_x_script": round(script.launch_s / run.exit_s, 3),
+            }
+        )
+    show_scaling(points, args)
+    figures = {
+        "scaling": points,
+        "record_bytes": args.record_bytes,
+        "partitions": args.partitions,
+        "compression": args.compression,
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    if args.png:
+        draw_scaling(points, args)
+        console.print(f"wrote {args.png}")
+    print(json.dumps(figures))
+    return 0
+
+
+def show_scaling(points: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    table = Table(
+        title=f"cost against backlog: records of {args.record_bytes} B, {args.partitions} "
+        f"partitions, {args.compression}, {os.cpu_count()} cores (launch to exit, s)",
+        caption="plain consumers: their read alone (excluding their start-up); the script and "
+        "lagless: launch to exit. Rate x script: lagless's records/s over the script's.",
+    )
+    columns = ("records", "broker", "plain consumers", "script", "lagless", "lagless query")
+    for column in (*columns, "x script", "rate x script"):
+        table.add_column(column, justify="left" if column == "broker" else "right")
+    for p in points:
+        table.add_row(
+            f"{p['records']:,}",
+            p["broker"],
+            f"{p['plain_consumers_s']:.2f}",
+            f"{p['script_launch_to_exit_s']:.2f}",
+            f"{p['lagless_launch_to_exit_s']:.2f}",
+            f"{p['lagless_query_s']:.2f}",
+            f"{p['lagless_x_script']:.2f}",
+            f"{p['lagless_rate_x_script']:.2f}",
+        )
+    Console(width=max(Console().width, 120)).print(table)
+    for p in points:
+        print(
+            f"{p['records']:,} records: lagless {p['lagless_launch_to_exit_s']:.1f} s = "
+            f"{p['lagless_x_script']:.2f}x the script's {p['script_launch_to_exit_s']:.1f} s"
+        )
+
+
+def draw_scaling(points: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    records = [p["records"] for p in points]
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=90)
+    for key, label in (
+        ("lagless_launch_to_exit_s", "lagless import → Parquet, launch to exit"),
+        ("script_launch_to_exit_s", "the script (2 processes, pyarrow), launch to exit"),
+        ("plain_consumers_s", "2 plain consumers reading, no store"),
+    ):
+        axes.plot(records, [p[key] for p in points], marker="o", label=label)
+    for p in points:
+        axes.annotate(
+            f"{p['lagless_x_script']:.2f}x",
+            (p["records"], p["lagless_launch_to_exit_s"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize="small",
+        )
+    axes.set_xlabel("backlog (records)")
+    axes.set_ylabel("seconds")
+    axes.set_title(
+        f"cost against backlog: {args.record_bytes} B records, {args.partitions} partitions, "
+        f"{os.cpu_count()} cores"
+    )
+    axes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize="small", loc="upper left")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    args.png.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(args.png)
+    plt.close(figure)
 
 
 def store_alone(url: str, records: int, record_bytes: int) -> Baseline:

@@ -49,7 +49,10 @@ PARTITIONS = 24  # seed 000's topic
 ONE_BATCH_BYTES = 4 * 1024**3
 COMPRESSION = "zstd"  # the embedded broker keeps ~5 MiB of stored batches per partition
 CONSUME_BATCH = 500
-PROGRESS_OPTION = "benchProgressDir"
+# The bench's own source option (ProgressSource's, not lagless's): where tasks note their
+# reads. Spark hands a data source its options with lower-cased names, so it is taken out by
+# that name before lagless's source parses the rest (which refuses any option it does not know).
+PROGRESS_OPTION = "benchprogressdir"
 
 
 @dataclass
@@ -268,12 +271,13 @@ def run_group(
 
 
 def progress_source() -> type:
-    """The lagless source under its own name, noting (time, rows) of every batch it reads.
+    """The lagless source under its own name, noting (time, records) of every batch it hands over.
 
     Registered in place of lagless's source for this run only; defined in a function so the
     benchmark imports pyspark only when it runs lagless. Spark ships the classes to its Python
     workers by value."""
-    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+    import pyarrow.compute as pc
+    from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
 
     from lagless.source.datasource import KafkaDataSource, KafkaStreamReader
@@ -284,20 +288,25 @@ def progress_source() -> type:
             super().__init__(options)
             self.progress_dir = progress_dir
 
-        def read(self, partition: InputPartition) -> Iterator[Any]:
+        def read(self, partition: Any) -> Iterator[Any]:
             log = os.path.join(self.progress_dir, f"{os.getpid()}.log")
             for batch in super().read(partition):
                 yield batch
+                # Records, or, where the task writes them to the sink itself, its receipt of
+                # the records it wrote (executor_write.py), handed over at the task's end.
+                names = batch.schema.names
+                receipt = "records" in names and "value" not in names
+                rows = pc.sum(batch.column("records")).as_py() if receipt else batch.num_rows
                 with open(log, "a") as out:
-                    out.write(f"{time.time()} {batch.num_rows}\n")
+                    out.write(f"{time.time()} {rows or 0}\n")
 
     class ProgressSource(KafkaDataSource):
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            lagless_options = {
+                k: v for k, v in self.options.items() if k.lower() != PROGRESS_OPTION
+            }
             return ProgressStreamReader(
-                SourceOptions.parse(
-                    {k: v for k, v in self.options.items() if k != PROGRESS_OPTION}
-                ),
-                self.options[PROGRESS_OPTION],
+                SourceOptions.parse(lagless_options), self.options[PROGRESS_OPTION]
             )
 
     return ProgressSource
@@ -416,7 +425,8 @@ def draw(result: ProfileResult, path: Path) -> None:
     figure.text(
         0.01,
         0.01,
-        "lagless lines count records as tasks read them; the batch is in the sink at their end",
+        "lagless counts records as its tasks hand them over (a task writing its own files: at "
+        "its end)",
         fontsize="x-small",
         color="grey",
     )

@@ -6,9 +6,15 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from lagless.broker import EmbeddedBroker
 from lagless.kafka.config import KafkaConfig
+
+# No per-example deadline: on a loaded 2-core machine an example can take a second without any
+# fault of the code; the properties, not their speed, are what the tests assert.
+settings.register_profile("lagless", deadline=None)
+settings.load_profile("lagless")
 
 _names = itertools.count()
 
@@ -43,5 +49,15 @@ def postgres():  # type: ignore[no-untyped-def]
     from tests.harness.postgres import PostgresServer
 
     server = PostgresServer.start_new()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def noida():  # type: ignore[no-untyped-def]
+    """noida-db's Kafka, a broker with a real group coordinator (tests/harness/noida.py)."""
+    from tests.harness.noida import NoidaKafka
+
+    server = NoidaKafka.start_new()
     yield server
     server.destroy()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from lagless.cli.options import add_group_arguments, kafka_config
 from lagless.exceptions import BadInput
 from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
 from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource
+from lagless.lag.offsets import KafkaOffsetSource, require_commits
 
 SAMPLES = 10
 SHORTEST_INTERVAL_S = 0.1
@@ -28,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_FETCH_BYTES,
         help="the consumers' fetch size per partition, to judge record sizes (default 1 MiB)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"group", "status", "findings": [{"kind", "text", "fix"}]} (what serve shows)',
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,10 +44,26 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--fetch-bytes must be positive")
     config = kafka_config(args)
     source = KafkaOffsetSource(config, args.group, args.topic)
+    membership = KafkaMembership(config)
     try:
+        if not source.partitions:
+            # No commit yet: a group with members is judged by what they hold; without any,
+            # there is nothing to watch.
+            description = membership.describe(args.group)
+            if description is None or not description.members:
+                require_commits(source, args.topic)
         interval_s = max(SHORTEST_INTERVAL_S, args.seconds / SAMPLES)
-        exam = examine(args.group, source, KafkaMembership(config), args.seconds, interval_s)
+        exam = examine(args.group, source, membership, args.seconds, interval_s)
     finally:
         source.close()
-    print(render(exam, diagnose(exam, args.fetch_bytes)))
+    findings = diagnose(exam, args.fetch_bytes)
+    if args.json:
+        body = {
+            "group": args.group,
+            "status": exam.report.status.name,
+            "findings": [finding.as_json() for finding in findings],
+        }
+        print(json.dumps(body, indent=2))
+    else:
+        print(render(exam, findings))
     return 0

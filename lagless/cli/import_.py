@@ -28,13 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sink",
         required=True,
         help="sqlite:///file.db | postgresql://user:password@host:port/db | parquet:///dir "
-        "| delta:///dir "
+        "| delta:///dir | iceberg:///dir "
         "(three slashes: a relative path; four: an absolute one)",
     )
     parser.add_argument(
         "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
     )
-    parser.add_argument("--table", help="target table (default: the topic name)")
+    parser.add_argument(
+        "--table", help="target table (default: the topic name); Iceberg takes namespace.table"
+    )
     parser.add_argument(
         "--write",
         choices=("append", "upsert"),

@@ -21,7 +21,7 @@ from lagless.cli.options import (
 from lagless.exceptions import BadInput
 from lagless.importer.table_lag import table_lag
 from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo
+from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo, require_commits
 from lagless.lag.report import History, build_report, collect, committed_records
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     config = kafka_config(args)
     source = KafkaOffsetSource(config, args.group, args.topic)
     try:
+        require_commits(source, args.topic)
         if args.watch is not None:
             window_s = args.watch * WATCH_WINDOW_REFRESHES if args.window is None else args.window
             watch(args.group, source, args.watch, window_s, Console())
@@ -100,12 +101,13 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(args.group, history, window_s, committed_records(source, history))
     finally:
         source.close()
+    now = time.time()
     if args.json:
-        print(json.dumps(report.as_json(), indent=2))
+        print(json.dumps(report.as_json(now), indent=2))
     elif args.markdown:
-        print(markdown_table(report))
+        print(markdown_table(report, now))
     else:
-        Console().print(rich_table(report))
+        Console().print(rich_table(report, now))
     return 0
 
 
@@ -125,7 +127,7 @@ def watch(
     def table() -> Table:
         history.add(source.sample())
         found = committed_records(source, history, records)
-        return rich_table(build_report(group, history, window_s, found))
+        return rich_table(build_report(group, history, window_s, found), time.time())
 
     with Live(table(), console=console, auto_refresh=False) as live:
         try:

@@ -107,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
 def open_sampler(
     config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings
 ) -> Sampler:
-    """A sampler of the named groups, or of every group the broker lists; bad input when
-    the broker cannot be reached, a named group has no offsets, or no group is named and the
-    broker does not answer ListGroups."""
+    """A sampler of the named groups (one that has not committed yet is shown so, and judged
+    once it commits or its members hold partitions), or of every group the broker lists; bad
+    input when the broker cannot be reached, or no group is named and the broker does not
+    answer ListGroups."""
     membership = KafkaMembership(config)
 
     def open_source(group: str) -> OffsetSource:

@@ -54,7 +54,7 @@ class BatchWriter:
         # (the source reads nothing below it): with Spark's journaled ends, a batch's ranges.
         self.first_start = first_start or {}
         self.held = held or {}
-        self.summary = Summary()
+        self.summary = Summary(skipped_offsets=sum(lost.skipped for lost in checked.lost))
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None

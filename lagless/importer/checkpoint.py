@@ -1,36 +1,200 @@
-"""Reading the offsets Spark journaled for a batch in the checkpoint.
+"""Reading the offsets Spark journaled for a batch in the checkpoint, and what the checkpoint
+was made for.
 
-Spark writes `offsets/<batch id>` before the batch runs: a version line, a metadata line, then
-one line per source with that batch's end offsets. It is the single record of what a batch
+Spark writes `offsets/<batch id>` before the batch runs: a version line (`v1`), a metadata line,
+then one line per source with that batch's end offsets. It is the single record of what a batch
 covers, so lagless reads it rather than keeping a second bookkeeping of its own.
+
+Those offsets mean something only for the topics, store and table they were read into: lagless
+keeps that in `lagless.json` beside Spark's files (a Fit), and refuses any other use of the
+checkpoint, which would otherwise resume "where it stopped" in another topic or table.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
+from lagless.exceptions import BadInput
 from lagless.kafka.offset_reader import Offsets
 from lagless.source import from_json_offsets
+
+FIT_FILE = "lagless.json"
+FIT_VERSION = 1
+# The version line of the offset files lagless reads (Spark's OffsetSeqLog.VERSION).
+OFFSETS_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What decides which rows a checkpoint's offsets stand for: topics, where they land (no
+    secret, an absolute location), table, write mode, value format and upsert key. The value
+    schema is left out on purpose: a field added evolves the table, and an incompatible change
+    is the store's own check."""
+
+    topics: tuple[str, ...]
+    sink: str
+    table: str
+    write: str
+    value_format: str
+    key_fields: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        topics: tuple[str, ...] | list[str],
+        sink: str,
+        table: str,
+        write: str,
+        value_format: str,
+        key_fields: tuple[str, ...] = (),
+    ) -> Fit:
+        return cls(tuple(sorted(set(topics))), sink, table, write, value_format, tuple(key_fields))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": FIT_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, doc: object, where: str) -> Fit:
+        if not isinstance(doc, dict):
+            raise BadInput(f"checkpoint record {where} is not a JSON object")
+        if doc.get("version") != FIT_VERSION:
+            raise BadInput(
+                f"checkpoint record {where} has version {doc.get('version')!r}; "
+                f"this lagless reads version {FIT_VERSION}"
+            )
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            value = doc.get(field.name)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = tuple(value)
+            if not isinstance(value, tuple | str):
+                raise BadInput(f"checkpoint record {where} has no valid {field.name!r}")
+            values[field.name] = value
+        return cls(**values)
+
+    def misfit(self, wanted: Fit) -> str | None:
+        """The first way `wanted` differs from what the checkpoint was made for; None: fits."""
+        for field, option in _OPTIONS.items():
+            made, asked = getattr(self, field), getattr(wanted, field)
+            if made != asked:
+                return f"it was made for {option} {_shown(made)}, not {_shown(asked)}"
+        return None
+
+
+# How each Fit field is given on the command line, to say a misfit in the user's words.
+_OPTIONS = {
+    "topics": "--topic",
+    "sink": "--sink",
+    "table": "--table",
+    "write": "--write",
+    "value_format": "--value-format",
+    "key_fields": "--key-field",
+}
+
+
+def _shown(value: str | tuple[str, ...]) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value) or "(none)"
+    return value
+
+
+def check_fit(checkpoint: str, wanted: Fit) -> bool:
+    """Raise BadInput if the checkpoint was made for something else; True when the record
+    needs writing (a new checkpoint, or one an earlier lagless made, adopted)."""
+    where = os.path.join(checkpoint, FIT_FILE)
+    journaled = journaled_batches(checkpoint)
+    if os.path.exists(where):
+        made = read_fit(checkpoint)
+        misfit = made.misfit(wanted)
+        if misfit is None:
+            return False
+        if journaled:
+            raise BadInput(f"checkpoint {checkpoint!r} does not fit: {misfit}")
+        return True  # nothing was read under it: the record is the new use's
+    if journaled:
+        # Made by a lagless that kept no record: adopted, if its offsets are of these topics.
+        topics = sorted({topic for topic, _ in batch_end_offsets(checkpoint, journaled[-1])})
+        if topics and topics != list(wanted.topics):
+            raise BadInput(
+                f"checkpoint {checkpoint!r} does not fit: it holds offsets of --topic "
+                f"{','.join(topics)}, not {','.join(wanted.topics)}"
+            )
+    return True
+
+
+def read_fit(checkpoint: str) -> Fit:
+    where = os.path.join(checkpoint, FIT_FILE)
+    try:
+        with open(where, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read checkpoint record {where!r}: {exc}") from None
+    return Fit.from_json(doc, repr(where))
+
+
+def write_fit(checkpoint: str, fit: Fit) -> None:
+    """Whole or not at all: a crash leaves the old record or none, never half of one."""
+    os.makedirs(checkpoint, exist_ok=True)
+    where = os.path.join(checkpoint, FIT_FILE)
+    partial = f"{where}.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(fit.to_json(), handle, indent=1)
+        handle.write("\n")
+    os.replace(partial, where)
+
+
+def journaled_batches(checkpoint: str) -> list[int]:
+    """Ids of the batches Spark journaled offsets for, oldest first."""
+    return _batch_ids(os.path.join(checkpoint, "offsets"))
 
 
 def batch_end_offsets(checkpoint: str, batch_id: int) -> Offsets:
     path = os.path.join(checkpoint, "offsets", str(batch_id))
     with open(path, encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    return from_json_offsets(json.loads(lines[2]))
+    return parse_offsets_file(lines, path)
+
+
+def parse_offsets_file(lines: list[str], path: str) -> Offsets:
+    """Spark's offset file: `v1`, the batch's metadata, then the source's offsets as JSON."""
+    version = lines[0] if lines else ""
+    if version != OFFSETS_VERSION:
+        raise BadInput(
+            f"checkpoint offsets {path!r} have version {version[:20]!r}; "
+            f"lagless reads {OFFSETS_VERSION} (a checkpoint of another Spark?)"
+        )
+    try:
+        doc = json.loads(lines[2])
+        if not isinstance(doc, dict):
+            raise ValueError(f"{doc!r} is not a JSON object")
+        return from_json_offsets(doc)
+    except (IndexError, ValueError, TypeError, AttributeError) as exc:
+        raise BadInput(f"checkpoint offsets {path!r} are not lagless's: {exc}") from None
 
 
 def last_end_offsets(checkpoint: str) -> Offsets:
     """End offsets of the newest batch whose commit Spark recorded; {} for a new checkpoint."""
-    commits = os.path.join(checkpoint, "commits")
-    if not os.path.isdir(commits):
-        return {}
-    done = sorted((int(name) for name in os.listdir(commits) if name.isdigit()), reverse=True)
-    return batch_end_offsets(checkpoint, done[0]) if done else {}
+    done = _batch_ids(os.path.join(checkpoint, "commits"))
+    return batch_end_offsets(checkpoint, done[-1]) if done else {}
+
+
+def last_journaled_offsets(checkpoint: str) -> Offsets:
+    """End offsets of the newest batch Spark journaled, committed or not (a rerun replays an
+    uncommitted one up to there); {} for a new checkpoint."""
+    journaled = journaled_batches(checkpoint)
+    return batch_end_offsets(checkpoint, journaled[-1]) if journaled else {}
 
 
 def query_id(checkpoint: str) -> str:
     """The id Spark gave the query when it created the checkpoint (`metadata`), kept for life."""
     with open(os.path.join(checkpoint, "metadata"), encoding="utf-8") as handle:
         return str(json.loads(handle.readline())["id"])
+
+
+def _batch_ids(folder: str) -> list[int]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(name) for name in os.listdir(folder) if name.isdigit())

@@ -26,9 +26,12 @@ def default_slots(master: str | None) -> int:
 
 
 def explain(spec: ImportSpec) -> dict[str, Any]:
-    check(spec)
+    checked = check(spec)
     slots = spec.slots or default_slots(spec.master)
-    reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots)))
+    with checked.sink, checked.broker:
+        # As a run would: nothing the table holds already is planned (sinks/ledger.py).
+        held = checked.sink.ledger(checked.target, checked.partitions)
+    reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots, held)))
     try:
         if spec.mode == "bulk":
             reader.prepareForTriggerAvailableNow()

@@ -18,7 +18,7 @@ from typing import Any
 from lagless.exceptions import LaglessError, TerminalError, TransientError
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
-from lagless.importer.checkpoint import last_end_offsets
+from lagless.importer.checkpoint import last_end_offsets, write_fit
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
@@ -47,6 +47,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         if held:
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
+        if checked.fit is not None:  # every check passed: the checkpoint is this import's
+            write_fit(spec.checkpoint, checked.fit)
         warming = None
         if spark is None:
             spark = spark_session(spec.master)

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 from lagless.exceptions import BadInput
+from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
 from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
-from lagless.sinks import Sink, Target, check_identifier, sink_from_url
+from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
 from lagless.source import options as o
 from lagless.source import to_json_offsets
+from lagless.source.data_loss import Lost, lost_offsets
+
+log = logging.getLogger(__name__)
 
 RunMode = Literal["bulk", "continuous"]
 
@@ -61,7 +66,7 @@ class ImportSpec:
         if self.table is None and len(self.topics) != 1:
             raise BadInput("importing several topics needs --table")
         return Target(
-            check_identifier(self.table or self.topics[0]),
+            sink_from_url(self.sink_url).table_name(self.table or self.topics[0]),
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
@@ -127,6 +132,10 @@ class Checked:
     broker: OffsetReader
     partitions: list[tuple[str, int]]
     avro: AvroDecoding | None = None
+    # The checkpoint's record to write before the query starts; None: it is there already.
+    fit: Fit | None = None
+    # Offsets the checkpoint stood at that the log no longer holds (--skip-lost-offsets).
+    lost: list[Lost] = field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -138,11 +147,14 @@ def check(spec: ImportSpec) -> Checked:
     """Every bad-input check, before anything is written to the sink or the checkpoint."""
     if spec.ending_timestamp is not None and spec.mode != "bulk":
         raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
-    spec.target()  # the table name, before anything is asked of the broker
+    table = spec.target().table  # the table name, before anything is asked of the broker
     sink = sink_from_url(spec.sink_url)
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
+    fit = Fit.of(spec.topics, sink.identity, table, spec.write, spec.value_format, spec.key_fields)
+    new_fit = check_fit(spec.checkpoint, fit)
     broker = OffsetReader(spec.kafka)
     partitions = broker.partitions(spec.topics)
+    lost = check_log(spec, broker, partitions)
     if spec.dead_letter_topic is not None:
         if spec.dead_letter_topic in spec.topics:
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
@@ -150,7 +162,30 @@ def check(spec: ImportSpec) -> Checked:
     value_schema = resolve(spec, partitions)
     target = spec.target(value_schema)
     sink.check(target)
-    return Checked(sink, target, broker, partitions, value_schema.avro)
+    return Checked(
+        sink, target, broker, partitions, value_schema.avro, fit if new_fit else None, lost
+    )
+
+
+def check_log(
+    spec: ImportSpec, broker: OffsetReader, partitions: list[tuple[str, int]]
+) -> list[Lost]:
+    """The checkpoint's offsets against the log: offsets it has not read that the log no longer
+    holds (a recreated topic, retention, a partition gone) refuse the import, unless
+    --skip-lost-offsets, which reads on from the log's start (the source does the same)."""
+    journaled = last_journaled_offsets(spec.checkpoint)
+    if not journaled:
+        return []
+    low, high = broker.watermarks(partitions)
+    lost = lost_offsets(journaled, low, high)
+    if lost and spec.fail_on_data_loss:
+        raise BadInput(
+            f"checkpoint {spec.checkpoint!r} does not fit the log: {lost[0]}; "
+            "rerun with --skip-lost-offsets to read on from the log's start"
+        )
+    for each in lost:
+        log.warning("%s: skipped, reading on from the log's start", each)
+    return lost
 
 
 def timestamp_offsets(checked: Checked, ms: int, low: Offsets, high: Offsets) -> Offsets:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import TP, OffsetReader
-from lagless.sinks import Target, check_identifier, sink_from_url
+from lagless.sinks import Target, sink_from_url
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def table_lag(
     now: float | None = None,
 ) -> list[PartitionInTable]:
     sink = sink_from_url(sink_url)
-    target = Target(check_identifier(table), "append", "raw")
+    target = Target(sink.table_name(table), "append", "raw")
     with sink, OffsetReader(kafka) as broker:
         partitions: list[TP] = broker.partitions(topics)
         held = sink.ledger(target, partitions)

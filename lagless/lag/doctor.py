@@ -9,12 +9,20 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from lagless.lag.members import EAGER_ASSIGNORS, GroupDescription, MembershipSource
+from lagless.exceptions import BadInput
+from lagless.lag.members import (
+    EAGER_ASSIGNORS,
+    GroupDescription,
+    MembershipSource,
+    assigned_partitions,
+    held_partitions,
+    rebalancing,
+)
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
 from lagless.lag.report import History, LagReport, build_report, committed_records
-from lagless.lag.retention import RetentionRisk, retention_risk
+from lagless.lag.retention import RetentionRisk
 from lagless.lag.status import Status
 
 DEFAULT_FETCH_BYTES = 1024 * 1024  # max.partition.fetch.bytes / fetch.message.max.bytes
@@ -24,12 +32,16 @@ DEFAULT_RETENTION_WARNING_S = 3600.0
 
 @dataclass(frozen=True)
 class Finding:
-    code: str
-    what: str
+    kind: str
+    """What was found, one word for programs: stop, stall, rewind, idle-consumers, ..."""
+    text: str
     fix: str
 
-    def text(self) -> str:
-        return f"- {self.what}\n  fix: {self.fix}"
+    def bullet(self) -> str:
+        return f"- {self.text}\n  fix: {self.fix}"
+
+    def as_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "text": self.text, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -40,8 +52,17 @@ class Examination:
     history: History
     records: Mapping[tuple[str, int], RecordInfo]
     memberships: Sequence[GroupDescription] | None
+    """Snapshots of who held which partition, oldest first; None: the broker cannot tell."""
     sampled_s: float
-    retention: Mapping[tuple[str, int], RetentionRisk] = field(default_factory=dict)
+
+    @property
+    def retention(self) -> dict[tuple[str, int], RetentionRisk]:
+        return {row.key: row.retention for row in self.report.rows if row.retention is not None}
+
+    @property
+    def description(self) -> GroupDescription | None:
+        """The latest snapshot of the group's members."""
+        return self.memberships[-1] if self.memberships else None
 
 
 def examine(
@@ -52,24 +73,28 @@ def examine(
     interval_s: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Examination:
-    """Sample offsets (and memberships, while the broker answers) for `seconds`."""
+    """Sample memberships (while the broker answers) and offsets for `seconds`. The partitions
+    members hold are sampled too, so a group that has not committed yet is judged by them.
+
+    Bad input when there is nothing to judge: no commit and no member holding a partition."""
     history = History(keep_s=seconds + interval_s)
     snapshots: list[GroupDescription] | None = []
     rounds = max(1, round(seconds / interval_s))
     for round_number in range(rounds + 1):
         if round_number:
             sleep(interval_s)
-        history.add(source.sample())
         if snapshots is not None:
             snapshot = membership.describe(group)
             snapshots = None if snapshot is None else [*snapshots, snapshot]
+            source.follow(assigned_partitions(snapshot))
+        history.add(source.sample())
+    if not history.samples and not (snapshots and snapshots[-1].members):
+        raise BadInput(f"group {group!r} has no committed offsets and no members")
     window_s = seconds / 2
     records = committed_records(source, history)
     records = {**records, **_sizes_of_lagging(source, history, records)}
-    report = build_report(group, history, window_s, records)
-    risks = {key: retention_risk(samples) for key, samples in history.samples.items()}
-    retention = {key: risk for key, risk in risks.items() if risk is not None}
-    return Examination(report, history, records, snapshots, seconds, retention)
+    report = build_report(group, history, window_s, records, snapshots[-1] if snapshots else None)
+    return Examination(report, history, records, snapshots, seconds)
 
 
 def _sizes_of_lagging(
@@ -108,16 +133,7 @@ def diagnose(
     for key in by_status[Status.REWIND]:
         findings.append(_rewind(key, exam.history.samples[key]))
     if by_status[Status.STOP]:
-        keys = by_status[Status.STOP]
-        findings.append(
-            Finding(
-                "stop",
-                f"{_names(keys)}: lag but the committed offset did not move for "
-                f"{exam.sampled_s:g} s — no consumer of group {report.group} is committing there.",
-                "check that the group's consumers are running and own these partitions; a "
-                "consumer that is alive but stuck shows the record it is stuck on in its logs",
-            )
-        )
+        findings += _stop(report.group, by_status[Status.STOP], exam)
     if by_status[Status.STALL]:
         keys = by_status[Status.STALL]
         findings.append(
@@ -148,6 +164,38 @@ def diagnose(
                 f"group {report.group}: {len(rows)} partitions, total lag {report.total_lag}, "
                 f"nothing stuck, rewound or falling behind over {exam.sampled_s:g} s.",
                 "nothing to do",
+            )
+        )
+    return findings
+
+
+def _stop(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> list[Finding]:
+    """STOP from who holds the partitions where the broker tells, else from the offsets."""
+    fix = (
+        "check that the group's consumers are running and own these partitions; a consumer "
+        "that is alive but stuck shows the record it is stuck on in its logs"
+    )
+    held = held_partitions(exam.description)
+    unheld = [key for key in keys if held is not None and key not in held]
+    still = [key for key in keys if key not in unheld]
+    findings = []
+    if unheld:
+        members = len(exam.description.members) if exam.description else 0
+        findings.append(
+            Finding(
+                "stop",
+                f"{_names(unheld)}: lag and no member of group {group} holds them (the group "
+                f"has {members} member{'' if members == 1 else 's'}) — nobody reads there.",
+                fix,
+            )
+        )
+    if still:
+        findings.append(
+            Finding(
+                "stop",
+                f"{_names(still)}: lag but the committed offset did not move for "
+                f"{exam.sampled_s:g} s — no consumer of group {group} is committing there.",
+                fix,
             )
         )
     return findings
@@ -315,14 +363,42 @@ def _membership(report: LagReport, memberships: Sequence[GroupDescription] | Non
         return []
     findings = []
     latest = memberships[-1]
-    idle = [m for m in latest.members if not m.partitions]
-    if idle:
+    members = len(latest.members)
+    if rebalancing(latest):
+        findings.append(
+            Finding(
+                "rebalancing",
+                f"the group is rebalancing (state {latest.state}, {members} members holding "
+                "no partition yet): no member reads until the new assignment is handed out.",
+                "if this lasts or keeps coming back, find why members join and leave "
+                "(session.timeout.ms, max.poll.interval.ms); the cooperative-sticky assignor "
+                "keeps partitions read during a rebalance",
+            )
+        )
+    elif idle := [m for m in latest.members if not m.partitions]:
+        partitions = len(report.rows)
+        why = (
+            f"more consumers than partitions ({members} > {partitions})"
+            if members > partitions
+            else f"the assignor gave them none of the {partitions} partitions"
+        )
         findings.append(
             Finding(
                 "idle-consumers",
-                f"{len(idle)} of {len(latest.members)} consumers hold no partition: more "
-                f"consumers than partitions ({len(latest.members)} > {len(report.rows)}).",
+                f"{len(idle)} of {members} consumers hold no partition: {why}.",
                 "run at most one consumer per partition, or add partitions",
+            )
+        )
+    if latest.members and report.rows and all(row.committed is None for row in report.rows):
+        findings.append(
+            Finding(
+                "no-commits",
+                f"group {report.group} has {members} member{'' if members == 1 else 's'} but "
+                "has committed no offset yet: a group that rebalances before its first commit "
+                "starts over from auto.offset.reset each time.",
+                "let members stay long enough to commit (session.timeout.ms, "
+                "max.poll.interval.ms), commit soon after the first records, or use static "
+                "membership (group.instance.id)",
             )
         )
     rebalances = sum(
@@ -361,4 +437,4 @@ def render(exam: Examination, findings: Sequence[Finding]) -> str:
         f"group {report.group}: {len(report.rows)} partitions, total lag {report.total_lag}, "
         f"status {report.status.name} (watched {exam.sampled_s:g} s)"
     )
-    return "\n".join([head, *(finding.text() for finding in findings)])
+    return "\n".join([head, *(finding.bullet() for finding in findings)])

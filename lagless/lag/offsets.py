@@ -7,7 +7,7 @@ functions plain `PartitionSample`s instead.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +55,10 @@ class OffsetSource(Protocol):
         """retention.ms of each topic read (None: unlimited); None when the broker cannot tell."""
         ...
 
+    def follow(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Sample these too from now on (partitions a member holds, committed or not)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -69,33 +73,41 @@ class KafkaOffsetSource:
         topic: str | None = None,
         request_timeout_s: float = REACH_TIMEOUT_S,
     ) -> None:
+        """Bad input when the broker cannot be reached (or the topic does not exist); a group
+        that has committed nothing yet is not: `partitions` is empty until it commits or a
+        partition is followed."""
         self.group = group
-        self._bootstrap = config.bootstrap
+        self._topic = topic
         # No retries inside a request: a service keeps sampling while the broker is away and
         # reports the outage promptly instead of hanging on it.
         self._broker = OffsetReader(config, timeout_s=request_timeout_s, retry_s=0)
         try:
-            self._partitions = self._find_partitions(topic)
+            try:
+                self.partitions = self._committed_partitions()
+            except TransientError as exc:
+                raise BadInput(str(exc)) from None
         except BaseException:
             self._broker.close()
             raise
 
-    def _find_partitions(self, topic: str | None) -> list[TP]:
+    def _committed_partitions(self) -> list[TP]:
         """The partitions of the topics the group has committed offsets on."""
+        topic = self._topic
         every = self._broker.partitions([topic] if topic else (), None if topic else ".*")
-        try:
-            committed = self._broker.committed(self.group, every)
-        except TransientError as exc:
-            raise BadInput(str(exc)) from None
+        committed = self._broker.committed(self.group, every)
         read_topics = {t for (t, _), offset in committed.items() if offset is not None}
-        if not read_topics:
-            where = f"topic {topic!r}" if topic else "any topic"
-            raise BadInput(f"group {self.group!r} has no committed offsets on {where}")
         return [tp for tp in every if tp[0] in read_topics]
 
+    def follow(self, partitions: Iterable[TP]) -> None:
+        wanted = [tp for tp in partitions if self._topic in (None, tp[0])]
+        self.partitions = sorted({*self.partitions, *wanted})
+
     def sample(self) -> list[PartitionSample]:
-        committed = self._broker.committed(self.group, self._partitions)
-        low, end = self._broker.watermarks(self._partitions)
+        if not self.partitions:
+            # Nothing committed yet: look again each time (a first commit shows up at once).
+            self.partitions = self._committed_partitions()
+        committed = self._broker.committed(self.group, self.partitions)
+        low, end = self._broker.watermarks(self.partitions)
         at = time.time()
         return [
             PartitionSample(
@@ -106,7 +118,7 @@ class KafkaOffsetSource:
                 low=low[(t, p)],
                 end=end[(t, p)],
             )
-            for t, p in self._partitions
+            for t, p in self.partitions
         ]
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[TP, RecordInfo]:
@@ -115,10 +127,23 @@ class KafkaOffsetSource:
         return {tp: records[0] for tp, records in found.items() if records}
 
     def retention_ms(self) -> dict[str, int | None] | None:
-        return self._broker.retention_ms(t for t, _ in self._partitions)
+        return self._broker.retention_ms(t for t, _ in self.partitions)
 
     def close(self) -> None:
         self._broker.close()
 
 
-__all__ = ["KafkaOffsetSource", "OffsetSource", "PartitionSample", "RecordInfo"]
+def require_commits(source: KafkaOffsetSource, topic: str | None) -> None:
+    """Bad input when the group has committed nothing (on the topic): nothing to show."""
+    if not source.partitions:
+        where = f"topic {topic!r}" if topic else "any topic"
+        raise BadInput(f"group {source.group!r} has no committed offsets on {where}")
+
+
+__all__ = [
+    "KafkaOffsetSource",
+    "OffsetSource",
+    "PartitionSample",
+    "RecordInfo",
+    "require_commits",
+]

@@ -1,4 +1,5 @@
-"""A group's lag, partition by partition, from the samples taken so far."""
+"""A group's lag, partition by partition, from the samples taken so far: the one model of a
+partition's lag that `lag`, `doctor` and `serve` show."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from lagless.lag.members import GroupDescription, held_partitions
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
+from lagless.lag.retention import RetentionRisk, retention_risk
 from lagless.lag.status import Status, group_status, partition_status
 from lagless.lag.timelag import interpolated_lag_seconds
 
@@ -29,24 +32,56 @@ class History:
         return [self.samples[key][-1] for key in sorted(self.samples)]
 
 
+EXACT = "exact"
+INTERPOLATED = "interpolated"
+
+
 @dataclass(frozen=True)
-class LagRow:
+class PartitionLag:
+    """One partition of a group as its latest sample shows it: what `lag`, `doctor` and `serve`
+    all show. The time lag is computed when it is read (`lag_seconds(now)`), not when it was
+    sampled: a stopped group's lag keeps growing between samples, as the truth does."""
+
     topic: str
     partition: int
     committed: int | None
+    log_start: int
     end: int
     lag: int
-    lag_seconds: float | None
     status: Status
+    sampled_at: float
+    committed_record_at: float | None
+    """Timestamp of the record at the committed offset (the oldest one not read)."""
+    interpolated_age_s: float | None
+    """The committed offset's age at sampled_at, interpolated from end offsets over time."""
+    retention: RetentionRisk | None = None
 
-    def as_json(self) -> dict[str, object]:
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def lag_seconds(self, now: float) -> tuple[float | None, str | None]:
+        """(seconds, method): exact from the committed record's timestamp, else interpolated
+        (labelled so), else (None, None). A caught-up partition is 0 s behind, exactly."""
+        if self.lag == 0:
+            return 0.0, EXACT
+        if self.committed_record_at is not None:
+            return max(0.0, now - self.committed_record_at), EXACT
+        if self.interpolated_age_s is not None:
+            return self.interpolated_age_s + max(0.0, now - self.sampled_at), INTERPOLATED
+        return None, None
+
+    def as_json(self, now: float) -> dict[str, object]:
+        seconds, method = self.lag_seconds(now)
         return {
             "topic": self.topic,
             "partition": self.partition,
             "committed": self.committed,
+            "log_start": self.log_start,
             "end": self.end,
             "lag": self.lag,
-            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "lag_seconds": None if seconds is None else round(seconds, 3),
+            "lag_seconds_method": method,
             "status": self.status.name,
         }
 
@@ -54,22 +89,30 @@ class LagRow:
 @dataclass(frozen=True)
 class LagReport:
     group: str
-    rows: list[LagRow]
+    rows: tuple[PartitionLag, ...]
 
     @property
     def total_lag(self) -> int:
         return sum(row.lag for row in self.rows)
 
     @property
+    def max_lag(self) -> int:
+        return max((row.lag for row in self.rows), default=0)
+
+    @property
     def status(self) -> Status:
         return group_status(row.status for row in self.rows)
 
-    def as_json(self) -> dict[str, object]:
+    def max_lag_seconds(self, now: float) -> float | None:
+        known = [s for s, _ in (row.lag_seconds(now) for row in self.rows) if s is not None]
+        return max(known, default=None)
+
+    def as_json(self, now: float) -> dict[str, object]:
         return {
             "group": self.group,
             "total_lag": self.total_lag,
             "status": self.status.name,
-            "partitions": [row.as_json() for row in self.rows],
+            "partitions": [row.as_json(now) for row in self.rows],
         }
 
 
@@ -78,30 +121,40 @@ def build_report(
     history: History,
     window_s: float,
     records: Mapping[tuple[str, int], RecordInfo] | None = None,
+    description: GroupDescription | None = None,
+    retention_ms: Mapping[str, int | None] | None = None,
 ) -> LagReport:
-    """Rows for the latest samples. lag_seconds is exact where the committed record is known
-    (the sample's time minus the record's timestamp), else interpolated from the samples."""
+    """The latest sample of each partition with its status (from the samples, and from who
+    holds the partition where the broker tells), time lag and retention risk."""
+    held = held_partitions(description)
     rows = []
     for key in sorted(history.samples):
         samples = history.samples[key]
         latest = samples[-1]
         record = (records or {}).get(key)
-        if record is not None and record.timestamp_s is not None and latest.lag > 0:
-            lag_seconds: float | None = max(0.0, latest.at - record.timestamp_s)
-        else:
-            lag_seconds = interpolated_lag_seconds(samples)
+        record_at = None if record is None or latest.lag == 0 else record.timestamp_s
         rows.append(
-            LagRow(
+            PartitionLag(
                 topic=latest.topic,
                 partition=latest.partition,
                 committed=latest.committed,
+                log_start=latest.low,
                 end=latest.end,
                 lag=latest.lag,
-                lag_seconds=lag_seconds,
-                status=partition_status(samples, window_s),
+                status=partition_status(
+                    samples, window_s, owned=None if held is None else key in held
+                ),
+                sampled_at=latest.at,
+                committed_record_at=record_at,
+                interpolated_age_s=interpolated_lag_seconds(samples),
+                retention=retention_risk(
+                    samples,
+                    retention_ms=None if retention_ms is None else retention_ms.get(latest.topic),
+                    committed_record_at=record_at,
+                ),
             )
         )
-    return LagReport(group=group, rows=rows)
+    return LagReport(group=group, rows=tuple(rows))
 
 
 def collect(

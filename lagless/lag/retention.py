@@ -72,9 +72,10 @@ def retention_risk(
         return None
     records_left = latest.committed - latest.low
     rate = log_start_rate(samples)
-    if records_left <= 0:
+    if records_left < 0:
         by_rate: float | None = 0.0
     else:
+        # At the log start exactly, nothing is lost yet and nothing will be unless it moves.
         by_rate = records_left / rate if rate > 0 else None
     by_retention = None
     if retention_ms is not None and committed_record_at is not None:

@@ -3,7 +3,14 @@
 OffsetFetch does not say when a group committed, only what: a commit that does not move
 the offset is invisible from outside. So STOP here means the committed offset has not moved
 for longer than the window (it needs a history longer than the window), and STALL that it
-did not move within the window while there was lag.
+did not move within the window while there was lag. Where the broker tells who holds which
+partition (DescribeGroups), a lagging partition no member holds is STOP at once: nobody is
+there to commit, whatever the window (so `serve` and `doctor`, which watch for different
+spans, agree on a group with no consumer).
+
+A group's status is its worst partition's, but two states are a group's only: UNKNOWN while
+its latest sample failed (the broker is away: what was seen before no longer holds) and
+NO_COMMITS when it has no partition to judge (no commit yet, and no member holds one).
 """
 
 from __future__ import annotations
@@ -23,13 +30,19 @@ class Status(IntEnum):
     STALL = 2
     STOP = 3
     REWIND = 4
+    NO_COMMITS = 5
+    UNKNOWN = 6
 
 
-def partition_status(history: Sequence[PartitionSample], window_s: float) -> Status:
+def partition_status(
+    history: Sequence[PartitionSample], window_s: float, owned: bool | None = None
+) -> Status:
     """The status of one partition from its samples, oldest first.
 
     REWIND looks at the whole history; the other checks at the window, the samples taken
     within window_s of the latest one (older ones tell how long the offset has stood still).
+    owned: whether a member of the group holds the partition (None: the broker cannot tell,
+    or a rebalance is handing partitions out).
     """
     if not history:
         raise ValueError("a partition status needs at least one sample")
@@ -45,6 +58,8 @@ def partition_status(history: Sequence[PartitionSample], window_s: float) -> Sta
     committed = [s.committed for s in window]
     if latest.lag == 0:
         return Status.OK
+    if owned is False:
+        return Status.STOP
     if latest.at - _unchanged_since(history) > window_s:
         return Status.STOP
     if len(window) >= 2 and len(set(committed)) == 1 and all(s.lag > 0 for s in window):
@@ -65,5 +80,9 @@ def _unchanged_since(history: Sequence[PartitionSample]) -> float:
     return since
 
 
-def group_status(statuses: Iterable[Status]) -> Status:
-    return max(statuses, default=Status.OK)
+def group_status(statuses: Iterable[Status], sampled: bool = True) -> Status:
+    """The worst partition's status; UNKNOWN when the latest sample failed (or none was taken
+    yet), NO_COMMITS when there is no partition to judge."""
+    if not sampled:
+        return Status.UNKNOWN
+    return max(statuses, default=Status.NO_COMMITS)

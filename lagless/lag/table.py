@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from lagless.lag.report import LagReport, LagRow
+from lagless.lag.report import LagReport, PartitionLag
 
 COLUMNS = ("partition", "lag", "pos", "end", "lag_s", "status")
 NOT_COMMITTED = "-"
 
 
-def _partition_label(row: LagRow, single_topic: bool) -> str:
+def _partition_label(row: PartitionLag, single_topic: bool) -> str:
     return str(row.partition) if single_topic else f"{row.topic}:{row.partition}"
 
 
@@ -21,16 +21,15 @@ def _seconds(value: float | None) -> str:
     return "?" if value is None else f"{value:.1f}"
 
 
-def table_cells(report: LagReport) -> list[tuple[str, ...]]:
-    """The All row, then one row per partition, as text in COLUMNS order."""
+def table_cells(report: LagReport, now: float) -> list[tuple[str, ...]]:
+    """The All row, then one row per partition, as text in COLUMNS order; time lags as of now."""
     single_topic = len({row.topic for row in report.rows}) <= 1
-    known_seconds = [row.lag_seconds for row in report.rows if row.lag_seconds is not None]
     total = (
         "All",
         str(report.total_lag),
         str(sum(row.committed or 0 for row in report.rows)),
         str(sum(row.end for row in report.rows)),
-        _seconds(max(known_seconds, default=None)),
+        _seconds(report.max_lag_seconds(now)),
         report.status.name,
     )
     rows = [
@@ -39,7 +38,7 @@ def table_cells(report: LagReport) -> list[tuple[str, ...]]:
             str(row.lag),
             NOT_COMMITTED if row.committed is None else str(row.committed),
             str(row.end),
-            _seconds(row.lag_seconds),
+            _seconds(row.lag_seconds(now)[0]),
             row.status.name,
         )
         for row in report.rows
@@ -47,21 +46,21 @@ def table_cells(report: LagReport) -> list[tuple[str, ...]]:
     return [total, *rows]
 
 
-def rich_table(report: LagReport) -> Table:
+def rich_table(report: LagReport, now: float) -> Table:
     topics = sorted({row.topic for row in report.rows})
     table = Table(title=f"group {report.group} on {', '.join(topics)}")
     for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("partition", "status") else "right")
-    for cells in table_cells(report):
+    for cells in table_cells(report, now):
         table.add_row(*cells)
     return table
 
 
-def markdown_table(report: LagReport) -> str:
+def markdown_table(report: LagReport, now: float) -> str:
     """The table as the field report pasted it; `lagless simulate --lag-table` reads it back."""
     lines = [
         "| " + " | ".join(COLUMNS) + " |",
         "| --- | " + " | ".join("---:" for _ in COLUMNS[1:-1]) + " | --- |",
     ]
-    lines += ["|" + "|".join(cells) + "|" for cells in table_cells(report)]
+    lines += ["|" + "|".join(cells) + "|" for cells in table_cells(report, now)]
     return "\n".join(lines)

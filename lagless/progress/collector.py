@@ -23,6 +23,8 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    # Offsets lost before they were read, skipped under --skip-lost-offsets.
+    skipped_offsets: int = 0
 
     def add_batch(
         self,
@@ -51,6 +53,7 @@ class Summary:
             "written": self.written,
             "dead_lettered": self.dead_lettered,
             "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
+            "skipped_offsets": self.skipped_offsets,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
             "records_per_partition": {
@@ -132,6 +135,8 @@ class RichCollector(Collector):
         for reason, count in sorted(summary.dead_lettered_by_reason.items()):
             table.add_row(f"  {reason}", f"{count:,}")
         table.add_row("rows written (after coalescing)", f"{summary.written:,}")
+        if summary.skipped_offsets:
+            table.add_row("offsets lost, skipped", f"{summary.skipped_offsets:,}")
         table.add_row("bytes", f"{summary.bytes:,}")
         table.add_row("seconds", f"{summary.seconds:.1f}")
         table.add_row("records/s", f"{summary.records / seconds:,.0f}")

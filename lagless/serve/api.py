@@ -3,21 +3,24 @@
 Burrow answers `{"error": false, "message": ..., <payload>}`; a group's status carries
 `status`, `totallag`, `maxlag`, `partition_count` and `partitions`, each with `status` and
 `current_lag`. lagless adds what Burrow lacks: time lag (and how it was found), the log
-start and retention margin, the group state, the doctor's findings and a short lag series.
+start and retention margin, the group state, the doctor's findings (as `doctor --json` prints
+them) and a short lag series. A group whose latest sample failed has status UNKNOWN, with
+`error` and `error_since`; one with nothing to judge yet, NO_COMMITS.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lagless.serve.view import GroupView, PartitionView
+from lagless.lag.report import PartitionLag
+from lagless.serve.view import GroupView
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def partition_json(p: PartitionView, now: float, warning_s: float) -> dict[str, object]:
+def partition_json(p: PartitionLag, now: float, warning_s: float) -> dict[str, object]:
     seconds, method = p.lag_seconds(now)
     risk = p.retention
     return {
@@ -44,13 +47,15 @@ def partition_json(p: PartitionView, now: float, warning_s: float) -> dict[str, 
 def group_summary(view: GroupView, now: float) -> dict[str, object]:
     return {
         "group": view.group,
-        "status": view.status.name if view.partitions else None,
+        "status": view.status.name,
         "state": view.state,
+        "members": view.members,
         "totallag": view.total_lag,
         "max_lag_seconds": _round(view.max_lag_seconds(now)),
         "partition_count": len(view.partitions),
         "sampled_at": view.sampled_at,
         "error": view.error,
+        "error_since": view.error_since,
     }
 
 
@@ -58,12 +63,19 @@ def group_status(view: GroupView, now: float) -> dict[str, object]:
     worst = max(view.partitions, key=lambda p: p.lag, default=None)
     return {
         **group_summary(view, now),
-        "members": view.members,
         "maxlag": None if worst is None else partition_json(worst, now, view.retention_warning_s),
         "partitions": [partition_json(p, now, view.retention_warning_s) for p in view.partitions],
-        "findings": [{"code": f.code, "what": f.what, "fix": f.fix} for f in view.findings],
+        "findings": [finding.as_json() for finding in view.findings],
         "series": [
-            {"at": point.at, "total_lag": point.total_lag, "max_lag_seconds": point.max_lag_seconds}
+            {
+                "at": point.at,
+                "total_lag": point.total_lag,
+                "max_lag_seconds": point.max_lag_seconds,
+                "partitions": [
+                    {"topic": topic, "partition": partition, "lag": lag}
+                    for topic, partition, lag in point.partition_lags
+                ],
+            }
             for point in view.series
         ],
     }

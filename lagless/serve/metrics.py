@@ -88,7 +88,8 @@ def render(
             ("kafka_consumergroup_poll_time_ms", "Time the last sampling round took"),
             (
                 "lagless_consumergroup_status",
-                "1 for the group's status (Burrow's evaluation over the window), 0 for others",
+                "1 for the group's status (Burrow's evaluation over the window; UNKNOWN while "
+                "its sample fails, NO_COMMITS while it has nothing to judge), 0 for others",
             ),
             (
                 "lagless_consumergroup_state",
@@ -125,8 +126,11 @@ def render(
     partitions_seen: set[tuple[str, int]] = set()
     for view in views:
         group = {"cluster_name": cluster, "group": view.group}
-        up = view.error is None and view.sampled_at is not None
-        f["lagless_consumergroup_up"].add(int(up), **group)
+        f["lagless_consumergroup_up"].add(int(view.up), **group)
+        for status in Status:
+            f["lagless_consumergroup_status"].add(
+                int(status == view.status), **group, status=status.name
+            )
         if view.sampled_at is not None:
             f["lagless_consumergroup_last_sample_timestamp_seconds"].add(view.sampled_at, **group)
         if view.state is not None:
@@ -137,10 +141,6 @@ def render(
             f["lagless_consumergroup_members"].add(view.members, **group)
         if not view.partitions:
             continue
-        for status in Status:
-            f["lagless_consumergroup_status"].add(
-                int(status == view.status), **group, status=status.name
-            )
         f["kafka_consumergroup_group_max_lag"].add(view.max_lag, **group)
         f["kafka_consumergroup_group_sum_lag"].add(view.total_lag, **group)
         max_seconds = view.max_lag_seconds(now)

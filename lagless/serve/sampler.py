@@ -16,10 +16,10 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from lagless.exceptions import LaglessError
-from lagless.lag.members import GroupDescription, MembershipSource
+from lagless.lag.members import GroupDescription, MembershipSource, assigned_partitions
 from lagless.lag.offsets import OffsetSource, RecordInfo
 from lagless.lag.report import History, committed_records
-from lagless.serve.view import GroupView, SeriesPoint, group_view
+from lagless.serve.view import GroupView, Sampled, SeriesPoint, group_view
 
 # retention.ms changes rarely, and a broker that does not answer DescribeConfigs makes each
 # try wait for its timeout: ask again only this often.
@@ -49,7 +49,6 @@ class GroupWatch:
         self.source = source
         self.settings = settings
         self.history = History(keep_s=settings.keep_s)
-        # partition -> (committed offset, its record): one read per lagging partition and offset.
         # partition -> (committed offset, the record there), read once per offset.
         self.records: dict[tuple[str, int], tuple[int, RecordInfo]] = {}
         self.committed: dict[tuple[str, int], RecordInfo] = {}
@@ -59,20 +58,27 @@ class GroupWatch:
         self.series: deque[SeriesPoint] = deque(maxlen=SERIES_POINTS)
         self.sampled_at: float | None = None
         self.error: str | None = None
-        self.view = group_view(group, self.history, 0, {}, None, None, 0, [], None, None)
+        self.error_since: float | None = None
+        self.view = self._build_view(None)
 
     def sample(self, membership: MembershipSource, now: Callable[[], float]) -> None:
+        asked_at = now()
         try:
             self.history.add(self.source.sample())
         except LaglessError as exc:
+            if self.error is None:
+                self.error_since = asked_at  # not when the request gave up, seconds later
             self.error = _one_line(exc)
         else:
-            self.error = None
+            self.error = self.error_since = None
             self.sampled_at = now()
             try:
                 self.description = membership.describe(self.group)
             except LaglessError:
                 self.description = None
+            # A member may hold partitions the group never committed on: sampled from the next
+            # round on, so a group without commits is judged by what its members hold.
+            self.source.follow(assigned_partitions(self.description))
             self._read_committed_records()
             self._ask_retention(now())
         self.view = self._build_view(now())
@@ -98,22 +104,26 @@ class GroupWatch:
             found = None
         self.retention_ms = found  # one assignment: the sampler reads whole values only
 
-    def _build_view(self, now: float) -> GroupView:
-        records = self.committed
+    def _build_view(self, now: float | None) -> GroupView:
+        sampled = Sampled(
+            history=self.history,
+            records=self.committed,
+            description=self.description,
+            retention_ms=self.retention_ms,
+            sampled_at=self.sampled_at,
+            error=self.error,
+            error_since=self.error_since,
+        )
         view = group_view(
             self.group,
-            self.history,
+            sampled,
             self.settings.window_s,
-            records,
-            self.description,
-            self.retention_ms,
             self.settings.retention_warning_s,
             list(self.series),
-            self.sampled_at,
-            self.error,
         )
-        if self.error is None and view.partitions:
-            self.series.append(SeriesPoint(now, view.total_lag, view.max_lag_seconds(now)))
+        if now is not None and view.up and view.partitions:
+            lags = tuple((p.topic, p.partition, p.lag) for p in view.partitions)
+            self.series.append(SeriesPoint(now, view.total_lag, view.max_lag_seconds(now), lags))
             view = replace(view, series=tuple(self.series))
         return view
 
@@ -154,8 +164,8 @@ class Sampler:
         self._views = tuple(self._watches[g].view for g in sorted(self._watches))
 
     def _find_groups(self) -> None:
-        """New groups the broker lists; a group with no committed offset yet is tried again
-        later. Groups once found stay reported, even when they stop or empty."""
+        """New groups the broker lists (a group that cannot be opened is tried again later).
+        Groups once found stay reported, even when they stop or empty."""
         now = self._now()
         if self._listed_at is not None and now - self._listed_at < LIST_GROUPS_EVERY_S:
             return
@@ -170,7 +180,7 @@ class Sampler:
             try:
                 self._watches[group] = GroupWatch(group, self._open_source(group), self.settings)
             except LaglessError:
-                continue  # no committed offset yet: tried again at the next listing
+                continue  # tried again at the next listing
 
     def sample_once(self) -> None:
         started = time.monotonic()

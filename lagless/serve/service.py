@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import threading
-import time
 
 from lagless.exceptions import BadInput
 from lagless.serve.sampler import Sampler
@@ -43,12 +42,6 @@ class LagService:
         for thread in self._threads:
             thread.start()
         return self
-
-    def wait_for_first_round(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.sampler.rounds == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.sampler.rounds > 0
 
     def stop(self) -> None:
         self._stop.set()

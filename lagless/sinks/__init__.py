@@ -7,12 +7,12 @@ from urllib.parse import urlsplit
 from lagless.exceptions import BadInput
 from lagless.sinks.base import COLUMNS, Sink, Target, check_identifier
 
-SCHEMES = ("sqlite", "parquet", "postgresql", "delta")
+SCHEMES = ("sqlite", "parquet", "postgresql", "delta", "iceberg")
 
 
 def sink_from_url(url: str) -> Sink:
-    """sqlite:///path.db, parquet:///dir, delta:///dir, postgresql://user@host:port/db
-    (read by sinks/url.py). Touches nothing."""
+    """sqlite:///path.db, parquet:///dir, delta:///dir, iceberg:///dir,
+    postgresql://user@host:port/db (read by sinks/url.py). Touches nothing."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink
@@ -26,6 +26,10 @@ def sink_from_url(url: str) -> Sink:
         from lagless.sinks.delta import DeltaSink
 
         return DeltaSink.from_url(url)
+    if scheme == "iceberg":
+        from lagless.sinks.iceberg import IcebergSink
+
+        return IcebergSink.from_url(url)
     if scheme in ("postgresql", "postgres"):
         from lagless.sinks.postgresql import PostgresSink
 

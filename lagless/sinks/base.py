@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,20 +62,31 @@ def check_identifier(name: str, what: str = "table name") -> str:
 
 
 def check_writable_path(path: str, what: str, *, folder: bool) -> None:
-    """The path can be created or written as a folder (or a file), judged without creating it."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if os.path.exists(path) and os.path.isdir(path) != folder:
-        kind = "a directory" if os.path.isdir(path) else "a file"
+    """The path can be created or written as a folder (or a file): a probe folder is made and
+    removed in the nearest folder that exists, so nothing is left behind. Permission bits do not
+    tell (root may write anywhere they say, yet not under /sys or /proc)."""
+    absolute = os.path.abspath(path)
+    if os.path.exists(absolute) and os.path.isdir(absolute) != folder:
+        kind = "a directory" if os.path.isdir(absolute) else "a file"
         raise BadInput(f"{what} path {path!r} is {kind}")
-    if not os.path.isdir(probe) and probe != os.path.abspath(path):
-        raise BadInput(f"{what} path {path!r} cannot be created: {probe!r} is not a directory")
-    if not os.access(probe, os.W_OK):
-        raise BadInput(f"{what} path {path!r} is not writable")
+    # A file's folder takes SQLite's journal and lagless's staging beside it.
+    nearest = absolute if folder else os.path.dirname(absolute)
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise BadInput(f"{what} path {path!r} cannot be created: {nearest!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lagless-probe-", dir=nearest))
+    except OSError as exc:
+        raise BadInput(
+            f"{what} path {path!r} is not writable: nothing can be created in {nearest!r} "
+            f"({exc.strerror})"
+        ) from None
+    if not folder and os.path.exists(absolute):
+        try:
+            os.close(os.open(absolute, os.O_WRONLY))
+        except OSError as exc:
+            raise BadInput(f"{what} path {path!r} is not writable ({exc.strerror})") from None
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,15 @@ class Sink(ABC):
     def __init__(self, url: str, location: str) -> None:
         self.url = url
         self.location = location
+
+    @property
+    def identity(self) -> str:
+        """Where rows land, as a checkpoint remembers it: an absolute location, no secret."""
+        return f"{self.scheme}:///{os.path.realpath(self.location)}"
+
+    def table_name(self, name: str) -> str:
+        """--table (or the topic's name) as this store takes it; BadInput if it cannot."""
+        return check_identifier(name)
 
     # The lifecycle, in the order the importer calls it: check (before anything is written),
     # prepare, ledger (where the import starts), then per batch write + write_dead_letters, or

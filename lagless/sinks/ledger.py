@@ -85,7 +85,10 @@ def batch_ranges(
     below it), to its end."""
     ranges = {}
     for tp, until in end.items():
-        begin = max(start.get(tp, until), held.get(tp, 0))
+        begin = start.get(tp, until)
+        if begin > until:  # the source found its start lost and read the log from its start
+            begin = 0
+        begin = max(begin, held.get(tp, 0))
         ranges[tp] = (min(begin, until), until)
     return ranges
 

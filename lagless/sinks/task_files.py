@@ -85,16 +85,25 @@ def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([*columns, millis], schema=FILE_SCHEMA)
 
 
-def stage_rows(rows: DataFrame, folder: str) -> list[str]:
+Conform = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def stage_rows(rows: DataFrame, folder: str, conform: Conform | None = None) -> list[str]:
     """Runs the rows' tasks, each writing its rows into `folder` (emptied first: what a crashed
-    attempt left there is not this batch's); returns the files written, sorted."""
+    attempt left there is not this batch's), through `conform` if given (a module-level
+    function: it travels to the tasks); returns the files written, sorted."""
     shutil.rmtree(folder, ignore_errors=True)
-    receipts = rows.mapInArrow(partial(write_task_file, folder), RECEIPT_SCHEMA).toArrow()
+    task = partial(write_task_file, folder, conform=conform)
+    receipts = rows.mapInArrow(task, RECEIPT_SCHEMA).toArrow()
     return sorted(receipts.column("file").to_pylist())
 
 
-def write_task_file(folder: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def write_task_file(
+    folder: str, batches: Iterator[pa.RecordBatch], conform: Conform | None = None
+) -> Iterator[pa.RecordBatch]:
     """A task's rows into one Parquet file (none for a task without rows); yields its receipt."""
+    if conform is not None:
+        batches = conform(batches)
     path = os.path.join(folder, f"part-{uuid.uuid4().hex}.parquet")
     writing = f"{path}.partial"
     writer: pq.ParquetWriter | None = None

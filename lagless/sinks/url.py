@@ -1,5 +1,6 @@
 """Sink URLs, read once for every store: `sqlite:///file.db`, `parquet:///dir`, `delta:///dir`,
-`postgresql://user:password@host:port/db`, and the `?write_from=` of the stores that take it.
+`iceberg:///dir`, `postgresql://user:password@host:port/db`, and the `?write_from=` of the
+stores that take it.
 
 Percent-escapes in a server's user, password and database are decoded here, once: each
 client gets the plain values (psycopg) or encodes them again itself (`SinkUrl.uri`, ADBC).

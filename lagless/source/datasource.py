@@ -6,6 +6,7 @@ ranges they are handed (read). Offsets travel as {"topic": {"partition": next_of
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
 from lagless.planner import limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
+from lagless.source.data_loss import lost_offsets, resumed
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
@@ -53,6 +55,8 @@ from lagless.source.schema import ARROW_SCHEMA, SPARK_SCHEMA, SPARK_SCHEMA_WITH_
 from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
+
+log = logging.getLogger(__name__)
 
 
 def _check_names_every_partition(option: str, named: Iterable[TP], assigned: Iterable[TP]) -> None:
@@ -220,18 +224,18 @@ class _Planning:
             resolved[tp] = offset
         return resolved
 
-    def check_data_loss(self, start: Offsets, low: Offsets) -> Offsets:
-        """Move starts that retention already deleted to the log start, or fail."""
-        moved = dict(start)
-        for tp, offset in start.items():
-            if tp in low and offset < low[tp]:
-                if self.options.fail_on_data_loss:
-                    raise DataLossError(
-                        f"{tp[0]}[{tp[1]}]: offsets {offset}..{low[tp]} were deleted before "
-                        "lagless read them; rerun with failOnDataLoss=false to skip what is gone"
-                    )
-                moved[tp] = low[tp]
-        return moved
+    def check_data_loss(self, start: Offsets, low: Offsets, high: Offsets) -> Offsets:
+        """Where reading goes on from `start`: offsets the log no longer holds (deleted by
+        retention, beyond a recreated log's end, a partition gone) fail, as in Spark's source,
+        unless failOnDataLoss=false, which goes on from the log's start (gone partitions are
+        dropped). Partitions `start` does not name begin at the log's start."""
+        lost = lost_offsets(start, low, high)
+        if lost and self.options.fail_on_data_loss:
+            raise DataLossError(f"{lost[0]}; rerun with failOnDataLoss=false to skip what is gone")
+        for each in lost:
+            log.warning("%s: skipped, reading on from the log's start", each)
+        moved = resumed(start, lost)
+        return {tp: moved.get(tp, low[tp]) for tp in high}
 
     def bytes_per_record(self, ranges: Sequence[OffsetRange]) -> dict[TP, float]:
         unknown = [r for r in ranges if r.records and r.key not in self._bytes_per_record]
@@ -305,7 +309,7 @@ class KafkaBatchReader(DataSourceReader):
                     f"the resolved start offset {offset} is greater than the resolved end "
                     f"offset {end[(topic, partition)]} for {topic}[{partition}]"
                 )
-        start = planning.check_data_loss(planning.above_held(requested), low)
+        start = planning.check_data_loss(planning.above_held(requested), low, high)
         return planning.plan(start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -356,12 +360,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"option {AVAILABLE_NOW_ENDING_TIMESTAMP} needs the availableNow trigger"
             )
         low, high = planning.broker.watermarks(planning.partitions())
+        # Against the log itself: an ending timestamp may stop short of the checkpoint. Then
+        # not below what the store holds already.
+        begun = planning.above_held(planning.check_data_loss(from_json_offsets(start), low, high))
         if self._target is not None:
             high = {tp: min(h, self._target.get(tp, low[tp])) for tp, h in high.items()}
-        begun = from_json_offsets(start)
-        # Partitions that appeared since the query started are read from their beginning.
-        begun = {tp: begun.get(tp, low[tp]) for tp in high}
-        begun = planning.check_data_loss(planning.above_held(begun), low)
         latest = {tp: max(h, begun[tp]) for tp, h in high.items()}
         if isinstance(limit, ReadAllAvailable):
             return to_json_offsets(latest)
@@ -409,12 +412,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planning = self._planning
         begun, until = from_json_offsets(start), from_json_offsets(end)
         # A partition that appeared since the last batch (a new topic matching the pattern)
-        # is read from offset 0, as Spark's planInputPartitions does. Offsets retention deleted
-        # since latestOffset are a data loss: the query fails, or (failOnDataLoss=false) the
-        # batch starts at the log start.
+        # is read from offset 0, as Spark's planInputPartitions does.
         begun = {tp: begun.get(tp, 0) for tp in until}
-        low, _ = planning.broker.watermarks(list(until))
-        return planning.plan(planning.check_data_loss(begun, low), until)
+        low, high = planning.broker.watermarks(list(until))
+        # An end before the start: latestOffset found the start lost (failOnDataLoss=false) and
+        # went on from the log's start, which Spark does not know: read from there.
+        begun.update({tp: min(low[tp], until[tp]) for tp in until if until[tp] < begun[tp]})
+        # Offsets retention deleted since latestOffset are a data loss: the query fails, or
+        # (failOnDataLoss=false) the batch starts at the log start.
+        return planning.plan(planning.check_data_loss(begun, low, high), until)
 
     def estimated_bytes(self, piece: OffsetRange) -> int:
         """What reading `piece` should bring, by the sizes the plan was weighed with."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -148,3 +150,85 @@ def test_a_delta_folder_of_another_layout_is_one_line_exit_2_and_untouched(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+# Each case is one CLI run that fails before Spark starts (~1.5 s, most of it imports): the
+# cases of a test run side by side, each in a folder of its own.
+UNWRITABLE = ("/sys/lagless-test", "/proc/lagless-test", "{tmp}/a_file")
+STORES = {
+    "sqlite": "sqlite:///{place}/db.sqlite",
+    "parquet": "parquet:///{place}/lake",
+    "delta": "delta:///{place}/lake",
+    # No server: the checkpoint is refused before the sink is asked.
+    "postgresql": "postgresql://me:secret@127.0.0.1:1/db",
+}
+
+
+def snapshot(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p), p.stat().st_size) for p in folder.rglob("*"))
+
+
+def refusals(bootstrap: str, root: Path, cases: list[tuple[dict[str, str], str]]) -> list[str]:
+    """Run each case (options over import_args, with {tmp} its folder; what stderr says) and
+    return what went wrong: anything but exit 2, one line saying it, nothing written."""
+
+    def run(number: int, over: dict[str, str], says: str) -> str | None:
+        tmp = root / f"case{number}"
+        tmp.mkdir()
+        (tmp / "a_file").write_text("not a folder")
+        if any("/out" in value for value in over.values()):
+            (tmp / "out").mkdir()
+            (tmp / "out" / "orders").write_text("in the way")
+            (tmp / "out" / "db.sqlite-lagless-staging").write_text("in the way")
+        over = {k: v.replace("{tmp}", str(tmp)) for k, v in over.items()}
+        says = says.replace("{tmp}", str(tmp))
+        before = snapshot(tmp)
+        result = run_cli(*import_args(bootstrap, tmp, **over))
+        lines = result.stderr.strip().splitlines()
+        if (
+            result.returncode == 2
+            and len(lines) == 1
+            and lines[0].startswith("lagless: error:")
+            and says in lines[0]
+            and "secret" not in result.stderr
+            and snapshot(tmp) == before
+            and not any(os.path.exists(p) for p in UNWRITABLE[:2])
+        ):
+            return None
+        return f"{over}: exit {result.returncode}, {result.stderr!r}, {snapshot(tmp)}"
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        found = pool.map(lambda case: run(case[0], *case[1]), enumerate(cases))
+        return [failure for failure in found if failure is not None]
+
+
+def test_an_unwritable_checkpoint_is_one_line_exit_2_for_every_store(orders_broker, tmp_path):
+    cases = [
+        (
+            {"--sink": STORES[store].replace("{place}", "{tmp}/out"), "--checkpoint": place},
+            f"checkpoint directory path '{place}' "
+            + ("is a file" if place.endswith("a_file") else "is not writable: nothing can be"),
+        )
+        for store in sorted(STORES)
+        for place in UNWRITABLE
+    ]
+    assert refusals(orders_broker.bootstrap, tmp_path, cases) == []
+
+
+def test_an_unwritable_sink_is_one_line_exit_2_for_every_store(orders_broker, tmp_path):
+    cases = [
+        ({"--sink": STORES[store].replace("{place}", place)}, "is not writable: nothing can be")
+        for store in ("sqlite", "parquet", "delta")
+        for place in UNWRITABLE[:2]
+    ]
+    cases += [
+        ({"--sink": "sqlite:///{tmp}/a_file/db.sqlite"}, "'{tmp}/a_file' is not a directory"),
+        ({"--sink": "sqlite:///{tmp}"}, "file path '{tmp}' is a directory"),
+        ({"--sink": "parquet:///{tmp}/a_file"}, "directory path '{tmp}/a_file' is a file"),
+        ({"--sink": "delta:///{tmp}/a_file"}, "directory path '{tmp}/a_file' is a file"),
+        # A file where the store keeps a table or stages files:
+        ({"--sink": "parquet:///{tmp}/out"}, "path '{tmp}/out/orders' is a file"),
+        ({"--sink": "delta:///{tmp}/out"}, "path '{tmp}/out/orders' is a file"),
+        ({"--sink": "sqlite:///{tmp}/out/db.sqlite"}, "staging directory path"),
+    ]
+    assert refusals(orders_broker.bootstrap, tmp_path, cases) == []

@@ -167,8 +167,8 @@ def test_a_rewound_commit_shows_rewind_in_lag_and_doctor(broker: EmbeddedBroker)
         source.close()
     finally:
         consumer.close()
-    findings = {finding.code: finding for finding in diagnose(exam)}
-    assert "from 3 to 2" in findings["rewind"].what
+    findings = {finding.kind: finding for finding in diagnose(exam)}
+    assert "from 3 to 2" in findings["rewind"].text
     assert "not-checked" in findings
 
 
@@ -178,7 +178,7 @@ def test_an_idle_consumer_in_a_real_group(
     """Three members subscribe to a two-partition topic: one gets nothing to read.
 
     The embedded broker does not answer DescribeGroups, so the doctor must say it could not
-    check for idle consumers rather than fail; test_lag_doctor checks the finding itself.
+    check for idle consumers rather than fail; test_doctor_live checks the finding on noida-db.
     """
     consumers = [group_consumer(broker, "idle-group") for _ in range(3)]
     for consumer in consumers:

@@ -53,6 +53,8 @@ CASES = [
     ("parquet", "raw", "append"),
     ("delta", "json", "append"),
     ("delta", "json", "upsert"),
+    ("iceberg", "raw", "append"),
+    ("iceberg", "json", "upsert"),
 ]
 
 
@@ -171,7 +173,9 @@ def cli(bootstrap: str, url: str, checkpoint: Path) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-@pytest.mark.parametrize("store", ["sqlite", "delta"])
+@pytest.mark.parametrize(
+    "store", ["sqlite", "delta", pytest.param("iceberg", marks=pytest.mark.matrix)]
+)
 def test_lag_sink_shows_what_the_table_holds_against_the_log(
     store, broker, kafka, topic_name, tmp_path, spark
 ):

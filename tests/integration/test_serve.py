@@ -183,7 +183,7 @@ def test_retention_warning_as_the_log_start_approaches_the_committed_offset(
     ) as url:
         wait_for("a first sample", lambda: get_json(url + "/api/groups")["groups"][0]["status"])
         codes = [
-            f["code"] for f in get_json(url + "/api/groups/retained-group")["status"]["findings"]
+            f["kind"] for f in get_json(url + "/api/groups/retained-group")["status"]["findings"]
         ]
         assert "retention-risk" not in codes, "the log start has not moved yet"
 
@@ -193,13 +193,13 @@ def test_retention_warning_as_the_log_start_approaches_the_committed_offset(
 
         def warned() -> dict | None:
             status = get_json(url + "/api/groups/retained-group")["status"]
-            found = {f["code"]: f for f in status["findings"]}
+            found = {f["kind"]: f for f in status["findings"]}
             risk = found.get("retention-risk")
             # It warns from the first deletion on; wait for the one that left 2 records.
-            return risk if risk and "has 2 records between the log start" in risk["what"] else None
+            return risk if risk and "has 2 records between the log start" in risk["text"] else None
 
         finding = wait_for("a retention warning", warned, timeout_s=5)
-        assert finding["what"].startswith("retained:0: retention will delete records")
+        assert finding["text"].startswith("retained:0: retention will delete records")
         samples = parse_metrics(get(url + "/metrics")[1])
         where = {"group": "retained-group", "topic": "retained", "partition": 0}
         assert metric(samples, "lagless_consumergroup_retention_margin_records", **where) == 2
@@ -216,12 +216,12 @@ def test_retention_warning_as_the_log_start_approaches_the_committed_offset(
         lost = wait_for(
             "records lost",
             lambda: {
-                f["code"]: f
+                f["kind"]: f
                 for f in get_json(url + "/api/groups/retained-group")["status"]["findings"]
             }.get("records-lost"),
             timeout_s=5,
         )
-        assert "retention deleted 3 records the group had not read" in lost["what"]
+        assert "retention deleted 3 records the group had not read" in lost["text"]
 
 
 def test_lag_prometheus_prints_the_metrics_of_serve_once(
@@ -265,14 +265,21 @@ def test_the_server_keeps_serving_while_the_broker_is_down_and_recovers() -> Non
             lag = metric(parse_metrics(get(url + "/metrics")[1]), "kafka_consumergroup_group_lag")
             assert lag == RECORDS - 8
             broker.set_down()
-            down_at = time.monotonic()
+            down_at, down_wall = time.monotonic(), time.time()
             wait_for("the outage to show", lambda: up() == 0, timeout_s=15)
             status = get_json(url + "/api/groups/outage-group")["status"]
             assert status["error"], "the API says why the group is not sampled"
+            assert status["status"] == "UNKNOWN", "never the last OK while the broker is away"
+            assert down_wall - 1 <= status["error_since"] <= time.time(), "since when it fails"
+            assert [f["kind"] for f in status["findings"]] == ["unknown"]
+            listed = get_json(url + "/api/groups")["groups"][0]
+            assert (listed["status"], listed["error"]) == ("UNKNOWN", status["error"])
             samples = parse_metrics(get(url + "/metrics")[1])
             assert metric(samples, "kafka_consumergroup_group_lag", group="outage-group") == lag, (
                 "the last lag seen stays reported, flagged by lagless_consumergroup_up 0"
             )
+            assert metric(samples, "lagless_consumergroup_status", status="UNKNOWN") == 1
+            assert metric(samples, "lagless_consumergroup_status", status="OK") == 0
             assert get(url + "/")[0] == 200
             time.sleep(max(0.0, 1 - (time.monotonic() - down_at)))
 
@@ -281,7 +288,9 @@ def test_the_server_keeps_serving_while_the_broker_is_down_and_recovers() -> Non
             wait_for("sampling to recover", lambda: up() == 1, timeout_s=30)
             recovered_s = time.monotonic() - up_at
             print(f"recovered {recovered_s:.1f} s after the broker came back")
-            assert get_json(url + "/api/groups/outage-group")["status"]["error"] is None
+            recovered = get_json(url + "/api/groups/outage-group")["status"]
+            assert recovered["error"] is None and recovered["error_since"] is None
+            assert recovered["status"] in ("STALL", "STOP")
 
 
 def one_line_exit_2(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -291,6 +300,34 @@ def one_line_exit_2(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     error = capsys.readouterr().err
     assert error.startswith("lagless: error: ") and error.count("\n") == 1, error
     return error
+
+
+def test_a_named_group_without_commits_is_shown_so_until_it_commits(
+    broker: EmbeddedBroker,
+) -> None:
+    """`serve --group A --group B` starts though B has committed nothing yet; B is shown as
+    NO_COMMITS (not OK with lag 0), then judged once it commits."""
+    commit(broker.bootstrap, "early-group", "orders", {0: 4, 1: 4})
+    with lagless_serve(
+        broker.bootstrap, "--group", "early-group", "--group", "late-group", *FAST
+    ) as url:
+
+        def statuses() -> dict[str, str]:
+            return {g["group"]: g["status"] for g in get_json(url + "/api/groups")["groups"]}
+
+        wait_for("a first sample", lambda: statuses()["early-group"] != "UNKNOWN")
+        assert statuses()["late-group"] == "NO_COMMITS"
+        late = get_json(url + "/api/groups/late-group")["status"]
+        assert (late["partition_count"], late["error"]) == (0, None)
+        samples = parse_metrics(get(url + "/metrics")[1])
+        assert metric(samples, "lagless_consumergroup_status", group="late-group",
+                      status="NO_COMMITS") == 1  # fmt: skip
+        assert metric(samples, "lagless_consumergroup_up", group="late-group") == 1
+
+        commit(broker.bootstrap, "late-group", "orders", {0: 15})
+        wait_for("the late group's first commit", lambda: statuses()["late-group"] != "NO_COMMITS")
+        late = get_json(url + "/api/groups/late-group")["status"]
+        assert late["partition_count"] == 2 and late["totallag"] == (RECORDS - 15) + RECORDS
 
 
 def test_unreachable_broker_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -319,10 +356,6 @@ def test_other_bad_input_is_one_line_and_exit_2(
 ) -> None:
     error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--port", "0")
     assert "does not answer ListGroups" in error and "--group" in error
-    error = one_line_exit_2(
-        capsys, "--bootstrap", broker.bootstrap, "--group", "nobody", "--port", "0"
-    )
-    assert "group 'nobody' has no committed offsets" in error
     error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--interval", "0")
     assert "--interval must be a positive number" in error
     error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--port", "70000")

@@ -66,11 +66,13 @@ def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
                 section = page.locator('section[data-group="web-group"]')
                 partition_row = section.locator('tr[data-partition="orders:0"]')
                 # The details of a group arrive a moment after the list of groups.
-                section.locator('li[data-code="stop"]').wait_for(timeout=5_000)
+                section.locator('li[data-kind="stop"]').wait_for(timeout=5_000)
                 expect(partition_row.locator("td.lag")).to_have_text("12")
                 expect(partition_row).to_contain_text("STOP")
 
                 chart = section.locator("canvas.chart")
+                # A line per partition, most lagging first, named with its status in the legend.
+                expect(chart).to_have_attribute("data-lines", "total,orders:0 STOP,orders:1 OK")
                 first_points = int(chart.get_attribute("data-points") or 0)
                 first_image = chart.evaluate("c => c.toDataURL()")
                 # A new commit: the lag drops and the chart must draw it.
@@ -88,3 +90,70 @@ def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
                 page.close()
         finally:
             committer.close()
+
+
+def test_while_the_broker_is_down_a_group_is_grey_unknown_with_the_error_and_since_when(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The embedded broker goes down under a sampled group: the page must not keep a green OK
+    (or a lag of 0); it shows UNKNOWN in grey, the error, since when, and the last lag greyed.
+    A second named group that never committed is shown as such from the start."""
+    with EmbeddedBroker(topics={"orders": 1}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for _ in range(RECORDS):
+            producer.produce("orders", b"x", partition=0)
+        producer.flush(10)
+        committer = Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": "down-group",
+             "enable.auto.commit": False}
+        )  # fmt: skip
+        committer.commit(offsets=[TopicPartition("orders", 0, RECORDS)], asynchronous=False)
+        committer.close()
+        with lagless_serve(broker.bootstrap, "--group", "down-group", "--group", "new-group",
+                           "--interval", "0.2", "--window", "1") as url:  # fmt: skip
+            page = browser.new_page()
+            page.goto(url + "/?refresh=200")
+            row = page.locator('#groups tr[data-group="down-group"]')
+            expect(row.locator(".status")).to_have_text("OK", timeout=10_000)
+            newcomer = page.locator('#groups tr[data-group="new-group"]')
+            expect(newcomer.locator(".status")).to_have_text("NO_COMMITS")
+            expect(newcomer.locator("td.problem")).to_have_text("no committed offset yet")
+
+            # The lag is 0 and OK: exactly what must not stay on the page once the broker is
+            # away. New records first make the last lag seen tell from a made-up 0.
+            for _ in range(RECORDS - 12):
+                producer.produce("orders", b"x", partition=0)
+            producer.flush(10)
+            expect(row.locator("td.lag")).to_have_text(str(RECORDS - 12), timeout=10_000)
+            section = page.locator('section[data-group="down-group"]')
+            stale_badge = section.locator('tr[data-partition="orders:0"] .status')
+            down_at = time.time()
+            broker.set_down()
+
+            expect(row.locator(".status")).to_have_text("UNKNOWN", timeout=15_000)
+            badge = row.locator(".status")
+            expect(badge, "UNKNOWN is grey").to_have_css("background-color", "rgb(158, 158, 158)")
+            expect(row.locator("td.problem")).to_contain_text("cannot sample since ")
+            expect(row.locator("td.problem")).to_have_class("text problem error")
+            expect(row.locator("td.lag"), "the last lag seen, greyed").to_have_text(
+                str(RECORDS - 12)
+            )
+            expect(row.locator("td.lag")).to_have_class("lag stale")
+            expect(stale_badge, "a partition's last status is greyed").to_have_css(
+                "background-color", "rgb(189, 189, 189)"
+            )
+            expect(section.locator("li[data-kind]")).to_have_count(1)
+            expect(section.locator('li[data-kind="unknown"]')).to_contain_text(
+                "could not be sampled"
+            )
+            since = page.evaluate(
+                "fetch('/api/groups/down-group').then(r => r.json()).then(b => b.status)"
+            )
+            assert since["status"] == "UNKNOWN"
+            assert down_at - 1 <= since["error_since"] <= time.time()
+            page.screenshot(path=tmp_path / "dashboard-down.png", full_page=True)
+
+            broker.set_up()
+            expect(row.locator(".status")).not_to_have_text("UNKNOWN", timeout=30_000)
+            expect(row.locator("td.problem")).to_have_text("")
+            page.close()

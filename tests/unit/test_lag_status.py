@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lagless.lag.members import GroupDescription, GroupMember, held_partitions, rebalancing
 from lagless.lag.offsets import PartitionSample
 from lagless.lag.status import Status, group_status, partition_status
 from lagless.lag.timelag import interpolated_lag_seconds
@@ -39,7 +40,8 @@ def test_partition_status(
 def test_group_status_is_the_worst() -> None:
     assert group_status([Status.OK, Status.REWIND, Status.STALL]) is Status.REWIND
     assert group_status([Status.WARN, Status.OK]) is Status.WARN
-    assert group_status([]) is Status.OK
+    assert group_status([]) is Status.NO_COMMITS
+    assert group_status([Status.OK], sampled=False) is Status.UNKNOWN
 
 
 def test_lag_is_counted_from_the_log_start_when_never_committed() -> None:
@@ -61,3 +63,24 @@ def test_lag_is_counted_from_the_log_start_when_never_committed() -> None:
 )
 def test_time_lag(points: list[tuple[float, int | None, int]], expected: float | None) -> None:
     assert interpolated_lag_seconds(samples(*points)) == expected
+
+
+def test_a_lagging_partition_no_member_holds_is_stop_at_once() -> None:
+    """Nobody is there to commit: STOP from the first samples, whatever the window."""
+    moving = samples((0, 5, 10), (1, 7, 12))
+    assert partition_status(moving, 30, owned=False) is Status.STOP
+    assert partition_status(moving, 30, owned=True) is Status.OK
+    assert partition_status(moving, 30, owned=None) is Status.OK
+    caught_up = samples((0, 10, 10))
+    assert partition_status(caught_up, 30, owned=False) is Status.OK
+
+
+def test_who_holds_what_is_unknown_while_a_rebalance_hands_partitions_out() -> None:
+    a, b = GroupMember("a", "a", (("t", 0),)), GroupMember("b", "b", ())
+    assert held_partitions(GroupDescription("g", "range", "STABLE", (a, b))) == {("t", 0)}
+    assert held_partitions(GroupDescription("g", "range", "EMPTY", ())) == frozenset()
+    for state in ("PREPARING_REBALANCING", "COMPLETING_REBALANCING"):
+        assert held_partitions(GroupDescription("g", "range", state, (a, b))) is None
+    nobody_holds = GroupDescription("g", "range", "STABLE", (b, b))
+    assert rebalancing(nobody_holds) and held_partitions(nobody_holds) is None
+    assert held_partitions(None) is None

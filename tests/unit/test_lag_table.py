@@ -24,7 +24,9 @@ def report_of(*latest: tuple[int, int | None, int]):
 
 
 def test_columns_follow_the_seed_with_the_all_row_first() -> None:
-    cells = table_cells(report_of((0, 13440162, 22937322), (1, 22613778, 22613778), (2, None, 9)))
+    cells = table_cells(
+        report_of((0, 13440162, 22937322), (1, 22613778, 22613778), (2, None, 9)), now=100.0
+    )
     assert COLUMNS[:4] == ("partition", "lag", "pos", "end")
     assert cells[0][:4] == (
         "All",
@@ -46,14 +48,15 @@ def test_time_lag_is_exact_where_the_committed_record_is_known() -> None:
         history.add(PartitionSample("t", p, at, 10, 0, end) for p in (0, 1))
     records = {("t", 0): RecordInfo(timestamp_s=40.0, size_bytes=10)}
     seconds = {
-        row.partition: row.lag_seconds for row in build_report("g", history, 5, records).rows
+        row.partition: row.lag_seconds(100.0)[0]
+        for row in build_report("g", history, 5, records).rows
     }
     assert seconds == {0: 60.0, 1: 5.0}
 
 
 def test_rich_table_has_the_columns_in_order() -> None:
     out = io.StringIO()
-    Console(file=out, width=120).print(rich_table(report_of((0, 1, 5))))
+    Console(file=out, width=120).print(rich_table(report_of((0, 1, 5)), 100.0))
     header = next(line for line in out.getvalue().splitlines() if "partition" in line)
     positions = [header.index(name) for name in COLUMNS]
     assert positions == sorted(positions)
@@ -62,12 +65,14 @@ def test_rich_table_has_the_columns_in_order() -> None:
 def test_the_printed_table_reads_back_as_simulator_input() -> None:
     """What `lagless lag` prints (box drawing, a title above), pasted as it is."""
     out = io.StringIO()
-    Console(file=out, width=120).print(rich_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4))))
+    Console(file=out, width=120).print(
+        rich_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4)), 100.0)
+    )
     assert parse_lag_table(f"$ lagless lag --group g\n{out.getvalue()}\nmore text") == [7, 0, 4]
 
 
 def test_markdown_table_reads_back_as_simulator_input() -> None:
-    table = markdown_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4)))
+    table = markdown_table(report_of((0, 3, 10), (1, 10, 10), (2, None, 4)), 100.0)
     assert parse_lag_table(table) == [7, 0, 4]
 
 
@@ -83,6 +88,9 @@ class ScriptedSource:
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {}
+
+    def follow(self, partitions: object) -> None:
+        """Every partition is sampled already."""
 
     def close(self) -> None:
         """Nothing to release."""

@@ -35,7 +35,7 @@ TOPIC = "orders"
 PARTITIONS = [(TOPIC, 0), (TOPIC, 1)]
 LOG_END = 60  # records per partition
 TARGET = Target("t", "append", "raw", run_id="import-a")
-STORES = ("sqlite", "parquet", "delta")
+STORES = ("sqlite", "parquet", "delta", "iceberg")
 
 
 def records(tp: TP, start: int, end: int) -> pa.RecordBatch:
@@ -63,6 +63,8 @@ def stored(url: str, location: str) -> list[tuple[str, int, int]]:
             return []
         with sqlite3.connect(location) as conn:
             return sorted(conn.execute('SELECT topic, "partition", "offset" FROM t').fetchall())
+    if url.startswith("iceberg"):
+        return iceberg_rows(location, "t")
     folder = os.path.join(location, "t")
     if url.startswith("delta"):
         if not os.path.isdir(os.path.join(folder, "_delta_log")):
@@ -82,6 +84,26 @@ def stored(url: str, location: str) -> list[tuple[str, int, int]]:
         for r in pq.read_table(f).select(["topic", "partition", "offset"]).to_pylist()
     ]
     return sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+
+
+def iceberg_rows(warehouse: str, table: str) -> list[tuple[str, int, int]]:
+    """Through pyiceberg's SQL catalog, as a reader would open the warehouse."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if not os.path.exists(os.path.join(warehouse, "catalog.db")):
+        return []
+    catalog = SqlCatalog(
+        "lagless", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}"
+    )
+    try:
+        rows = catalog.load_table(f"default.{table}").scan().to_arrow()
+    except NoSuchTableError:
+        return []
+    finally:
+        catalog.engine.dispose()
+    found = rows.select(["topic", "partition", "offset"]).to_pylist()
+    return sorted((r["topic"], r["partition"], r["offset"]) for r in found)
 
 
 def commit(sink: Sink, target: Target, batch: Batch) -> None:
@@ -193,7 +215,7 @@ def test_no_sequence_of_imports_crashes_and_lost_checkpoints_doubles_or_skips(
         assert rows == expected  # every record below the ledger's mark, each once
 
 
-@pytest.mark.parametrize("store", ["parquet", "delta"])
+@pytest.mark.parametrize("store", ["parquet", "delta", "iceberg"])
 def test_two_imports_of_the_same_offsets_at_once_never_double(store: str, tmp_path: Path) -> None:
     """Both read the ledger before either committed. The second to commit meets offsets the
     first wrote: the same ranges are a replay (nothing added), overlapping ones are refused

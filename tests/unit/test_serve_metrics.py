@@ -5,27 +5,27 @@ from __future__ import annotations
 import pytest
 
 from lagless.lag.doctor import Examination, diagnose
-from lagless.lag.offsets import PartitionSample
-from lagless.lag.report import History, build_report
+from lagless.lag.offsets import PartitionSample, RecordInfo
+from lagless.lag.report import History, PartitionLag, build_report
 from lagless.lag.retention import retention_risk
 from lagless.lag.status import Status
-from lagless.serve import metrics
-from lagless.serve.view import GroupView, PartitionView
+from lagless.serve import api, metrics
+from lagless.serve.view import GroupView
 from tests.harness.serve import metric, parse_metrics
 
 
-def partition(**overrides: object) -> PartitionView:
+def partition(**overrides: object) -> PartitionLag:
     fields: dict[str, object] = {
         "topic": "t", "partition": 0, "committed": 4, "log_start": 0, "end": 10, "lag": 6,
         "status": Status.OK, "sampled_at": 100.0, "committed_record_at": None,
         "interpolated_age_s": None, "retention": None,
     }  # fmt: skip
     fields.update(overrides)
-    return PartitionView(**fields)  # type: ignore[arg-type]
+    return PartitionLag(**fields)  # type: ignore[arg-type]
 
 
-def group(*partitions: PartitionView, name: str = "g") -> GroupView:
-    return GroupView(name, partitions, Status.OK, None, None, 100.0, None, (), (), 3600.0)
+def group(*partitions: PartitionLag, name: str = "g") -> GroupView:
+    return GroupView(name, partitions, Status.OK, None, None, 100.0, None, None, (), (), 3600.0)
 
 
 def test_time_lag_is_exact_from_the_record_else_interpolated_and_labelled_so() -> None:
@@ -68,6 +68,11 @@ def test_retention_margin_by_the_log_starts_rate() -> None:
     assert still is not None and still.seconds_by_rate is None and not still.at_risk(1e9)
     caught_up = [PartitionSample("t", 0, 0.0, 100, 10, 100)]
     assert retention_risk(caught_up) is None
+    at_the_log_start = retention_risk(samples_with_log_start((0.0, 50), (10.0, 50)))
+    assert at_the_log_start is not None and at_the_log_start.records_left == 0
+    assert not at_the_log_start.at_risk(3600), "a log start that does not move deletes nothing"
+    moving = retention_risk(samples_with_log_start((0.0, 40), (10.0, 50)))
+    assert moving is not None and moving.seconds_by_rate == 0.0 and moving.at_risk(1)
 
 
 def test_retention_margin_by_retention_ms_counts_from_the_committed_records_time() -> None:
@@ -85,8 +90,31 @@ def test_doctor_findings_for_retention(low: int, code: str, words: str) -> None:
     history = History(keep_s=100)
     history.add(samples_with_log_start((0.0, 10)))
     history.add(samples_with_log_start((10.0, low)))
-    risk = retention_risk(history.samples[("t", 0)])
-    assert risk is not None
-    exam = Examination(build_report("g", history, 5), history, {}, None, 10, {risk.key: risk})
+    exam = Examination(build_report("g", history, 5), history, {}, None, 10)
     findings = diagnose(exam)
-    assert findings[0].code == code and words in findings[0].what
+    assert findings[0].kind == code and words in findings[0].text
+
+
+def test_lag_json_and_the_serve_api_show_the_same_partition() -> None:
+    """One model: a caught-up partition is 0 s behind (exactly) in both, a lagging one is now
+    minus its committed record's time in both, whatever the record's timestamp says."""
+    history = History(keep_s=100)
+    for at in (0.0, 10.0):
+        history.add(
+            [PartitionSample("t", 0, at, 100, 0, 100), PartitionSample("t", 1, at, 40, 0, 100)]
+        )
+    records = {("t", 0): RecordInfo(5.0, 10), ("t", 1): RecordInfo(7.0, 10)}
+    report = build_report("g", history, 5, records)
+    view = group(*report.rows)
+    served = api.group_body(view, now=12.0)["status"]["partitions"]
+    shown = report.as_json(now=12.0)["partitions"]
+    for mine, theirs in zip(shown, served, strict=True):
+        assert (mine["lag"], mine["status"]) == (theirs["current_lag"], theirs["status"])
+        assert (mine["lag_seconds"], mine["lag_seconds_method"]) == (
+            theirs["lag_seconds"],
+            theirs["lag_seconds_method"],
+        )
+    assert [(p["lag_seconds"], p["lag_seconds_method"]) for p in shown] == [
+        (0.0, "exact"),
+        (5.0, "exact"),
+    ]

@@ -1,6 +1,6 @@
-"""The sampler and the views it builds, with scripted sources: what the embedded broker cannot
-answer (ListGroups, DescribeGroups, DescribeConfigs) is faked here, and so are broker failures
-at exact moments."""
+"""The sampler and the views it builds, with scripted sources and a clock: broker failures and
+answers at exact moments, which no live broker gives on demand. ListGroups and DescribeGroups
+run live on noida-db in tests/integration/test_doctor_live.py."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ class StoppedGroupSource:
 
     def retention_ms(self) -> dict[str, int | None] | None:
         return self._retention_ms
+
+    def follow(self, partitions: object) -> None:
+        """Every partition is sampled already."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -150,8 +153,8 @@ def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_go
             break
         time.sleep(0.02)
     assert risk is not None and risk.seconds_by_retention == 900 + 120 - clock.now
-    assert view.findings[0].code == "retention-risk"
-    assert "at retention.ms" in view.findings[0].what
+    assert view.findings[0].kind == "retention-risk"
+    assert "at retention.ms" in view.findings[0].text
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
     where = {"group": "g", "topic": "t", "partition": 0}
     assert metric(samples, "lagless_consumergroup_retention_margin_seconds", **where,

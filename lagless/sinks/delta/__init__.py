@@ -70,6 +70,8 @@ class DeltaSink(Sink):
         check_writable_path(self.location, "directory", folder=True)
         for table, mode in self._tables(target):
             path = os.path.join(self.location, table)
+            for folder in (path, self._staging(target, table)):
+                check_writable_path(folder, "directory", folder=True)
             if not os.path.isdir(path) or not set(os.listdir(path)) - {staged.STAGING}:
                 continue  # none yet, or only what a crashed first batch staged
             try:

@@ -64,7 +64,9 @@ class ParquetSink(Sink):
             raise BadInput(
                 "the parquet sink supports --write append only; use sqlite or postgresql to upsert"
             )
-        check_writable_path(self.location, "directory", folder=True)
+        tables = [os.path.join(self.location, t) for t in (target.table, target.dead_letter_table)]
+        for folder in (self.location, *tables, self._staging(target)):
+            check_writable_path(folder, "directory", folder=True)
 
     def prepare(self, target: Target) -> None:
         for table in (target.table, target.dead_letter_table):

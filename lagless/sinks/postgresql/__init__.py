@@ -83,6 +83,12 @@ class PostgresSink(DriverSink):
             raise BadInput("the postgresql sink needs psycopg: pip install 'lagless[postgresql]'")
         return cls(parse_server(url, write_from=True))
 
+    @property
+    def identity(self) -> str:
+        address = self._address
+        user = f"{address.user}@" if address.user else ""
+        return f"{self.scheme}://{user}{address.host}:{address.port or 5432}/{address.path}"
+
     def _connect(self) -> Any:
         address = self._address
         info: dict[str, Any] = {

@@ -63,12 +63,15 @@ class SqliteSink(DriverSink):
 
     def check(self, target: Target) -> None:
         check_writable_path(self.location, "file", folder=False)
+        check_writable_path(self._staging(target), "staging directory", folder=True)
         if os.path.exists(self.location):
             with self._connect() as conn:
                 for layout in layouts(target, "sqlite"):
                     _evolution(conn, layout)
 
     def prepare(self, target: Target) -> None:
+        # check() found the folder can be made; SQLite makes the file, not its folder.
+        os.makedirs(os.path.dirname(os.path.abspath(self.location)), exist_ok=True)
         with self._connect() as conn, conn:
             for layout in layouts(target, "sqlite"):
                 for statement in _evolution(conn, layout):

@@ -1,0 +1,438 @@
+"""Apache Iceberg tables through pyiceberg: executors write the Parquet files, the driver adds a
+batch's files to the table in one Iceberg commit.
+
+`iceberg:///dir` is a local warehouse: pyiceberg's SQL catalog in `<dir>/catalog.db` (SQLite,
+catalog name `lagless`), tables `default.<table>` at `<dir>/default/<table>` (`--table ns.name`
+picks another namespace), `<table>_dlq` (dead letters) and, in upsert mode,
+`<table>_tombstones` beside it. Tasks write into `<table>/_staging/<run>` (raw appends through
+the source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves
+the files into the table's `data` folder and adds them as they are (add_files reads only their
+footers: no row passes through the driver). Upserts are planned on the driver (newer_wins.py)
+and committed as a delete of the replaced keys and an append of the newer rows, one commit.
+
+Every commit carries the batch's ranges in its snapshots' summaries (summary.py): the table is
+its own ledger (sinks/ledger.py). A batch the table holds already is skipped, one it holds
+part of is refused, and a commit that lost a race to another writer (the catalog refuses a
+commit built on an older snapshot) reads the ledger again and decides again: exactly once
+whoever else writes the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lagless.exceptions import BadInput, TerminalError, TransientError
+from lagless.failpoints import failpoint
+from lagless.first_line import first_line
+from lagless.sinks.base import (
+    DEAD_LETTER_COLUMNS,
+    TOMBSTONE,
+    Sink,
+    Target,
+    TaskWriter,
+    WriteMode,
+    check_identifier,
+    check_writable_path,
+)
+from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
+from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
+from lagless.sinks.iceberg.summary import held_in, properties
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
+from lagless.sinks.parquet import staged
+from lagless.sinks.task_files import stage_rows
+from lagless.sinks.url import parse_local
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table, Transaction
+    from pyspark.sql import DataFrame
+
+CATALOG_NAME = "lagless"
+CATALOG_FILE = "catalog.db"
+NAMESPACE = "default"
+# A reader or another import may hold the catalog's SQLite file for a moment.
+BUSY_TIMEOUT_S = 30
+# Kept as a table property: Iceberg has no unique key to tell an upsert table by.
+WRITE_MODE = "lagless.write"
+# pyiceberg would retry a failed commit itself, rebuilt on the newer snapshot without reading
+# the ledger again: a batch another import committed meanwhile would land twice. lagless
+# retries itself (_commit).
+NO_RETRIES = {"commit.retry.num-retries": "0"}
+# Commits lost to other writers before a batch gives up (each re-reads the ledger first).
+COMMIT_ATTEMPTS = 20
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("stage", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+assert tuple(DEAD_LETTER_SCHEMA.names) == DEAD_LETTER_COLUMNS
+
+Build = Callable[["Transaction", "Table", dict[str, str]], None]
+
+
+def identifier(table: str) -> tuple[str, str]:
+    """`name` is `default.name`; `ns.name` names its namespace."""
+    namespace, _, name = table.rpartition(".")
+    return (namespace or NAMESPACE, name)
+
+
+class IcebergSink(Sink):
+    scheme = "iceberg"
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(url, location)
+        self._opened: SqlCatalog | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> IcebergSink:
+        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
+
+    def table_name(self, name: str) -> str:
+        """A table, or `namespace.table`."""
+        namespace, dot, table = name.partition(".")
+        if dot:
+            check_identifier(namespace, "namespace")
+        check_identifier(table if dot else name)
+        return name
+
+    def check(self, target: Target) -> None:
+        """Before anything is written: the folder can be written, and each table that exists is
+        a lagless table of this write mode whose columns the target's schema keeps (it may add
+        columns, and widen types as Iceberg allows)."""
+        check_writable_path(self.location, "directory", folder=True)
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            if catalog is None:
+                return
+            for table, mode, schema in self._tables(target):
+                found = self._load(catalog, table)
+                if found is not None:
+                    _check_layout(found, table, mode, schema)
+
+    def prepare(self, target: Target) -> None:
+        """The catalog, the namespace and every table, created in the target's columns or
+        brought to them (a field the schema added becomes a column); safe to repeat."""
+        os.makedirs(self.location, exist_ok=True)
+        with self._catalog_errors():
+            catalog = self._catalog(create=True)
+            assert catalog is not None
+            for table, mode, schema in self._tables(target):
+                ident = identifier(table)
+                catalog.create_namespace_if_not_exists(ident[0])
+                catalog.create_table_if_not_exists(
+                    ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
+                )
+                self._evolve(table, mode, schema)
+
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return held_in(found) if found is not None else {}
+
+    def executor_writer(self, target: Target) -> TaskWriter | None:
+        """Raw appends: the source's tasks write the files into the target's staging folder."""
+        config = {"folder": self._staging(target, target.table)}
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
+
+    def discard_staged(self, target: Target) -> None:
+        shutil.rmtree(self._staging(target, target.table), ignore_errors=True)
+
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+        """After the tasks wrote the batch (executorWriter): add its files in one commit."""
+        files = sorted(set(receipts.column("file").to_pylist()))
+        with self._catalog_errors():
+            self._add_files(target.table, files, batch)
+
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> None:
+        """A batch of rows: tasks write the files, the driver adds them or upserts them."""
+        files = stage_rows(rows, self._staging(target, target.table), conformed)
+        before_commit()
+        with self._catalog_errors():
+            if target.mode == "append":
+                self._add_files(target.table, files, batch)
+            else:
+                self._upsert(files, target, batch)
+
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
+        """Its rejected records, added to `<table>_dlq` before the batch's rows commit."""
+        table = target.dead_letter_table
+        files = stage_rows(rows, self._staging(target, table), conformed)
+        with self._catalog_errors():
+            self._add_files(table, files, batch)
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.engine.dispose()
+            self._opened = None
+
+    def _catalog(self, *, create: bool) -> SqlCatalog | None:
+        """The warehouse's catalog, made if `create`; else None while there is none (then
+        nothing is written, not even an empty catalog file)."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        if self._opened is not None:
+            return self._opened
+        path = os.path.join(self.location, CATALOG_FILE)
+        if not create and not _holds_a_catalog(path):
+            return None
+        try:
+            self._opened = SqlCatalog(
+                CATALOG_NAME,
+                uri=f"sqlite:///{path}?timeout={BUSY_TIMEOUT_S}",
+                warehouse=f"file://{self.location}",
+            )
+        except Exception as exc:  # SQLAlchemy's errors, whatever the file holds
+            raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
+        return self._opened
+
+    @contextmanager
+    def _catalog_errors(self) -> Iterator[None]:
+        """The catalog's SQLite file locked beyond the timeout, or unreadable for a moment:
+        a rerun may pass."""
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            yield
+        except OperationalError as exc:
+            path = os.path.join(self.location, CATALOG_FILE)
+            raise TransientError(
+                f"the Iceberg catalog {path!r} could not be read or written: {first_line(exc)}"
+            ) from None
+
+    def _load(self, catalog: SqlCatalog, table: str) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return catalog.load_table(identifier(table))
+        except NoSuchTableError:
+            return None
+
+    def _evolve(self, table: str, mode: WriteMode, schema: pa.Schema) -> None:
+        """The table brought to `schema` (a column per field added) with lagless's properties;
+        a commit that lost to another writer is made again on the table it left."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(COMMIT_ATTEMPTS):
+            found = self._table(table)
+            _check_layout(found, table, mode, schema)
+            try:
+                with found.transaction() as tx:
+                    if found.properties.get(next(iter(NO_RETRIES))) != "0":
+                        tx.set_properties(NO_RETRIES)
+                    with tx.update_schema() as update:
+                        update.union_by_name(schema)
+                return
+            except CommitFailedException:
+                continue
+        raise ConcurrentImport(
+            f"Iceberg table {table!r} of {self.url}: its schema could not be updated, "
+            f"{COMMIT_ATTEMPTS} commits lost to other writers in a row; rerun"
+        )
+
+    def _table(self, table: str) -> Table:
+        catalog = self._catalog(create=True)
+        assert catalog is not None
+        found = self._load(catalog, table)
+        if found is None:
+            raise TerminalError(f"Iceberg table {table!r} of {self.url} is gone")
+        return found
+
+    def _tables(self, target: Target) -> list[tuple[str, WriteMode, pa.Schema]]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        stored = iceberg_schema(to_arrow_schema(target.schema(), timezone="UTC"))
+        tables: list[tuple[str, WriteMode, pa.Schema]] = [
+            (target.table, target.mode, stored),
+            (target.dead_letter_table, "append", DEAD_LETTER_SCHEMA),
+        ]
+        if target.mode == "upsert":
+            kept = [*target.unique, *COORDINATES]
+            graves = pa.schema([stored.field(name) for name in kept])
+            tables.append((target.tombstone_table, "upsert", graves))
+        return tables
+
+    def _staging(self, target: Target, table: str) -> str:
+        # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
+        # two imports may feed one table at once.
+        return os.path.join(self.location, *identifier(table), staged.STAGING, target.run_id)
+
+    def _add_files(self, table: str, files: list[str], batch: Batch) -> None:
+        """Move the batch's files into the table's data folder and add them, with the batch's
+        ranges, in one commit, unless the table holds these offsets already (a replay). A
+        batch without files still records its ranges."""
+        found = self._table(table)
+        if verdict(batch, held_in(found)) is Verdict.REPLAY:
+            _drop(files)
+            return
+        data = os.path.join(_local_path(found.location()), "data")
+        os.makedirs(data, exist_ok=True)
+        moved = [_move(path, data) for path in files]
+        failpoint("mid-write")  # files beside the table's, not yet in its snapshots
+
+        def build(tx: Transaction, _: Table, props: dict[str, str]) -> None:
+            if moved:
+                tx.add_files(moved, snapshot_properties=props, check_duplicate_files=False)
+            else:
+                tx.append(pa.table({}), snapshot_properties=props)
+
+        if not self._commit(table, batch, build):
+            _drop(moved)
+
+    def _upsert(self, files: list[str], target: Target, batch: Batch) -> None:
+        """Tombstones into `<table>_tombstones`, then the target: both newer-only, each in one
+        commit with the batch's ranges, so a replay between the two changes nothing."""
+        if not files:
+            return
+        rows = pa.concat_tables([pq.read_table(path) for path in files])
+        _drop(files)
+        keys = target.unique
+        match = _matching(rows, keys)
+        tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *COORDINATES])
+        if tombstones.num_rows:
+            graves = tombstones.append_column(
+                TOMBSTONE, pa.array([False] * tombstones.num_rows, pa.bool_())
+            )
+
+            def bury(tx: Transaction, table: Table, props: dict[str, str]) -> None:
+                held = _scan(table, match, [*keys, *COORDINATES])
+                _apply(tx, table, plan(graves, held, keys), keys, props)
+
+            self._commit(target.tombstone_table, batch, bury)
+        failpoint("mid-write")  # tombstones kept, the target not yet upserted
+
+        def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
+            held = _scan(table, match, [*keys, *COORDINATES])
+            kept = _scan(self._table(target.tombstone_table), match, [*keys, *COORDINATES])
+            _apply(tx, table, plan(rows, held, keys, kept), keys, props)
+
+        self._commit(target.table, batch, upsert)
+
+    def _commit(self, table: str, batch: Batch, build: Build) -> bool:
+        """One commit of what `build` adds to a transaction, with the batch's ranges in its
+        snapshots' summaries, decided on the table as it is (ledger.verdict). A commit that
+        lost to another writer decides again on the table that writer left. False: the table
+        holds the batch already."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(COMMIT_ATTEMPTS):
+            found = self._table(table)
+            held = held_in(found)
+            if verdict(batch, held) is Verdict.REPLAY:
+                return False
+            tx = found.transaction()
+            build(tx, found, properties(held, batch))
+            try:
+                tx.commit_transaction()
+                return True
+            except CommitFailedException:
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+        raise ConcurrentImport(
+            f"Iceberg table {table!r} of {self.url}: {COMMIT_ATTEMPTS} commits lost to other "
+            "writers in a row; rerun to resume after what the table holds"
+        )
+
+
+def _holds_a_catalog(path: str) -> bool:
+    """The file holds pyiceberg's catalog tables (read-only: opening the catalog would make
+    them). A file made by a prepare that crashed before them holds none."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'iceberg_tables'"
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
+    return found is not None
+
+
+def _check_layout(found: Table, table: str, mode: WriteMode, schema: pa.Schema) -> None:
+    """BadInput unless `found` is a lagless table of this mode that `schema` can evolve."""
+    from pyiceberg.exceptions import ValidationError
+
+    written = found.properties.get(WRITE_MODE)
+    columns = [f.name for f in found.schema().fields]
+    if written != mode or set(columns) - set(schema.names):
+        layout = f"lagless --write {written}" if written else "not lagless"
+        raise BadInput(
+            f"Iceberg table {table!r} has another layout ({layout}; columns "
+            f"{', '.join(columns)}); pick another --table or --write mode"
+        )
+    try:
+        found.update_schema().union_by_name(schema)._apply()
+    except (ValidationError, ValueError) as exc:
+        raise BadInput(
+            f"incompatible schema change for Iceberg table {table!r}: {first_line(exc)}; pick "
+            "another --table"
+        ) from None
+
+
+def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
+    """Rows whose key is one of those of `rows`."""
+    from pyiceberg.table.upsert_util import create_match_filter
+
+    return create_match_filter(rows.select(list(keys)), list(keys))
+
+
+def _scan(table: Table, where: BooleanExpression, columns: list[str]) -> pa.Table:
+    return table.scan(row_filter=where, selected_fields=tuple(columns)).to_arrow()
+
+
+def _apply(
+    tx: Transaction, table: Table, planned: Any, keys: tuple[str, ...], props: dict[str, str]
+) -> None:
+    """A delete of the replaced keys' rows and an append of the newer ones, in `tx`."""
+    if planned.replaced.num_rows:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyiceberg notes deletes that match no file
+            tx.delete(_matching(planned.replaced, keys), snapshot_properties=props)
+    columns = table.schema().as_arrow()
+    added = planned.added.select([n for n in columns.names if n in planned.added.column_names])
+    tx.append(added, snapshot_properties=props)
+
+
+def _local_path(location: str) -> str:
+    parts = urlsplit(location)
+    return parts.path if parts.scheme == "file" else location
+
+
+def _drop(files: list[str]) -> None:
+    for path in files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def _move(path: str, folder: str) -> str:
+    """A staged file into the table's data folder, under a name of its own: a task's file is
+    named by its pieces, and another import of the same pieces may have committed a file of
+    that name, which a replay found here must not replace nor drop."""
+    stem, suffix = os.path.splitext(os.path.basename(path))
+    moved = os.path.join(folder, f"{stem}-{uuid.uuid4().hex[:12]}{suffix}")
+    os.replace(path, moved)
+    return moved

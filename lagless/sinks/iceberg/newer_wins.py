@@ -1,0 +1,79 @@
+"""Upsert into an Iceberg table, planned on the driver from a batch's rows and the rows the
+table holds for the batch's keys: the same newer-wins rule as the SQL stores (sql.newer) and
+Delta's MERGE, so every store converges to the same table whatever order batches arrive in.
+
+The batch holds one row per key (rows.accepted coalesces); TOMBSTONE marks a deletion. Only
+keys and coordinates are compared (in polars); the rows kept are taken from the batch as they
+are, whatever their value columns' types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lagless.sinks.base import TOMBSTONE
+
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
+
+COORDINATES = ("partition", "offset", "timestamp")
+HELD = "_held"
+ROW = "_row"
+
+
+@dataclass(frozen=True)
+class Plan:
+    # Keys whose stored row goes (a newer record replaces it, or a newer tombstone deletes it).
+    replaced: pa.Table
+    # The batch's rows to add (records, not tombstones), without TOMBSTONE.
+    added: pa.Table
+
+
+def newer_than_held() -> pl.Expr:
+    """The batch's row is newer than the held one joined beside it (columns suffixed HELD), or
+    there is none (sql.newer, with a missing row as oldest)."""
+    import polars as pl
+
+    p, o, t = (pl.col(c) for c in COORDINATES)
+    hp, ho, ht = (pl.col(c + HELD) for c in COORDINATES)
+    newer = ((p == hp) & (o > ho)) | ((p != hp) & ((t > ht) | ((t == ht) & (p > hp))))
+    return ho.is_null() | newer
+
+
+def plan(
+    rows: pa.Table, held: pa.Table, keys: tuple[str, ...], tombstones: pa.Table | None = None
+) -> Plan:
+    """What a batch does to a table holding `held` (its rows of the batch's keys: the keys and
+    COORDINATES): a row replaces a held one only if newer, a tombstone deletes it only if
+    newer; with `tombstones` (the newest tombstone of each key), a record older than its key's
+    tombstone is dropped."""
+    import polars as pl
+
+    compared = _frame(rows.select([*keys, *COORDINATES, TOMBSTONE])).with_row_index(ROW)
+    if tombstones is not None and tombstones.num_rows:
+        compared = (
+            compared.join(_held(tombstones, keys), on=list(keys), how="left")
+            .filter(pl.col(TOMBSTONE) | newer_than_held())
+            .select(compared.columns)
+        )
+    winning = compared.join(_held(held, keys), on=list(keys), how="left").filter(newer_than_held())
+    replaced = winning.filter(pl.col("offset" + HELD).is_not_null()).get_column(ROW).sort()
+    added = winning.filter(~pl.col(TOMBSTONE)).get_column(ROW).sort()
+    return Plan(
+        rows.select(list(keys)).take(replaced.to_arrow()),
+        rows.drop_columns([TOMBSTONE]).take(added.to_arrow()),
+    )
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    import polars as pl
+
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _held(table: pa.Table, keys: tuple[str, ...]) -> pl.DataFrame:
+    frame = _frame(table.select([*keys, *COORDINATES]))
+    return frame.rename({c: c + HELD for c in COORDINATES})

@@ -1,0 +1,156 @@
+"""Every bench script runs to its end at a tiny volume and prints its figures.
+
+The scripts are launched as a user launches them (a subprocess from the repository root, each
+with its own embedded broker over TCP and real Spark). The figures are not judged as speeds
+(the bench's job); they are checked to be there and to be numbers in a sane range, so a
+script that stops working, or prints nothing, fails here. ~2-3 minutes in all on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagless.kafka.config import KafkaConfig
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_bench(script: str, *args: str, timeout: float = 300) -> tuple[dict[str, Any], str]:
+    """Runs bench/<script> to its end: (its last JSON line or {} if none, all it printed)."""
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "COLUMNS": "200",  # rich's tables keep their figures on one line
+    }
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed[-4000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return (json.loads(lines[-1]) if lines else {}), printed
+
+
+def between(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, int | float) and low <= value <= high
+
+
+def test_import_throughput_against_the_script_and_the_breakdown_on_its_topic() -> None:
+    figures, printed = run_bench(
+        "import_throughput.py",
+        *("--records", "4000", "--partitions", "4", "--sinks", "parquet", "--breakdown"),
+    )
+    assert figures["records"] == 4000
+    for name in ("baseline", "script"):
+        assert between(figures[name]["records_per_s"], 1, 1e9), figures[name]
+        assert between(figures[name]["launch_to_exit_s"], 0.001, 300), figures[name]
+    parquet = figures["parquet"]
+    assert parquet["exit_code"] == 0 and parquet["records"] == 4000
+    assert between(parquet["first_row_s"], 0.1, parquet["exit_s"])
+    assert between(parquet["exit_x_script"], 0.01, 10_000)
+    assert f"{parquet['exit_x_script']:.2f}x the script's" in printed
+    breakdown = figures["breakdown"]
+    assert breakdown["phases"][0]["phase"] == "launch"
+    seconds = [p["at_s"] for p in breakdown["phases"]]
+    assert seconds == sorted(seconds) and between(seconds[-1], 0.1, 300), breakdown
+    total = breakdown["launch_to_exit_s"]
+    assert between(total, 1, 300)
+    # The phases account for launch → exit, each a part of it (a little slack: two clocks).
+    parts = [p["s"] for p in breakdown["where"]]
+    assert all(between(s, -0.5, total) for s in parts), breakdown["where"]
+    assert abs(sum(parts) - total) < 0.02, breakdown["where"]
+    assert "Spark session (JVM, context, session)" in printed
+
+
+def test_import_throughput_scaling_run_on_tansu(tmp_path: Path) -> None:
+    """One backlog, on Tansu (the embedded broker's path is the run above): a scaling run's
+    second volume would only add a Spark start-up to the suite."""
+    png = tmp_path / "scaling.png"
+    figures, printed = run_bench(
+        "import_throughput.py",
+        *("--volumes", "4000", "--partitions", "4", "--tansu-above", "3000"),
+        *("--png", str(png)),
+    )
+    (point,) = figures["scaling"]
+    assert point["broker"] == "tansu"
+    # Tansu's partitions end with one record sent alone each (bench/tansu.py).
+    assert point["records"] == 4004
+    for key in ("plain_consumers_s", "script_launch_to_exit_s", "lagless_launch_to_exit_s"):
+        assert between(point[key], 0.001, 300), point
+    assert between(point["lagless_x_script"], 0.01, 10_000), point
+    assert f"{point['lagless_x_script']:.2f}x the script's" in printed
+    assert png.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_script_peer_reads_with_laglesss_own_reader_settings() -> None:
+    spec = importlib.util.spec_from_file_location("script_peer", BENCH / "script_peer.py")
+    assert spec is not None and spec.loader is not None
+    script_peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script_peer)
+    settings = KafkaConfig("localhost:9092").reader()
+    settings.pop("bootstrap.servers")
+    settings.pop("log_level")  # lagless's clients log quietly; it changes no read
+    assert settings == script_peer.READER_SETTINGS
+
+
+def test_latency_reports_percentiles_and_draws_its_chart(tmp_path: Path) -> None:
+    png = tmp_path / "latency.png"
+    figures, _ = run_bench(
+        "latency.py",
+        *("--rates", "200", "--seconds", "2", "--settle-seconds", "1", "--partitions", "2"),
+        *("--png", str(png)),
+    )
+    assert figures["exit_code"] == 0 and figures["seen"] == figures["produced"] > 0
+    assert between(figures["first_row_s"], 0.1, 300)
+    (rate,) = figures["rates"]
+    assert rate["seen"] > 0 and between(rate["p50_s"], 0, 60) and between(rate["p99_s"], 0, 60)
+    assert png.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_memory_reports_the_peak_of_each_kind_of_process() -> None:
+    figures, _ = run_bench(
+        "memory.py", *("--large-records", "2", "--large-record-bytes", "50000", "--scale", "0.05")
+    )
+    assert figures["exit_code"] == 0 and figures["imported"] == figures["records"] > 0
+    assert {"driver python", "jvm", "python worker"} <= set(figures["kinds"]), figures["kinds"]
+    for kind in figures["kinds"].values():
+        assert between(kind["max_hwm_mib"], 1, 24 * 1024), kind
+    assert between(figures["max_total_rss_mib"], 10, 24 * 1024)
+
+
+def test_skew_drains_a_profile_with_lagless_and_a_group(tmp_path: Path) -> None:
+    _, printed = run_bench(
+        "skew.py",
+        *("--profiles", "seed-000", "--scale-000", "0.5", "--members", "2"),
+        *("--assignors", "range", "--out", str(tmp_path)),
+    )
+    report = json.loads((tmp_path / "skew.json").read_text())
+    (profile,) = report["profiles"]
+    assert [run["runner"] for run in profile["runs"]] == ["lagless", "group range, 2 members"]
+    for run in profile["runs"]:
+        assert run["imported"] == profile["records"] > 0, run
+        assert between(run["x_ideal"], 0.01, 10_000), run
+    lagless = profile["runs"][0]
+    assert lagless["tasks"], "no Spark task of lagless's run in the event log"
+    # Its curve counts records as the tasks read them: every record, before the drain's end.
+    assert lagless["curve"][-2][1] == profile["records"], lagless["curve"]
+    assert (tmp_path / "skew-seed-000.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Drain time" in printed

@@ -1,0 +1,191 @@
+"""The Iceberg sink without Spark: what check refuses (and that it writes nothing), namespaced
+table names, the newer-wins plan of an upsert, and a commit that loses a race to another
+import deciding again on the table that import left. Real pyiceberg, real SQLite catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from lagless.exceptions import BadInput
+from lagless.sinks import Target, sink_from_url
+from lagless.sinks.base import TOMBSTONE
+from lagless.sinks.iceberg import IcebergSink
+from lagless.sinks.iceberg.newer_wins import plan
+from lagless.sinks.ledger import Batch
+from tests.unit.test_ledger_stores import PARTITIONS, TOPIC, commit, iceberg_rows
+
+
+def typed(*fields: StructField, mode: str = "append") -> Target:
+    return Target("deals", mode, "json", StructType(list(fields)))  # type: ignore[arg-type]
+
+
+def test_check_writes_nothing_and_refuses_what_the_table_cannot_take(tmp_path: Path) -> None:
+    sink = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    first = typed(StructField("id", LongType()))
+    sink.check(first)
+    assert not (tmp_path / "lake").exists()  # not even an empty catalog
+    sink.prepare(first)
+
+    sink.check(typed(StructField("id", LongType()), StructField("region", StringType())))
+    with pytest.raises(BadInput) as changed:
+        sink.check(typed(StructField("id", StringType())))
+    assert "incompatible schema change" in str(changed.value)
+    assert "\n" not in str(changed.value)
+    with pytest.raises(BadInput, match="another layout"):
+        sink.check(typed(StructField("id", LongType()), mode="upsert"))
+    with pytest.raises(BadInput, match="another layout"):
+        sink.check(typed(StructField("region", StringType())))  # would drop a column
+
+
+def test_a_file_that_is_not_a_catalog_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "lake" / "catalog.db").write_text("not SQLite")
+    with pytest.raises(BadInput, match="is not an Iceberg SQL catalog") as refused:
+        sink_from_url(f"iceberg:///{tmp_path}/lake").check(typed(StructField("id", LongType())))
+    assert "\n" not in str(refused.value)
+    assert (tmp_path / "lake" / "catalog.db").read_text() == "not SQLite"
+
+
+def test_a_field_the_schema_added_becomes_a_column(tmp_path: Path) -> None:
+    sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/lake")
+    sink.prepare(typed(StructField("id", LongType())))
+    sink.prepare(typed(StructField("id", LongType()), StructField("region", StringType())))
+    catalog = sink._catalog(create=False)
+    assert catalog is not None
+    columns = [f.name for f in catalog.load_table("default.deals").schema().fields]
+    assert columns[-2:] == ["id", "region"]
+    sink.close()
+
+
+def test_only_iceberg_takes_a_namespace_in_the_table_name(tmp_path: Path) -> None:
+    iceberg = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    assert iceberg.table_name("sales.deals") == "sales.deals"
+    assert iceberg.table_name("deals") == "deals"
+    for bad in ("a.b.c", "sales.1x", ".deals", "sales."):
+        with pytest.raises(BadInput):
+            iceberg.table_name(bad)
+    for other in (f"sqlite:///{tmp_path}/x.db", f"delta:///{tmp_path}/d", f"parquet:///{tmp_path}"):
+        with pytest.raises(BadInput):
+            sink_from_url(other).table_name("sales.deals")
+
+
+def rows(*spec: tuple[bytes, int, int, int, bool]) -> pa.Table:
+    keys, partitions, offsets, stamps, dead = zip(*spec, strict=True)
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "partition": pa.array(partitions, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array(stamps, pa.int64()),
+            TOMBSTONE: pa.array(dead, pa.bool_()),
+        }
+    )
+
+
+def test_the_upsert_plan_is_newer_wins_and_remembers_tombstones() -> None:
+    held = rows(
+        (b"same-partition", 0, 10, 500, False),
+        (b"older-elsewhere", 1, 99, 900, False),
+        (b"newer-elsewhere", 1, 5, 100, False),
+        (b"deleted", 0, 3, 50, False),
+    ).drop_columns([TOMBSTONE])
+    graves = rows((b"buried", 0, 40, 400, True)).drop_columns([TOMBSTONE])
+    batch = rows(
+        (b"same-partition", 0, 11, 1, False),  # a later offset wins whatever its timestamp
+        (b"older-elsewhere", 0, 7, 800, False),  # another partition: an older timestamp loses
+        (b"newer-elsewhere", 0, 7, 200, False),  # a newer timestamp wins
+        (b"deleted", 0, 4, 60, True),  # a newer tombstone deletes
+        (b"buried", 0, 39, 10, False),  # older than its key's tombstone: dropped
+        (b"fresh", 1, 0, 5, False),
+    )
+
+    planned = plan(batch, held, ("key",), graves)
+
+    assert sorted(planned.replaced.column("key").to_pylist()) == [
+        b"deleted",
+        b"newer-elsewhere",
+        b"same-partition",
+    ]
+    assert sorted(planned.added.column("key").to_pylist()) == [
+        b"fresh",
+        b"newer-elsewhere",
+        b"same-partition",
+    ]
+    assert TOMBSTONE not in planned.added.column_names
+
+
+@pytest.mark.parametrize("other_batch", ["other topic", "same offsets"])
+def test_a_commit_that_loses_a_race_decides_again(
+    other_batch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Import A loads the table, import B commits, A's commit is refused by the catalog: A
+    reads the ledger again. B's batch of another topic: A's is still new, committed on top.
+    B's batch of the same offsets: A's is a replay, and its files are dropped."""
+    url = f"iceberg:///{tmp_path}/lake"
+    a, b = IcebergSink.from_url(url), IcebergSink.from_url(url)
+    target_a = Target("t", "append", "raw", run_id="import-a")
+    target_b = Target("t", "append", "raw", run_id="import-b")
+    a.prepare(target_a)
+    mine = Batch(0, {(TOPIC, 0): (0, 10)})
+    theirs = Batch(0, {("refunds", 0): (0, 4)}) if other_batch == "other topic" else mine
+    loads = []
+    loaded = IcebergSink._table
+
+    def racing(self: IcebergSink, table: str):  # type: ignore[no-untyped-def]
+        found = loaded(self, table)
+        if self is a:
+            loads.append(table)
+            if len(loads) == 2:  # A's first commit attempt has its table: B commits now
+                commit(b, target_b, theirs)
+        return found
+
+    monkeypatch.setattr(IcebergSink, "_table", racing)
+
+    commit(a, target_a, mine)
+
+    expected = [(TOPIC, 0, o) for o in range(10)]
+    if other_batch == "other topic":
+        expected += [("refunds", 0, o) for o in range(4)]
+        assert len(loads) == 3  # the pre-check, the lost attempt, the one that won
+    else:
+        assert len(loads) == 3  # the pre-check, the lost attempt, the replay found
+    assert iceberg_rows(str(tmp_path / "lake"), "t") == sorted(expected)
+    assert a.ledger(target_a, [*PARTITIONS, ("refunds", 0)]) == {
+        tp: end for tp, (_, end) in {**theirs.covered, **mine.covered}.items()
+    }
+    data = tmp_path / "lake" / "default" / "t" / "data"
+    assert len(list(data.glob("*.parquet"))) == (2 if other_batch == "other topic" else 1)
+
+
+def test_the_ledger_passes_over_other_writers_snapshots_and_follows_a_rollback(
+    tmp_path: Path,
+) -> None:
+    """Another tool's commit (no lagless summary) changes nothing the ledger says; rolling the
+    table back to an earlier snapshot makes the later batches count as not held, their rows
+    being gone with them."""
+    sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/lake")
+    target = Target("t", "append", "raw", run_id="import-a")
+    sink.prepare(target)
+    commit(sink, target, Batch(0, {(TOPIC, 0): (0, 10), (TOPIC, 1): (0, 4)}))
+    catalog = sink._catalog(create=False)
+    assert catalog is not None
+    first = catalog.load_table("default.t").current_snapshot()
+    assert first is not None
+    commit(sink, target, Batch(1, {(TOPIC, 0): (10, 15)}))
+    table = catalog.load_table("default.t")
+    table.append(table.scan().to_arrow().slice(0, 0))  # another writer, no lagless summary
+    assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 15, (TOPIC, 1): 4}
+
+    catalog.load_table("default.t").manage_snapshots().rollback_to_snapshot(
+        first.snapshot_id
+    ).commit()
+
+    assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 10, (TOPIC, 1): 4}
+    assert iceberg_rows(str(tmp_path / "lake"), "t") == sorted(
+        [(TOPIC, 0, o) for o in range(10)] + [(TOPIC, 1, o) for o in range(4)]
+    )
+    sink.close()
