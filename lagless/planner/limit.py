@@ -76,3 +76,20 @@ def limit_batch(
 
 def _bytes(take: Mapping[Key, int], sizes: Mapping[Key, Fraction]) -> Fraction:
     return sum((records * sizes[key] for key, records in take.items()), Fraction(0))
+
+
+def rate_limit(start: Mapping[Key, int], latest: Mapping[Key, int], limit: int) -> dict[Key, int]:
+    """Spark's maxOffsetsPerTrigger (KafkaMicroBatchStream.rateLimit), offset for offset: each
+    partition with a backlog reads limit * its share of the total backlog, rounded down, or
+    rounded up when below one so that no partition starves (the batch may then hold a few
+    offsets more than limit); never beyond latest."""
+    backlog = {key: latest[key] - start[key] for key in latest if latest[key] > start[key]}
+    total = sum(backlog.values())
+    if total < 1:
+        return dict(latest)
+    end = dict(latest)
+    for key, size in backlog.items():
+        prorate = limit * (size / total)
+        share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        end[key] = min(latest[key], start[key] + share)
+    return end

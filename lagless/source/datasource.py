@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -30,7 +31,7 @@ from pyspark.sql.types import StructType
 from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_spark
 from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
 from lagless.logs import configure_from_environment
-from lagless.planner import limit_batch, plan_tasks
+from lagless.planner import limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
 from lagless.source.data_loss import lost_offsets, resumed
@@ -38,21 +39,41 @@ from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_tas
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     EARLIEST,
+    ENDING_OFFSETS,
+    ENDING_OFFSETS_BY_TIMESTAMP,
     EXECUTOR_WRITER,
     LATEST,
+    STARTING_OFFSETS,
+    STARTING_OFFSETS_BY_TIMESTAMP,
     OffsetsSpec,
     SourceOptions,
     TimestampSpec,
+    include_headers,
 )
 from lagless.source.reader import read_ranges
 from lagless.source.sampling import sample_bytes_per_record
-from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE, SPARK_SCHEMA
+from lagless.source.schema import ARROW_SCHEMA, SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from lagless.source.worker_python import check_worker_python
 
 SOURCE_NAME = "lagless-kafka"
 log = logging.getLogger(__name__)
 
 log = logging.getLogger(__name__)
+
+
+def _check_names_every_partition(option: str, named: Iterable[TP], assigned: Iterable[TP]) -> None:
+    """Spark's rule for JSON offsets and timestamps: exactly the partitions the query reads."""
+    missing, unknown = sorted(set(assigned) - set(named)), sorted(set(named) - set(assigned))
+    if missing or unknown:
+        problems = [
+            f"{what} {', '.join(f'{t}[{p}]' for t, p in tps)}"
+            for what, tps in (("misses", missing), ("names unknown", unknown))
+            if tps
+        ]
+        raise BadInput(
+            f"option {option} must name every partition the query reads (-2 earliest, "
+            f"-1 latest), as in Spark: it {' and '.join(problems)}"
+        )
 
 
 def to_json_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -83,8 +104,12 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        # Spark calls this at load(): bad options fail there, as Spark's Kafka source's do.
+        SourceOptions.parse(self.options, batch=None)
         if EXECUTOR_WRITER in self.options:  # Spark's options: names in any case
             return RECEIPT_SCHEMA
+        if include_headers(self.options):
+            return SPARK_SCHEMA_WITH_HEADERS
         return SPARK_SCHEMA
 
     @crosses_spark
@@ -133,12 +158,14 @@ class _Planning:
     def starting_offsets(self, low: Offsets, high: Offsets) -> Offsets:
         """Where a query starts: by time (startingTimestamp, startingOffsetsByTimestamp) when
         given, else by startingOffsets; never below what the store holds (heldOffsets)."""
+        return self.above_held(self.requested_start(low, high))
+
+    def requested_start(self, low: Offsets, high: Offsets) -> Offsets:
+        """Where the options say a query starts, whatever the store holds."""
         options = self.options
         if options.starting_timestamps is not None:
-            return self.above_held(
-                self.by_time(options.starting_timestamps, low, high, starting=True)
-            )
-        return self.above_held(self.resolve(options.starting, low, high))
+            return self.by_time(options.starting_timestamps, low, high, starting=True)
+        return self.resolve(options.starting, low, high, STARTING_OFFSETS)
 
     def above_held(self, offsets: Offsets) -> Offsets:
         """Offsets raised to what the store holds already (heldOffsets): those are not read
@@ -152,29 +179,24 @@ class _Planning:
         options = self.options
         if options.ending_timestamps is not None:
             return self.by_time(options.ending_timestamps, low, high, starting=False)
-        return self.resolve(options.ending, low, high)
+        return self.resolve(options.ending, low, high, ENDING_OFFSETS)
 
     def by_time(
         self, spec: TimestampSpec, low: Offsets, high: Offsets, *, starting: bool
     ) -> Offsets:
         """Each partition's first offset at or after its timestamp (the broker's ListOffsets by
         time). A partition whose records are all older ends at its latest offset; it starts
-        there too, unless startingOffsetsByTimestampStrategy is error. A partition the JSON does
-        not name starts at the earliest offset, or ends at the latest."""
+        there too, unless startingOffsetsByTimestampStrategy is error. JSON timestamps name
+        every partition the query reads, as Spark requires."""
         if isinstance(spec, int):
             wanted = dict.fromkeys(high, spec)
         else:
             wanted = from_json_offsets(spec)
-            unknown = sorted(set(wanted) - set(high))
-            if unknown:
-                topic, partition = unknown[0]
-                raise BadInput(f"timestamps name {topic}[{partition}], which does not exist")
+            name = STARTING_OFFSETS_BY_TIMESTAMP if starting else ENDING_OFFSETS_BY_TIMESTAMP
+            _check_names_every_partition(name, wanted.keys(), high.keys())
         found = self.broker.offsets_for_times(wanted, high)
         resolved = {}
         for tp in high:
-            if tp not in wanted:
-                resolved[tp] = low[tp] if starting else high[tp]
-                continue
             offset = found.get(tp)
             if offset is None:
                 if starting and self.options.starting_timestamp_strategy == "error":
@@ -186,20 +208,24 @@ class _Planning:
             resolved[tp] = min(max(offset, low[tp]), high[tp])
         return resolved
 
-    def resolve(self, spec: OffsetsSpec, low: Offsets, high: Offsets) -> Offsets:
+    def resolve(self, spec: OffsetsSpec, low: Offsets, high: Offsets, name: str) -> Offsets:
+        """Offsets by earliest, latest or JSON, which names every partition the query reads
+        (a topic given whole names all of its partitions), as Spark requires."""
         if spec == "earliest":
             return dict(low)
         if spec == "latest":
             return dict(high)
         assert isinstance(spec, dict)
-        given = from_json_offsets(spec)
-        unknown = sorted(set(given) - set(high))
-        if unknown:
-            topic, partition = unknown[0]
-            raise BadInput(f"offsets name {topic}[{partition}], which does not exist")
+        given: Offsets = {}
+        for topic, parts in spec.items():
+            if isinstance(parts, int):
+                given.update({tp: parts for tp in high if tp[0] == topic})
+            else:
+                given.update({(topic, int(p)): o for p, o in parts.items()})
+        _check_names_every_partition(name, given.keys(), high.keys())
         resolved = {}
         for tp in high:
-            offset = given.get(tp, EARLIEST)
+            offset = given[tp]
             if offset == EARLIEST:
                 offset = low[tp]
             elif offset == LATEST:
@@ -243,7 +269,7 @@ class _Planning:
             min_tasks=options.min_partitions or 1,
             max_task_records=options.max_records_per_partition,
         )
-        if options.min_partitions or options.max_records_per_partition:
+        if (options.min_partitions or 0) > 1 or options.max_records_per_partition:
             # A Spark task per piece: packing would undo minPartitions and maxRecordsPerPartition.
             return [RangePartition((piece,)) for piece in pieces]
         return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
@@ -277,18 +303,11 @@ class _Planning:
         )
         if self.options.include_headers:
             return batches
-        return (_without_headers(batch) for batch in batches)
+        return (batch.remove_column(_HEADERS) for batch in batches)
 
 
+# includeHeaders=false (Spark's default): no headers column, as in Spark's schema.
 _HEADERS = ARROW_SCHEMA.get_field_index("headers")
-
-
-def _without_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """includeHeaders=false (Spark's default): the headers column holds nulls."""
-    if batch.column(_HEADERS).null_count == batch.num_rows:
-        return batch
-    field = ARROW_SCHEMA.field(_HEADERS)
-    return batch.set_column(_HEADERS, field, pa.nulls(batch.num_rows, HEADER_TYPE))
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -299,8 +318,15 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
         low, high = planning.broker.watermarks(planning.partitions())
-        start = planning.check_data_loss(planning.starting_offsets(low, high), low, high)
+        requested = planning.requested_start(low, high)
         end = planning.ending_offsets(low, high)
+        for (topic, partition), offset in sorted(requested.items()):
+            if offset > end[(topic, partition)]:
+                raise BadInput(
+                    f"the resolved start offset {offset} is greater than the resolved end "
+                    f"offset {end[(topic, partition)]} for {topic}[{partition}]"
+                )
+        start = planning.check_data_loss(planning.above_held(requested), low, high)
         return planning.plan(start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -311,8 +337,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self._planning = _Planning(options)
         self._target: Offsets | None = None
-        # When the last micro-batch was planned (minOffsetsPerTrigger / maxTriggerDelay).
-        self._last_batch_at = time.monotonic()
+        # When minOffsetsPerTrigger last let a trigger run (None: never, so the first trigger
+        # runs whatever it finds, as in Spark).
+        self._last_trigger_at: float | None = None
         self._planned_a_batch = False
 
     @crosses_spark
@@ -332,11 +359,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._target = planning.by_time(stop_at, low, high, starting=False)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """A limit whenever an option sets one; the options themselves say how much each batch
+        reads. Spark passes ReadAllAvailable instead under Trigger.Once, which reads all."""
         options = self._planning.options
-        if options.max_records_per_batch:
-            return ReadMaxRows(options.max_records_per_batch)
+        maximum = options.max_offsets_per_trigger or options.max_records_per_batch
+        if maximum:
+            return ReadMaxRows(maximum)
         if options.max_bytes_per_batch:
             return ReadMaxBytes(options.max_bytes_per_batch)
+        if options.min_offsets_per_trigger:
+            return ReadMinRows(options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     @crosses_spark
@@ -354,24 +386,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             high = {tp: min(h, self._target.get(tp, low[tp])) for tp, h in high.items()}
         latest = {tp: max(h, begun[tp]) for tp, h in high.items()}
-        if self._delayed(begun, latest):
-            return start
-        self._last_batch_at = time.monotonic()
         if isinstance(limit, ReadAllAvailable):
             return to_json_offsets(latest)
-        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        if max_records is None:
-            max_records = options.max_records_per_batch
-        if max_bytes is None:
-            max_bytes = options.max_bytes_per_batch
+        if self._delayed(begun, latest):
+            return start
+        if options.max_offsets_per_trigger:
+            latest = rate_limit(begun, latest, options.max_offsets_per_trigger)
+        max_bytes = options.max_bytes_per_batch
         if max_bytes is not None and options.first_batch_max_bytes and not self._planned_a_batch:
             max_bytes = min(max_bytes, options.first_batch_max_bytes)
         ranges = [OffsetRange(t, p, begun[(t, p)], latest[(t, p)]) for t, p in latest]
         end = limit_batch(
             begun,
             latest,
-            max_records=max_records,
+            max_records=options.max_records_per_batch,
             max_bytes=max_bytes,
             bytes_per_record=planning.bytes_per_record(ranges) if max_bytes else None,
         )
@@ -379,17 +407,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_offsets(end)
 
     def _delayed(self, begun: Offsets, latest: Offsets) -> bool:
-        """Whether to skip this trigger: fewer than minOffsetsPerTrigger records are available
-        and maxTriggerDelay has not passed since the last batch (never under availableNow)."""
+        """Whether to skip this trigger, as Spark's KafkaMicroBatchStream.delayBatch decides:
+        never once maxTriggerDelay has passed since the last trigger let through (the first
+        trigger of a query always runs), else when fewer than minOffsetsPerTrigger offsets are
+        available. Never under availableNow."""
         options = self._planning.options
         if options.min_offsets_per_trigger is None or self._target is not None:
             return False
-        available = sum(latest[tp] - begun[tp] for tp in latest)
-        if available >= options.min_offsets_per_trigger:
+        now = time.monotonic()
+        last = self._last_trigger_at
+        if last is None or now - last >= options.max_trigger_delay_s:
+            self._last_trigger_at = now
             return False
-        return (
-            available == 0 or time.monotonic() - self._last_batch_at < options.max_trigger_delay_s
-        )
+        if sum(latest[tp] - begun[tp] for tp in latest) < options.min_offsets_per_trigger:
+            return True
+        self._last_trigger_at = now
+        return False
 
     @crosses_spark
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -398,14 +431,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @crosses_spark
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        planning = self._planning
         begun, until = from_json_offsets(start), from_json_offsets(end)
+        # A partition that appeared since the last batch (a new topic matching the pattern)
+        # is read from offset 0, as Spark's planInputPartitions does.
+        begun = {tp: begun.get(tp, 0) for tp in until}
+        low, high = planning.broker.watermarks(list(until))
         # An end before the start: latestOffset found the start lost (failOnDataLoss=false) and
         # went on from the log's start, which Spark does not know: read from there.
-        rewound = [tp for tp, at in begun.items() if tp in until and until[tp] < at]
-        if rewound:
-            low, _ = self._planning.broker.watermarks(rewound)
-            begun.update({tp: min(low[tp], until[tp]) for tp in rewound})
-        return self._planning.plan(begun, until)
+        begun.update({tp: min(low[tp], until[tp]) for tp in until if until[tp] < begun[tp]})
+        # Offsets retention deleted since latestOffset are a data loss: the query fails, or
+        # (failOnDataLoss=false) the batch starts at the log start.
+        return planning.plan(planning.check_data_loss(begun, low, high), until)
 
     def estimated_bytes(self, piece: OffsetRange) -> int:
         """What reading `piece` should bring, by the sizes the plan was weighed with."""

@@ -33,7 +33,9 @@ SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"
 ASSIGN = "assign"
 # "earliest", "latest" (streams only) or JSON {"topicA": {"0": 23, "1": -2}}, -2 = earliest,
-# -1 = latest. Default: "latest" for streams, "earliest" for batch queries, as in Spark.
+# -1 = latest, naming every partition the query reads; a topic may be given whole:
+# {"topicA": "earliest", "topicB": {"0": 23}}. Default: "latest" for streams, "earliest" for
+# batch queries, as in Spark.
 STARTING_OFFSETS = "startingOffsets"
 # Batch queries only: "latest" or JSON {"topicA": {"0": 50, "1": -1}} (-1 = latest).
 ENDING_OFFSETS = "endingOffsets"
@@ -51,8 +53,10 @@ STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
 # offset, as in Spark.
 ENDING_TIMESTAMP = "endingTimestamp"
 ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
-# Streams only: at most this many records per micro-batch, shared over the partitions in
-# proportion to their backlog (the same cap as maxRecordsPerBatch; the smaller one wins).
+# Streams only: at most this many offsets per micro-batch, shared over the partitions in
+# proportion to their backlog as Spark shares it (a partition's share rounded down, one
+# offset for a partition whose share is below one), before lagless's own maxRecordsPerBatch
+# and maxBytesPerBatch apply.
 MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
 # Streams only: a micro-batch waits until this many records are available, or until
 # maxTriggerDelay (default 15m; a number with a unit: ms, s, m, h, d) has passed since the
@@ -73,6 +77,12 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 KAFKA_CONSUMER_POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
 # kafka.<librdkafka setting>: passed to every client (kafka.bootstrap.servers is required).
 KAFKA_PREFIX = "kafka."
+# Accepted for Spark's jobs, with no effect: lagless's readers join no consumer group, so
+# there is no generated group id to prefix; offset requests retry on lagless's own budget
+# rather than a count of retries.
+GROUP_ID_PREFIX = "groupIdPrefix"
+FETCH_OFFSET_NUM_RETRIES = "fetchOffset.numRetries"
+FETCH_OFFSET_RETRY_INTERVAL_MS = "fetchOffset.retryIntervalMs"
 
 # --- lagless's own options -----------------------------------------------------------------
 MAX_RECORDS_PER_BATCH = "maxRecordsPerBatch"
@@ -118,6 +128,9 @@ KNOWN = (
     INCLUDE_HEADERS,
     FAIL_ON_DATA_LOSS,
     KAFKA_CONSUMER_POLL_TIMEOUT_MS,
+    GROUP_ID_PREFIX,
+    FETCH_OFFSET_NUM_RETRIES,
+    FETCH_OFFSET_RETRY_INTERVAL_MS,
     MAX_RECORDS_PER_BATCH,
     MAX_BYTES_PER_BATCH,
     FIRST_BATCH_MAX_BYTES,
@@ -137,8 +150,10 @@ BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
 STREAM_ONLY = (AVAILABLE_NOW_ENDING_TIMESTAMP,)
 
 PartitionMap = dict[str, dict[str, int]]
-# "earliest" | "latest" | {"topic": {"partition": offset}}
-OffsetsSpec = str | PartitionMap
+# {"topic": {"partition": offset}}, or {"topic": EARLIEST or LATEST} for a whole topic
+OffsetsJson = dict[str, dict[str, int] | int]
+# "earliest" | "latest" | OffsetsJson
+OffsetsSpec = str | OffsetsJson
 # a timestamp for every partition, or one per partition
 TimestampSpec = int | PartitionMap
 
@@ -158,7 +173,7 @@ class SourceOptions:
     starting_timestamp_strategy: Literal["latest", "error"] = "latest"
     ending_timestamps: TimestampSpec | None = None
     available_now_ending_timestamp: int | None = None
-    # The smaller of maxRecordsPerBatch and maxOffsetsPerTrigger.
+    max_offsets_per_trigger: int | None = None
     max_records_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
     first_batch_max_bytes: int | None = None
@@ -181,12 +196,13 @@ class SourceOptions:
     retry_s: float = DEFAULT_RETRY_S
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
         """The options of a stream (`spark.readStream`) or, with batch, of a batch query
-        (`spark.read`); a BadInput naming the option for anything the source cannot honour."""
+        (`spark.read`); a BadInput naming the option for anything the source cannot honour.
+        batch=None checks what any query needs (at load(), before Spark says which it is)."""
         lowered = _known(options)
         query = "batch" if batch else "streaming"
-        refused = STREAM_ONLY if batch else BATCH_ONLY
+        refused = () if batch is None else STREAM_ONLY if batch else BATCH_ONLY
         for name in refused:
             if name.lower() in lowered:
                 raise BadInput(f"option {name} is not supported in {query} queries")
@@ -198,15 +214,23 @@ class SourceOptions:
         bootstrap = kafka_opts.pop("bootstrap.servers", "")
         if not bootstrap:
             raise BadInput("option kafka.bootstrap.servers is required")
-        topics = tuple(t.strip() for t in _raw(lowered, SUBSCRIBE, "").split(",") if t.strip())
-        pattern = _raw(lowered, SUBSCRIBE_PATTERN) or None
-        assigned = _raw(lowered, ASSIGN)
-        assign = _assign(assigned) if assigned else None
-        if sum(1 for given in (topics, pattern, assign) if given) != 1:
+        given = [name for name in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN) if name.lower() in lowered]
+        if len(given) != 1:
             raise BadInput(
-                f"set exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN}"
+                f"exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN} must "
+                f"be specified (given: {', '.join(given) or 'none'})"
             )
-        if pattern:
+        topics = tuple(t.strip() for t in _raw(lowered, SUBSCRIBE, "").split(",") if t.strip())
+        if given == [SUBSCRIBE] and not topics:
+            raise BadInput(f"option {SUBSCRIBE}: no topics to subscribe to")
+        pattern = _raw(lowered, SUBSCRIBE_PATTERN)
+        if given == [SUBSCRIBE_PATTERN] and not (pattern or "").strip():
+            raise BadInput(f"option {SUBSCRIBE_PATTERN}: the pattern to subscribe is empty")
+        assigned = _raw(lowered, ASSIGN)
+        if given == [ASSIGN] and not (assigned or "").strip():
+            raise BadInput(f"option {ASSIGN}: no topic partitions to assign")
+        assign = _assign(assigned) if assigned else None
+        if pattern is not None:
             try:
                 re.compile(pattern)
             except re.error as exc:
@@ -227,20 +251,22 @@ class SourceOptions:
             raise BadInput(f"option {STARTING_OFFSETS} cannot use -1 (latest) in batch queries")
         if ending == "earliest" or (isinstance(ending, dict) and _names(ending, EARLIEST)):
             raise BadInput(f"option {ENDING_OFFSETS} cannot be earliest (-2)")
+        if batch and isinstance(starting, dict) and isinstance(ending, dict):
+            _check_start_before_end(starting, ending)
         max_records = _positive(lowered, MAX_RECORDS_PER_BATCH)
         per_trigger = _positive(lowered, MAX_OFFSETS_PER_TRIGGER)
-        if per_trigger is not None:
-            max_records = min(per_trigger, max_records or per_trigger)
         min_per_trigger = _positive(lowered, MIN_OFFSETS_PER_TRIGGER)
-        if (
-            min_per_trigger is not None
-            and max_records is not None
-            and min_per_trigger > max_records
+        for name, maximum in (
+            (MAX_OFFSETS_PER_TRIGGER, per_trigger),
+            (MAX_RECORDS_PER_BATCH, max_records),
         ):
-            raise BadInput(
-                f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is above the per-batch "
-                f"maximum ({max_records})"
-            )
+            if min_per_trigger is not None and maximum is not None and min_per_trigger > maximum:
+                raise BadInput(
+                    f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is higher than "
+                    f"{name} ({maximum})"
+                )
+        for name in (FETCH_OFFSET_NUM_RETRIES, FETCH_OFFSET_RETRY_INTERVAL_MS):
+            _whole(lowered, name)
         strategy = _raw(
             lowered, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, cls.starting_timestamp_strategy
         )
@@ -268,6 +294,7 @@ class SourceOptions:
             starting_timestamp_strategy="error" if strategy == "error" else "latest",
             ending_timestamps=_timestamps(lowered, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP),
             available_now_ending_timestamp=_timestamp(lowered, AVAILABLE_NOW_ENDING_TIMESTAMP),
+            max_offsets_per_trigger=per_trigger,
             max_records_per_batch=max_records,
             max_bytes_per_batch=_positive(lowered, MAX_BYTES_PER_BATCH),
             first_batch_max_bytes=_positive(lowered, FIRST_BATCH_MAX_BYTES),
@@ -297,6 +324,12 @@ class SourceOptions:
         )
 
 
+def include_headers(options: Mapping[str, str]) -> bool:
+    """Whether the options ask for the headers column (includeHeaders), which decides the
+    source's schema before the options are parsed for a batch or a stream."""
+    return _bool(_known(options), INCLUDE_HEADERS, SourceOptions.include_headers)
+
+
 def _known(options: Mapping[str, str]) -> dict[str, str]:
     """The options by lower-cased name; a BadInput for a name the source does not know."""
     known = {name.lower(): name for name in KNOWN}
@@ -324,8 +357,45 @@ def _raw(options: Mapping[str, str], name: str, default: str | None = None) -> s
     return options.get(name.lower(), default)
 
 
-def _names(spec: PartitionMap, offset: int) -> bool:
-    return any(o == offset for parts in spec.values() for o in parts.values())
+def _names(spec: OffsetsJson, offset: int) -> bool:
+    return any(
+        parts == offset if isinstance(parts, int) else offset in parts.values()
+        for parts in spec.values()
+    )
+
+
+def _check_start_before_end(starting: OffsetsJson, ending: OffsetsJson) -> None:
+    """Spark's checks of a batch query's JSON offsets before it asks the broker: both name
+    the same partitions, and no given start is beyond its given end."""
+    if any(isinstance(parts, int) for parts in (*starting.values(), *ending.values())):
+        return  # a whole topic: its partitions are only known from the broker
+    start = {(t, p): o for t, parts in starting.items() for p, o in parts.items()}  # type: ignore[union-attr]
+    end = {(t, p): o for t, parts in ending.items() for p, o in parts.items()}  # type: ignore[union-attr]
+    if start.keys() != end.keys():
+        raise BadInput(
+            f"options {STARTING_OFFSETS} and {ENDING_OFFSETS} must name the same topic "
+            "partitions, as in Spark"
+        )
+    for (topic, partition), offset in sorted(start.items()):
+        until = end[(topic, partition)]
+        if offset >= 0 and until >= 0 and offset > until:
+            raise BadInput(
+                f"the specified start offset {offset} is greater than the end offset {until} "
+                f"for {topic}[{partition}]"
+            )
+
+
+def _whole(options: Mapping[str, str], name: str) -> int | None:
+    raw = _raw(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
+    if value < 0:
+        raise BadInput(f"option {name} must not be negative, not {value}")
+    return value
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -417,12 +487,33 @@ def _partition_map(raw: str, name: str, example: str) -> PartitionMap:
         raise BadInput(f"option {name} must be {example}, not {raw!r}") from None
 
 
+_WHOLE_TOPIC = {"earliest": EARLIEST, "latest": LATEST}
+
+
 def _offsets_spec(raw: str, name: str) -> OffsetsSpec:
-    """earliest | latest | {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest, as in Spark)."""
-    if raw.strip().lower() in ("earliest", "latest"):
+    """earliest | latest | {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest, as in Spark),
+    where a topic may be "earliest" or "latest" as a whole: {"topic": "earliest"}."""
+    if raw.strip().lower() in _WHOLE_TOPIC:
         return raw.strip().lower()
-    spec = _partition_map(raw, name, 'earliest, latest or JSON like {"topic": {"0": 42}}')
-    if any(o < EARLIEST for parts in spec.values() for o in parts.values()):
+    example = 'earliest, latest or JSON like {"topic": {"0": 42}} or {"topic": "earliest"}'
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        raise BadInput(f"option {name} must be {example}, not {raw!r}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise BadInput(f"option {name} must be {example}, not {raw!r}")
+    whole = {
+        str(t): _WHOLE_TOPIC[v.strip().lower()]
+        for t, v in parsed.items()
+        if isinstance(v, str) and v.strip().lower() in _WHOLE_TOPIC
+    }
+    by_partition = {t: v for t, v in parsed.items() if str(t) not in whole}
+    spec: OffsetsJson = dict(whole)
+    if by_partition:
+        spec.update(_partition_map(json.dumps(by_partition), name, example))
+    if any(
+        o < EARLIEST for parts in spec.values() if isinstance(parts, dict) for o in parts.values()
+    ):
         raise BadInput(f"option {name}: an offset must be at least -2, as in Spark")
     return spec
 

@@ -21,7 +21,12 @@ from lagless.exceptions import DataLossError, TerminalError
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
 from lagless.retry import DEFAULT_RETRY_S, away_error
-from lagless.source.schema import ARROW_SCHEMA, HEADER_TYPE
+from lagless.source.schema import (
+    ARROW_SCHEMA,
+    HEADER_TYPE,
+    NO_TIMESTAMP_TYPE,
+    TIMESTAMP_TYPE_BY_KIND,
+)
 
 CONSUME_BATCH = 10_000
 # Bytes of records in one Arrow batch handed to Spark. With librdkafka's prefetch capped in
@@ -168,6 +173,11 @@ def _concerns(event: Message, piece: OffsetRange) -> bool:
     return partition is None or partition < 0 or (event.topic(), partition) == piece.key
 
 
+# librdkafka reports a fetch below the log start as OFFSET_OUT_OF_RANGE, or, under
+# auto.offset.reset=error (the reader's setting), as _AUTO_OFFSET_RESET.
+_OFFSET_GONE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+
+
 def _after_event(
     consumer: Consumer, event: Message, piece: OffsetRange, fail_on_data_loss: bool
 ) -> int:
@@ -182,7 +192,7 @@ def _after_event(
             return piece.end
         return _lost(where, f"the log now ends at {end_of_log}", fail_on_data_loss, piece.end)
     # auto.offset.reset=error (KafkaConfig.reader) reports a deleted offset as _AUTO_OFFSET_RESET.
-    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+    if err.code() in _OFFSET_GONE:
         tp = TopicPartition(piece.topic, piece.partition)
         low, _ = consumer.get_watermark_offsets(tp, timeout=10)
         resume = min(max(low, piece.start), piece.end)
@@ -251,7 +261,7 @@ def _decode(
         keys.append(m.key())
         values.append(m.value())
         kind, ms = m.timestamp()
-        kinds.append(kind)
+        kinds.append(TIMESTAMP_TYPE_BY_KIND.get(kind, NO_TIMESTAMP_TYPE))
         millis.append(ms)
         with_headers = with_headers or m.headers() is not None
     count = len(offsets)
@@ -264,13 +274,28 @@ def _decode(
             pa.repeat(pa.scalar(piece.topic, pa.string()), count),
             pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
             pa.array(offsets, pa.int64()),
-            pc.multiply(pa.array(millis, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+            _timestamps(millis, piece, offsets),
             pa.array(kinds, pa.int32()),
             _headers(records) if with_headers else pa.nulls(count, HEADER_TYPE),
         ],
         schema=ARROW_SCHEMA,
     )
     return batch, events
+
+
+def _timestamps(millis: list[int], piece: OffsetRange, offsets: list[int]) -> pa.Array:
+    """Milliseconds since the epoch as Spark's microsecond timestamps; a record whose timestamp
+    overflows that (a producer that wrote nanoseconds) fails the task naming it, as Spark's
+    KAFKA_MALFORMED_RECORD_TIMESTAMP does, rather than wrapping around to a wrong time."""
+    try:
+        micros = pc.multiply_checked(pa.array(millis, pa.int64()), 1000)
+    except pa.ArrowInvalid:
+        bad = next(i for i, ms in enumerate(millis) if abs(ms) > (2**63 - 1) // 1000)
+        raise TerminalError(
+            f"{piece.topic}[{piece.partition}] offset {offsets[bad]}: the record's timestamp "
+            f"{millis[bad]} is not milliseconds since the epoch (too large for a timestamp)"
+        ) from None
+    return micros.cast(pa.timestamp("us", tz="UTC"))
 
 
 def _headers(records: list[Message]) -> pa.Array:

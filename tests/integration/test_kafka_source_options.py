@@ -45,7 +45,8 @@ def options(kafka: KafkaConfig, topic: str, **more: str) -> dict[str, str]:
 
 def batch_rows(spark, kafka: KafkaConfig, topic: str, **more: str) -> list:  # type: ignore[no-untyped-def]
     frame = spark.read.format(SOURCE_NAME).options(**options(kafka, topic, **more)).load()
-    return sorted(frame.select("partition", "offset", "value", "headers").collect())
+    columns = ["partition", "offset", "value"] + (["headers"] if "headers" in frame.columns else [])
+    return sorted(frame.select(*columns).collect())
 
 
 def test_offsets_for_times_on_the_embedded_broker(broker, kafka, topic_name):
@@ -124,7 +125,7 @@ def test_batch_query_starts_and_ends_by_timestamp(broker, kafka, topic_name, spa
         kafka,
         topic_name,
         startingOffsetsByTimestamp=f'{{"{topic_name}": {{"0": {T0 + 18000}, "1": {T0}}}}}',
-        endingOffsetsByTimestamp=f'{{"{topic_name}": {{"1": {T0 + 2000}}}}}',
+        endingOffsetsByTimestamp=f'{{"{topic_name}": {{"0": {T0 + 10**9}, "1": {T0 + 2000}}}}}',
     )
     assert [(r.partition, r.offset) for r in by_partition] == [(0, 18), (0, 19), (1, 0), (1, 1)]
 
@@ -164,7 +165,7 @@ def test_include_headers(broker, kafka, topic_name, spark):
     without = batch_rows(spark, kafka, topic_name)
     with_headers = batch_rows(spark, kafka, topic_name, includeHeaders="true")
 
-    assert [r.headers for r in without] == [None, None, None]
+    assert ["headers" in r.asDict() for r in without] == [False, False, False]
     assert [[(h.key, bytes(h.value)) for h in r.headers] for r in with_headers] == [
         [("n", str(i).encode())] for i in range(3)
     ]

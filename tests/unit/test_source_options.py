@@ -139,9 +139,9 @@ def test_bad_timestamps(batch: bool, given: dict[str, str], says: str) -> None:
 
 
 def test_batch_limits() -> None:
-    assert parse(maxOffsetsPerTrigger="100").max_records_per_batch == 100
+    assert parse(maxOffsetsPerTrigger="100").max_offsets_per_trigger == 100
     both = parse(maxOffsetsPerTrigger="100", maxRecordsPerBatch="40")
-    assert both.max_records_per_batch == 40
+    assert (both.max_offsets_per_trigger, both.max_records_per_batch) == (100, 40)
     assert parse(maxBytesPerBatch="4096").max_bytes_per_batch == 4096
     assert parse(firstBatchMaxBytes="512").first_batch_max_bytes == 512
     waiting = parse(minOffsetsPerTrigger="10", maxTriggerDelay="30s")
@@ -158,7 +158,7 @@ def test_batch_limits() -> None:
         ({"minOffsetsPerTrigger": "-1"}, "minOffsetsPerTrigger must be at least 1"),
         (
             {"minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "10"},
-            "minOffsetsPerTrigger \\(50\\) is above",
+            "minOffsetsPerTrigger \\(50\\) is higher than maxOffsetsPerTrigger \\(10\\)",
         ),
         ({"maxTriggerDelay": "soon"}, "maxTriggerDelay must be a duration"),
         ({"maxTriggerDelay": "5 weeks"}, "maxTriggerDelay must be a duration"),
@@ -204,15 +204,15 @@ def test_bad_planning_and_reading_options(given: dict[str, str], says: str) -> N
 
 def test_option_names_match_case_insensitively_as_in_spark() -> None:
     options = parse(STARTINGOFFSETS="earliest", maxoffsetspertrigger="5", IncludeHeaders="true")
-    assert options.starting == "earliest" and options.max_records_per_batch == 5
+    assert options.starting == "earliest" and options.max_offsets_per_trigger == 5
     assert options.include_headers
 
 
 def test_unknown_option_is_refused_with_a_hint() -> None:
     with pytest.raises(BadInput, match=r"unknown option 'startingOffset' .*startingOffsets"):
         parse(startingOffset="earliest")
-    with pytest.raises(BadInput, match="unknown option 'groupIdPrefix'"):
-        parse(groupIdPrefix="x")
+    with pytest.raises(BadInput, match="unknown option 'groupId'"):
+        parse(groupId="x")
 
 
 def test_an_option_given_twice_in_other_cases_is_refused() -> None:
