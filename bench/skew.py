@@ -277,7 +277,7 @@ def progress_source() -> type:
     benchmark imports pyspark only when it runs lagless. Spark ships the classes to its Python
     workers by value."""
     import pyarrow.compute as pc
-    from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader
     from pyspark.sql.types import StructType
 
     from lagless.source.datasource import KafkaDataSource, KafkaStreamReader
@@ -301,12 +301,19 @@ def progress_source() -> type:
                     out.write(f"{time.time()} {rows or 0}\n")
 
     class ProgressSource(KafkaDataSource):
+        def lagless_options(self) -> CaseInsensitiveDict:
+            """The options but this bench's own, which lagless's source refuses (names in any
+            case, as Spark hands them)."""
+            return CaseInsensitiveDict(
+                {k: v for k, v in self.options.items() if k.lower() != PROGRESS_OPTION}
+            )
+
+        def schema(self) -> Any:
+            return KafkaDataSource(self.lagless_options()).schema()
+
         def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-            lagless_options = {
-                k: v for k, v in self.options.items() if k.lower() != PROGRESS_OPTION
-            }
             return ProgressStreamReader(
-                SourceOptions.parse(lagless_options), self.options[PROGRESS_OPTION]
+                SourceOptions.parse(self.lagless_options()), self.options[PROGRESS_OPTION]
             )
 
     return ProgressSource
