@@ -62,6 +62,7 @@ class BatchWriter:
         self.held = held or {}
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
         self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
+        self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         self.written_by_tasks = spec.executor_writer() is not None
@@ -139,7 +140,12 @@ class BatchWriter:
         for tp, until in end.items():
             since = start.get(tp, until)
             missing = max(0, until - since - read.get(tp, 0))
-            skipped += min(missing, max(0, min(until, low[tp]) - since))
+            gone_until = min(until, low[tp])
+            deleted = max(0, gone_until - since)
+            # Those the checks before the run counted already (a checkpoint behind the log).
+            counted_from, counted_to = self.counted_before_run.get(tp, (0, 0))
+            deleted -= max(0, min(gone_until, counted_to) - max(since, counted_from))
+            skipped += min(missing, deleted)
         if skipped:
             log.warning(
                 "batch %d: %d records deleted before they were read were skipped "

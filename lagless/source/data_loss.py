@@ -31,14 +31,17 @@ class Lost:
         return self.log_start
 
     @property
-    def skipped(self) -> int:
-        """Offsets never to be read: those retention deleted before the reader came; for a
-        recreated log, those of the new log deleted already (it starts at 0)."""
+    def skipped_range(self) -> tuple[int, int]:
+        """Offsets never to be read, [first, end): those retention deleted before the reader
+        came; for a recreated log, those of the new log deleted already (it starts at 0)."""
         if self.log_start is None or self.log_end is None:
-            return 0
-        if self.at > self.log_end:
-            return self.log_start
-        return self.log_start - self.at
+            return 0, 0
+        return (0 if self.at > self.log_end else self.at), self.log_start
+
+    @property
+    def skipped(self) -> int:
+        first, end = self.skipped_range
+        return end - first
 
     def __str__(self) -> str:
         where = f"{self.tp[0]}[{self.tp[1]}]"
