@@ -59,10 +59,6 @@ _BY_NAME: dict[str, type[LaglessError]] = {
 MARKER = "@lagless-error:"
 
 
-class CrossedError(LaglessError):
-    """A LaglessError on its way through Spark: its message is the marker (`crossing_spark`)."""
-
-
 def marker(error: LaglessError) -> str:
     """The error as one line of text that survives Spark's wrapping."""
     name = type(error).__name__ if type(error).__name__ in _BY_NAME else "TerminalError"
@@ -85,13 +81,16 @@ def parse_marker(text: str) -> LaglessError | None:
 
 @contextmanager
 def crossing_spark() -> Iterator[None]:
-    """Around code Spark runs in another process: a LaglessError leaves as a marked one."""
+    """Around code Spark runs in another process: a LaglessError leaves with its marker as a
+    note, which the traceback text Spark hands back carries (Python prints an exception's
+    notes); a caller in this process still gets the error as it was raised."""
     try:
         yield
-    except CrossedError:
-        raise
     except LaglessError as exc:
-        raise CrossedError(marker(exc)) from None
+        note = marker(exc)
+        if note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        raise
 
 
 def crosses_spark(func: F) -> F:
@@ -112,7 +111,7 @@ def from_spark(exc: BaseException) -> LaglessError | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, LaglessError) and not isinstance(current, CrossedError):
+        if isinstance(current, LaglessError):
             return current
         found = parse_marker(_text(current))
         if found is not None:
