@@ -80,6 +80,8 @@ def test_import_throughput_against_the_script_and_the_breakdown_on_its_topic() -
     assert "Spark session (JVM, context, session)" in printed
 
 
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
 def test_import_throughput_scaling_run_on_tansu(tmp_path: Path) -> None:
     """One backlog, on Tansu (the embedded broker's path is the run above): a scaling run's
     second volume would only add a Spark start-up to the suite."""
@@ -111,6 +113,8 @@ def test_script_peer_reads_with_laglesss_own_reader_settings() -> None:
     assert settings == script_peer.READER_SETTINGS
 
 
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
 def test_latency_reports_percentiles_and_draws_its_chart(tmp_path: Path) -> None:
     png = tmp_path / "latency.png"
     figures, _ = run_bench(
@@ -125,6 +129,8 @@ def test_latency_reports_percentiles_and_draws_its_chart(tmp_path: Path) -> None
     assert png.read_bytes().startswith(PNG_MAGIC)
 
 
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
 def test_memory_reports_the_peak_of_each_kind_of_process() -> None:
     figures, _ = run_bench(
         "memory.py", *("--large-records", "2", "--large-record-bytes", "50000", "--scale", "0.05")
@@ -136,6 +142,8 @@ def test_memory_reports_the_peak_of_each_kind_of_process() -> None:
     assert between(figures["max_total_rss_mib"], 10, 24 * 1024)
 
 
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
 def test_skew_drains_a_profile_with_lagless_and_a_group(tmp_path: Path) -> None:
     _, printed = run_bench(
         "skew.py",

@@ -24,7 +24,15 @@ CAUSES = {
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("name", sorted(CAUSES))
+@pytest.mark.parametrize(
+    "name",
+    # 000, 002 and 003's rules run on live groups in test_doctor_live.py too: in CI's run,
+    # rewind (001) and commits ahead of the sink (004); scripts/test runs all five.
+    [
+        n if n in ("001", "004") else pytest.param(n, marks=pytest.mark.matrix)
+        for n in sorted(CAUSES)
+    ],
+)
 def test_the_doctor_names_the_reports_cause_and_the_import_cures_it(name: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "lagless", "demo", "--scenario", name, "--json"],
