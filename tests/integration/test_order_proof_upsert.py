@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from lagless.sinks import sink_from_url
 from lagless.sinks.base import COLUMNS, TOMBSTONE, Target
+from lagless.sinks.ledger import Batch
 from lagless.sinks.task_files import FILE_SCHEMA
 
 TARGET = Target("events", "upsert", "raw")
@@ -74,7 +75,7 @@ def test_sqlite_upsert_ends_the_same_in_any_order(tmp_path_factory, batches):
     sink = sink_from_url(f"sqlite:///{path}")
     sink.prepare(TARGET)
     for batch in batches:
-        sink.write_arrow(as_arrow(batch).to_reader(), TARGET, dead_letters=False)  # type: ignore[attr-defined]
+        sink.write_arrow(as_arrow(batch).to_reader(), TARGET, Batch(0))  # type: ignore[attr-defined]
     assert sqlite_table(path) == newest([r for b in batches for r in b])
 
 
@@ -88,8 +89,8 @@ def test_postgresql_upsert_ends_the_same_in_any_order_and_on_replay(postgres, or
     sink.prepare(TARGET)
     for start in range(0, len(order), 3):
         batch = as_arrow(order[start : start + 3])
-        sink.write_arrow(batch.to_reader(), TARGET, dead_letters=False)  # type: ignore[attr-defined]
-        sink.write_arrow(batch.to_reader(), TARGET, dead_letters=False)  # type: ignore[attr-defined]
+        sink.write_arrow(batch.to_reader(), TARGET, Batch(0))  # type: ignore[attr-defined]
+        sink.write_arrow(batch.to_reader(), TARGET, Batch(0))  # type: ignore[attr-defined]
     with psycopg.connect(postgres.url) as conn:
         rows = conn.execute("SELECT * FROM events ORDER BY key").fetchall()
     assert [(t, p, o, bytes(k), bytes(v), ts) for t, p, o, k, v, ts in rows] == newest(RECORDS)
