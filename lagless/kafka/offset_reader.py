@@ -331,7 +331,19 @@ class OffsetReader:
             futures = self._admin.list_offsets(
                 request, isolation_level=self._isolation, request_timeout=self._timeout_s
             )
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            for tp, offset in found.items():
+                # An earliest or latest offset is never negative: a broker that stops answering
+                # mid-request can leave librdkafka's "invalid" (-1001) in the answer. Asked again,
+                # as for any failure; only by time does -1 mean an answer ("no such record").
+                if offset < 0 and not isinstance(specs[tp], _BY_TIME):
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError.OFFSET_NOT_AVAILABLE,
+                            f"no offset for {tp[0]}[{tp[1]}] in the broker's answer ({offset})",
+                        )
+                    )
+            return found
 
         return self._retried(listed, "listing offsets")
 
@@ -351,6 +363,9 @@ def _reason(exc: KafkaException) -> str:
     err = exc.args[0] if exc.args else exc
     return str(getattr(err, "str", lambda: err)())
 
+
+# The kind of spec ListOffsets by time takes (confluent_kafka does not export its class).
+_BY_TIME = type(OffsetSpec.for_timestamp(0))
 
 # Records read from a partition's end to tell whether a "none" answer to ListOffsets by time
 # can be right; a broker that answers such requests is never scanned further.
