@@ -68,6 +68,14 @@ def produce(
     return count
 
 
+def numbered(partitions: int, count: int) -> dict[int, list[tuple[bytes, bytes]]]:
+    """`count` plain records per partition, keyed k0, k1, ...: a backlog for a group to lag on."""
+    return {
+        p: [(f"k{n}".encode(), f"record {n}".encode()) for n in range(count)]
+        for p in range(partitions)
+    }
+
+
 def member(
     config: KafkaConfig, group: str, client_id: str, assignor: str, **extra: object
 ) -> Consumer:

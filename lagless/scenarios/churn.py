@@ -8,7 +8,7 @@ import time
 from collections import deque
 
 from lagless.kafka.config import KafkaConfig
-from lagless.scenarios.base import Scenario, create_topic, member, produce
+from lagless.scenarios.base import Scenario, create_topic, member, numbered, produce
 
 RECORDS = 100
 MEMBERS = 3
@@ -27,11 +27,7 @@ class Churn(Scenario):
 
     def produce(self, config: KafkaConfig) -> int:
         create_topic(config, self.topic, self.partitions)
-        records = {
-            p: [(f"k{n}".encode(), f"record {n}".encode()) for n in range(RECORDS)]
-            for p in range(self.partitions)
-        }
-        return produce(config, self.topic, records)
+        return produce(config, self.topic, numbered(self.partitions, RECORDS))
 
     def misbehave(
         self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event

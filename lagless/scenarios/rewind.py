@@ -10,7 +10,14 @@ import time
 from confluent_kafka import TopicPartition
 
 from lagless.kafka.config import KafkaConfig
-from lagless.scenarios.base import Scenario, coordinates, create_topic, member, produce
+from lagless.scenarios.base import (
+    Scenario,
+    coordinates,
+    create_topic,
+    member,
+    numbered,
+    produce,
+)
 
 RECORDS = 30
 SLOW_PARTITION = 1
@@ -30,11 +37,7 @@ class Rewind(Scenario):
 
     def produce(self, config: KafkaConfig) -> int:
         create_topic(config, self.topic, self.partitions)
-        records = {
-            p: [(f"k{n}".encode(), f"record {n}".encode()) for n in range(RECORDS)]
-            for p in range(self.partitions)
-        }
-        return produce(config, self.topic, records)
+        return produce(config, self.topic, numbered(self.partitions, RECORDS))
 
     def misbehave(
         self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event

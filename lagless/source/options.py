@@ -385,16 +385,17 @@ def _check_start_before_end(starting: OffsetsJson, ending: OffsetsJson) -> None:
             )
 
 
-def _whole(options: Mapping[str, str], name: str) -> int | None:
+def _whole(options: Mapping[str, str], name: str, what: str = "a whole number") -> int | None:
+    """The option as a whole number of at least 0 (`what` it stands for in the message)."""
     raw = _raw(options, name)
     if raw is None:
         return None
     try:
         value = int(raw)
     except ValueError:
-        raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
+        raise BadInput(f"option {name} must be {what}, not {raw!r}") from None
     if value < 0:
-        raise BadInput(f"option {name} must not be negative, not {value}")
+        raise BadInput(f"option {name} must be {what}, not {value}")
     return value
 
 
@@ -519,16 +520,7 @@ def _offsets_spec(raw: str, name: str) -> OffsetsSpec:
 
 
 def _timestamp(options: Mapping[str, str], name: str) -> int | None:
-    raw = _raw(options, name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"option {name} must be milliseconds since the epoch, not {raw!r}") from None
-    if value < 0:
-        raise BadInput(f"option {name} must be milliseconds since the epoch, not {value}")
-    return value
+    return _whole(options, name, "milliseconds since the epoch")
 
 
 def _timestamps(options: Mapping[str, str], every: str, by_partition: str) -> TimestampSpec | None:
