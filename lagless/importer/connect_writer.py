@@ -57,8 +57,7 @@ class ServerSideWriter:
     first_start: Offsets
     held: Offsets
     channel: str
-    log_level: str
-    log_file: str | None
+    log_settings: str
     _writer: BatchWriter | None = field(default=None, repr=False)
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
@@ -75,8 +74,7 @@ class ServerSideWriter:
         from lagless.kafka.offset_reader import OffsetReader
         from lagless.sinks import sink_from_url
 
-        if self.log_file:
-            logs.configure(self.log_level, self.log_file)
+        logs.configure_from_environment(self.log_settings)
         spec = self.spec
         # Opened for the query's life: the server ends this process when the query stops.
         sink = sink_from_url(spec.sink_url).__enter__()
@@ -162,8 +160,7 @@ class ConnectWriter:
             first_start,
             held,
             str(self.channel),
-            logging.getLevelName(logging.getLogger("lagless").getEffectiveLevel()).lower(),
-            os.path.abspath(where) if (where := logs.log_file()) else None,
+            logs.settings(),
         )
 
     def refresh(self) -> None:

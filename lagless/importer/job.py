@@ -14,6 +14,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
+from lagless import logs
 from lagless.exceptions import LaglessError, Stopped, TerminalError, from_spark
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
@@ -26,6 +27,7 @@ from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
+from lagless.source.options import LOG_TO
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
 
         options = spec.source_options(slots, held)
+        if is_remote(spark):  # the server's workers log into this import's log too
+            options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
         writer_stream = stream.writeStream.foreachBatch(batch_function).option(
             "checkpointLocation", spec.checkpoint
