@@ -67,7 +67,7 @@ def batch_pids(run: Import) -> set[int]:
     return {int(pid) for pid, *_ in pids}
 
 
-@pytest.mark.parametrize("sink", ["parquet", "sqlite"])
+@pytest.mark.parametrize("sink", ["parquet", pytest.param("sqlite", marks=pytest.mark.matrix)])
 def test_an_import_through_spark_connect_lands_once_and_a_rerun_adds_nothing(
     embedded_broker, connect_server, tmp_path, sink
 ):
