@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from lagless.broker import EmbeddedBroker
+from tests.integration.test_crash_safety import stored
 from tests.integration.test_faults import (
     BATCH_LINE,
     PARTITIONS,
@@ -53,7 +54,10 @@ def hangable_broker() -> Iterator[BrokerProcess]:
         yield running
 
 
-BATCHES = 12  # test_faults' topic: 2 partitions x 600 records, 100 records a batch
+# test_faults' topic holds 2 partitions x 600 records; fewer batches than its 12 keep the
+# default run short (each batch is a few round trips to the server).
+BATCH_RECORDS = 400
+BATCHES = 3
 
 
 def summary(run: Import, name: str) -> dict[str, object]:
@@ -75,6 +79,7 @@ def test_an_import_through_spark_connect_lands_once_and_a_rerun_adds_nothing(
     expected = produce(embedded_broker.bootstrap)
     args = [
         *import_args(embedded_broker.bootstrap, url, tmp_path / "ckpt", "bulk"),
+        *("--max-records-per-batch", str(BATCH_RECORDS)),
         *("--master", connect_server.url, "--json"),
     ]
     first = Import(tmp_path / "run", args, "1")
@@ -91,6 +96,47 @@ def test_an_import_through_spark_connect_lands_once_and_a_rerun_adds_nothing(
     finish(again, "bulk", url, expected)
     assert summary(again, "2")["records"] == 0
     assert landed(url) == expected
+
+
+def test_a_typed_upsert_through_spark_connect_keeps_the_newest_row_per_key(
+    embedded_broker, connect_server, tmp_path
+):
+    """Rows through Spark (the JVM's from_json, an Observation, the upsert) in the server's
+    foreachBatch: one row per key, the newest; a rerun adds nothing. The DDL is parsed by the
+    server."""
+    url = f"sqlite:///{tmp_path}/out.db"
+    expected = produce(embedded_broker.bootstrap)
+    records = {}  # (key, partition, offset) -> seq
+    for partition, offset, value in expected:
+        assert value is not None
+        record = json.loads(value)
+        records[(record["key"], partition, offset)] = record["seq"]
+    keys = {key for key, _, _ in records}
+    args = [
+        *import_args(embedded_broker.bootstrap, url, tmp_path / "ckpt", "bulk"),
+        *("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+        *("--write", "upsert", "--max-records-per-batch", str(BATCH_RECORDS)),
+        *("--master", connect_server.url, "--json"),
+    ]
+    for name in ("1", "2"):
+        run = Import(tmp_path / "run", args, name)
+        assert run.finish() == 0, run.stderr()
+        assert "lagless:" not in run.stderr()
+        # Upserted on the Kafka key, which the generator makes the value's "key" too.
+        rows = [
+            (bytes(key).decode(), *rest)
+            for key, *rest in stored(url, TOPIC, ("key", "partition", "offset", "seq"))
+        ]
+        assert sorted(key for key, *_ in rows) == sorted(keys)  # one row per key
+        for key, partition, offset, seq in rows:
+            assert records[(key, partition, offset)] == seq  # a record of its key, typed
+            # Newer wins: no later record of the key in the row's partition.
+            assert not any(k == key and p == partition and o > offset for k, p, o in records), (
+                key,
+                partition,
+                offset,
+            )
+    assert summary(run, "2")["records"] == 0
 
 
 def test_a_broker_away_past_the_budget_inside_the_server_exits_75_and_a_rerun_completes(
