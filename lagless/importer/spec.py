@@ -17,7 +17,13 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
-from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.sinks.base import (
+    TaskWriter,
+    TaskWrittenSink,
+    ValueFormat,
+    WriteMode,
+    check_writable_path,
+)
 from lagless.source import options as o
 from lagless.source import to_json_offsets
 from lagless.source.data_loss import Lost, lost_offsets
@@ -113,18 +119,26 @@ class ImportSpec:
         return options
 
     def executor_writer(self) -> TaskWriter | None:
-        """The store's writer for the source's tasks, when they may write records themselves:
-        no record can be rejected (raw values, no size limit), none goes to a dead-letter topic,
-        nothing needs Spark's rows (append). Else None: rows go through Spark."""
+        """The store's writer for the source's tasks, when they write this import's records
+        (task_written); else None."""
+        sink = self.task_written(sink_from_url(self.sink_url))
+        return sink.executor_writer(self.target()) if sink is not None else None
+
+    def task_written(self, sink: Sink) -> TaskWrittenSink | None:
+        """The sink, when the source's tasks write this import's records themselves: no record
+        can be rejected (raw values, no size limit), none goes to a dead-letter topic, nothing
+        needs Spark's rows (append), and the store takes them so for this target. Else None:
+        rows go through Spark (Sink.write)."""
         target = self.target()
         if (
-            target.value_format != "raw"
+            not isinstance(sink, TaskWrittenSink)
+            or target.value_format != "raw"
             or target.mode != "append"
             or self.max_record_bytes is not None
             or self.dead_letter_topic is not None
         ):
             return None
-        return sink_from_url(self.sink_url).executor_writer(target)
+        return sink if sink.executor_writer(target) is not None else None
 
 
 @dataclass
