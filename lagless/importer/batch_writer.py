@@ -28,7 +28,7 @@ from lagless.importer.rows import (
     shape,
 )
 from lagless.importer.spec import Checked, ImportSpec
-from lagless.kafka.offset_reader import TP, Offsets
+from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import TaskWrittenSink
 from lagless.sinks.ledger import Batch, batch_ranges
@@ -137,7 +137,7 @@ class BatchWriter:
     ) -> None:
         """failOnDataLoss=false: the batch's offsets that retention deleted before they were
         read (below the log start, and no record came from them) count as skipped."""
-        low, _ = self.checked.broker.watermarks(list(end))
+        low, _ = self.checked.reader.log.watermarks(list(end))
         skipped = 0
         for tp, until in end.items():
             since = start.get(tp, until)
@@ -222,8 +222,7 @@ class BatchWriter:
         self.summary.add_batch(by_partition, observed["bytes"], written, dead)
 
     def remaining_lag(self, end: Offsets) -> int:
-        broker = self.checked.broker
-        latest = self.target_end or broker.latest(self.checked.partitions)
+        latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
 
