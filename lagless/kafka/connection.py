@@ -9,6 +9,7 @@ TransientError says so.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from confluent_kafka import KafkaException
@@ -16,35 +17,30 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig
-from lagless.retry import DEFAULT_RETRY_S, retried
+from lagless.retry import retried
 
 T = TypeVar("T")
 
 
+@dataclass
 class KafkaConnection:
-    def __init__(
-        self,
-        config: KafkaConfig,
-        timeout_s: float = 10.0,
-        retry_s: float = DEFAULT_RETRY_S,
-        *,
-        reached: bool = False,
-    ) -> None:
-        """`retry_s`: how long a broker that went away is waited for (lagless/retry.py).
-        Before it first answered (`reached`), an unreachable broker is bad input (a wrong
-        address) rather than one to wait for."""
-        self.config = config
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
-        self.admin = AdminClient(config.admin())
-        self._reached = reached
-        self._cluster_id: str | None = None
+    """Made by OffsetReader, which says what its settings mean."""
+
+    config: KafkaConfig
+    timeout_s: float
+    retry_s: float
+    reached: bool
+    admin: AdminClient = field(init=False)
+    _cluster_id: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.admin = AdminClient(self.config.admin())
 
     def metadata(self, named: Iterable[str] = ()) -> ClusterMetadata:
         """The cluster's topics and partitions. Once the broker answered, retried while it is
         away, and while it leads none of the `named` topics' partitions yet (a restarting
         broker may answer before it does)."""
-        if not self._reached:
+        if not self.reached:
             try:
                 found = self.admin.list_topics(timeout=self.timeout_s)
             except KafkaException as exc:
@@ -52,7 +48,7 @@ class KafkaConnection:
                     f"cannot reach the broker at {self.config.bootstrap} within "
                     f"{self.timeout_s:.0f} s ({reason(exc)})"
                 ) from None
-            self._reached = True
+            self.reached = True
         else:
             wanted = set(named)
 

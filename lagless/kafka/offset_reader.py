@@ -39,10 +39,10 @@ class OffsetReader:
         *,
         reached: bool = False,
     ) -> None:
-        """`retry_s`: how long a broker that went away is waited for (lagless/retry.py).
-        Before it first answered (`reached`), an unreachable broker is bad input (a wrong
-        address) rather than one to wait for."""
-        self.connection = KafkaConnection(config, timeout_s, retry_s, reached=reached)
+        """`timeout_s`: how long one request may take; `retry_s`: how long a broker that went
+        away is waited for (lagless/retry.py). Before it first answered (`reached`), an
+        unreachable broker is bad input (a wrong address) rather than one to wait for."""
+        self.connection = KafkaConnection(config, timeout_s, retry_s, reached)
         self.cluster = ClusterInfo(self.connection)
         self.groups = GroupOffsets(self.connection)
         self.records = Records(config)
