@@ -61,3 +61,21 @@ def noida():  # type: ignore[no-untyped-def]
     server = NoidaKafka.start_new()
     yield server
     server.destroy()
+
+
+@pytest.fixture(scope="session")
+def s3():  # type: ignore[no-untyped-def]
+    """A real S3 server, SeaweedFS on loopback (tests/harness/s3.py): `.endpoint`, `.bucket`,
+    `.env()` (the AWS variables a client needs), `.url(store, prefix)`."""
+    from tests.harness.s3 import SeaweedS3
+
+    with SeaweedS3.start_new() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch):  # type: ignore[no-untyped-def]
+    """The S3 server's AWS variables set for this test (and the imports it starts)."""
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    return s3

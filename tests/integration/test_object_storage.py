@@ -1,0 +1,97 @@
+"""Tables on S3 (`<store>+s3://bucket/prefix`) end to end: `lagless import` through the CLI,
+the embedded broker over TCP, a real S3 server (SeaweedFS, tests/harness/s3.py), read back
+with the store's own reader through S3."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from lagless.gen import explicit, produce_profile
+
+pytestmark = pytest.mark.spark
+
+
+def lagless_import(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lagless", "import", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def parquet_rows(s3, prefix: str, table: str) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(partition, offset) of every row of the committed batches (the folders with their
+    `_ranges.json`, README's rule for a reader that must never see part of a batch), read
+    through pyarrow's S3 filesystem."""
+    from pyarrow.fs import FileSelector
+
+    from tests.harness.s3 import s3_filesystem
+
+    filesystem = s3_filesystem(s3)
+    root = f"{s3.bucket}/{prefix}/{table}"
+    files = [
+        info.path
+        for folder in filesystem.get_file_info(FileSelector(root, allow_not_found=True))
+        if folder.base_name.startswith("batch=")
+        and filesystem.get_file_info(f"{folder.path}/_ranges.json").is_file
+        for info in filesystem.get_file_info(FileSelector(folder.path))
+        if info.base_name.endswith(".parquet")
+    ]
+    if not files:
+        return []
+    rows = ds.dataset(files, filesystem=filesystem, format="parquet").to_table(
+        columns=["partition", "offset"]
+    )
+    return sorted(zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True))
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+def test_parquet_on_s3_holds_every_record_once_and_a_fresh_checkpoint_adds_nothing(
+    broker, kafka, topic_name, tmp_path: Path, s3_env, prefix
+):
+    broker.create_topic(topic_name, 2)
+    produced = produce_profile(kafka, topic_name, explicit([700, 300]), keys=20)
+    url = s3_env.url("parquet", prefix)
+    args = ["--bootstrap", kafka.bootstrap, "--topic", topic_name, "--sink", url]
+    args += ["--max-records-per-batch", "400"]
+
+    first = lagless_import(*args, "--checkpoint", str(tmp_path / "one"))
+    again = lagless_import(*args, "--checkpoint", str(tmp_path / "two"))
+
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert again.returncode == 0, again.stderr[-2000:]
+    expected = sorted((p, o) for p, (s, e) in produced.offsets.items() for o in range(s, e))
+    assert parquet_rows(s3_env, prefix, topic_name) == expected
+    assert s3_env.env()["AWS_SECRET_ACCESS_KEY"] not in first.stdout + first.stderr
+
+
+@pytest.mark.parametrize("store", ["parquet", "delta", "iceberg"])
+def test_a_missing_bucket_or_a_silent_endpoint_is_one_line_before_anything_is_written(
+    store, kafka, broker, topic_name, tmp_path: Path, s3_env
+):
+    broker.create_topic(topic_name, 1)
+    common = ["--bootstrap", kafka.bootstrap, "--topic", topic_name]
+    common += ["--checkpoint", str(tmp_path / "ckpt")]
+    missing = lagless_import(*common, "--sink", f"{store}+s3://no-such-bucket/lake")
+    silent = lagless_import(
+        *common, "--sink", f"{store}+s3://{s3_env.bucket}/lake?endpoint=http://127.0.0.1:9"
+    )
+
+    assert (missing.returncode, missing.stderr.count("\n")) == (2, 1), missing.stderr[-2000:]
+    assert "bucket 'no-such-bucket' does not exist" in missing.stderr
+    assert (silent.returncode, silent.stderr.count("\n")) == (2, 1), silent.stderr[-2000:]
+    assert "does not answer" in silent.stderr
+    assert not (tmp_path / "ckpt").exists()
