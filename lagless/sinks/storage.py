@@ -30,6 +30,8 @@ from lagless.sinks.base import check_writable_path
 from lagless.sinks.s3 import S3Access, S3Url
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
     from obstore.store import S3Store
 
 # A commit holds the lock for seconds (a listing, copies, one small put); one held this long
@@ -67,6 +69,20 @@ class LocalStorage:
         """Names in the folder (files and folders); none if it is missing."""
         return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 
+    def stat(self, path: str) -> tuple[int, int]:
+        """A file's size and modification time (ms since the epoch)."""
+        found = os.stat(path)
+        return found.st_size, int(found.st_mtime * 1000)
+
+    def parquet_metadata(self, path: str) -> pq.FileMetaData:
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path)
+
+    def client_options(self) -> dict[str, str] | None:
+        """delta-rs's / polars' storage_options: none for a local path."""
+        return None
+
     def read_text(self, path: str) -> str | None:
         try:
             with open(path, encoding="utf-8") as handle:
@@ -96,6 +112,7 @@ class S3Storage:
         self.url = url
         self.task_access: S3Access | None = url.access
         self._store: S3Store | None = None
+        self._filesystem: pafs.S3FileSystem | None = None
 
     @property
     def store(self) -> S3Store:
@@ -186,6 +203,25 @@ class S3Storage:
         found = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]]
         found += [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
         return sorted(found)
+
+    def stat(self, path: str) -> tuple[int, int]:
+        import obstore as obs
+
+        meta = obs.head(self.store, self.key(path))
+        return int(meta["size"]), int(meta["last_modified"].timestamp() * 1000)
+
+    def parquet_metadata(self, path: str) -> pq.FileMetaData:
+        import pyarrow.parquet as pq
+
+        if self._filesystem is None:
+            self._filesystem = self.url.access.filesystem()
+        return pq.read_metadata(path.removeprefix("s3://"), filesystem=self._filesystem)
+
+    def client_options(self) -> dict[str, str]:
+        """delta-rs's / polars' storage_options (object_store's keys). Commits are conditional
+        puts (`If-None-Match: *` on the log's next entry), which SeaweedFS and AWS honour, so
+        two writers cannot both take one version of a Delta log."""
+        return {**self.url.access.object_store_config(), "conditional_put": "etag"}
 
     def read_text(self, path: str) -> str | None:
         import obstore as obs

@@ -197,14 +197,44 @@ class SeaweedS3:
         self.destroy()
 
 
-def s3_filesystem(server: SeaweedS3):  # type: ignore[no-untyped-def]
-    """pyarrow's S3 filesystem on the server, as a reader opens it."""
+def reader_options() -> dict[str, str]:
+    """object_store's options (deltalake, polars) for the server whose AWS variables are set
+    (the `s3_env` fixture), as a reader passes them."""
+    env = os.environ
+    return {
+        "endpoint": env["AWS_ENDPOINT_URL"],
+        "access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region": env["AWS_REGION"],
+        "allow_http": "true",
+    }
+
+
+def reader_filesystem():  # type: ignore[no-untyped-def]
+    """pyarrow's S3 filesystem on the server whose AWS variables are set."""
     import pyarrow.fs as pafs
 
+    env = os.environ
     return pafs.S3FileSystem(
-        endpoint_override=f"127.0.0.1:{server.s3_port}",
+        endpoint_override=env["AWS_ENDPOINT_URL"].removeprefix("http://"),
         scheme="http",
-        access_key=ACCESS_KEY,
-        secret_key=SECRET_KEY,
-        region=REGION,
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"],
+        region=env["AWS_REGION"],
     )
+
+
+def committed_parquet_files(filesystem, table: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The Parquet files of a lagless Parquet table on S3 (`bucket/prefix/table`) in the batch
+    folders that have their `_ranges.json` (README's rule for a reader that must never see
+    part of a batch)."""
+    from pyarrow.fs import FileSelector
+
+    return [
+        info.path
+        for folder in filesystem.get_file_info(FileSelector(table, allow_not_found=True))
+        if folder.base_name.startswith("batch=")
+        and filesystem.get_file_info(f"{folder.path}/_ranges.json").is_file
+        for info in filesystem.get_file_info(FileSelector(folder.path))
+        if info.base_name.endswith(".parquet")
+    ]

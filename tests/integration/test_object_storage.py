@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from lagless.gen import explicit, produce_profile
+from tests.harness.s3 import committed_parquet_files, reader_filesystem
 
 pytestmark = pytest.mark.spark
 
@@ -28,24 +29,11 @@ def lagless_import(*args: str, env: dict[str, str] | None = None) -> subprocess.
     )
 
 
-def parquet_rows(s3, prefix: str, table: str) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    """(partition, offset) of every row of the committed batches (the folders with their
-    `_ranges.json`, README's rule for a reader that must never see part of a batch), read
-    through pyarrow's S3 filesystem."""
-    from pyarrow.fs import FileSelector
-
-    from tests.harness.s3 import s3_filesystem
-
-    filesystem = s3_filesystem(s3)
-    root = f"{s3.bucket}/{prefix}/{table}"
-    files = [
-        info.path
-        for folder in filesystem.get_file_info(FileSelector(root, allow_not_found=True))
-        if folder.base_name.startswith("batch=")
-        and filesystem.get_file_info(f"{folder.path}/_ranges.json").is_file
-        for info in filesystem.get_file_info(FileSelector(folder.path))
-        if info.base_name.endswith(".parquet")
-    ]
+def parquet_rows(bucket: str, prefix: str, table: str) -> list[tuple[int, int]]:
+    """(partition, offset) of every row of the committed batches, read through pyarrow's S3
+    filesystem."""
+    filesystem = reader_filesystem()
+    files = committed_parquet_files(filesystem, f"{bucket}/{prefix}/{table}")
     if not files:
         return []
     rows = ds.dataset(files, filesystem=filesystem, format="parquet").to_table(
@@ -74,7 +62,7 @@ def test_parquet_on_s3_holds_every_record_once_and_a_fresh_checkpoint_adds_nothi
     assert first.returncode == 0, first.stderr[-2000:]
     assert again.returncode == 0, again.stderr[-2000:]
     expected = sorted((p, o) for p, (s, e) in produced.offsets.items() for o in range(s, e))
-    assert parquet_rows(s3_env, prefix, topic_name) == expected
+    assert parquet_rows(s3_env.bucket, prefix, topic_name) == expected
     assert s3_env.env()["AWS_SECRET_ACCESS_KEY"] not in first.stdout + first.stderr
 
 
