@@ -12,6 +12,7 @@ Runs on executors too (S3Access.filesystem): imports nothing of lagless's driver
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ class S3Access:
         """pyarrow's S3 filesystem (the tasks write files through it)."""
         import pyarrow.fs as pafs
 
+        finalize_at_exit()
         options: dict[str, Any] = {"region": self.region}
         if self.endpoint:
             parts = urlsplit(self.endpoint)
@@ -126,6 +128,21 @@ class S3Url:
     @property
     def root(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+def finalize_at_exit() -> None:
+    """pyarrow's S3 subsystem shut down at the interpreter's exit, before static destructors
+    run: pyarrow documents that a process leaving it running may abort on exit (SIGABRT, exit
+    134). Registered once, by whatever uses pyarrow's S3 (not in a test's process mid-run)."""
+    global _finalizing
+    if not _finalizing:
+        import pyarrow.fs as pafs
+
+        atexit.register(pafs.finalize_s3)
+        _finalizing = True
+
+
+_finalizing = False
 
 
 def is_s3(url: str) -> bool:

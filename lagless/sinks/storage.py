@@ -30,6 +30,7 @@ from lagless.sinks.base import check_writable_path
 from lagless.sinks.s3 import S3Access, S3Url
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
     from obstore.store import S3Store
@@ -82,6 +83,11 @@ class LocalStorage:
     def client_options(self) -> dict[str, str] | None:
         """delta-rs's / polars' storage_options: none for a local path."""
         return None
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -213,9 +219,19 @@ class S3Storage:
     def parquet_metadata(self, path: str) -> pq.FileMetaData:
         import pyarrow.parquet as pq
 
+        return pq.read_metadata(path.removeprefix("s3://"), filesystem=self.filesystem)
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path.removeprefix("s3://"), filesystem=self.filesystem)
+
+    @property
+    def filesystem(self) -> pafs.S3FileSystem:
+        """pyarrow's, to read files' footers and rows on the driver."""
         if self._filesystem is None:
             self._filesystem = self.url.access.filesystem()
-        return pq.read_metadata(path.removeprefix("s3://"), filesystem=self._filesystem)
+        return self._filesystem
 
     def client_options(self) -> dict[str, str]:
         """delta-rs's / polars' storage_options (object_store's keys). Commits are conditional

@@ -235,6 +235,9 @@ def stored_on_s3(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tu
             return []
         data = pq.read_table(files, columns=list(columns), filesystem=filesystem).to_pylist()
         return sorted(tuple(row[c] for c in columns) for row in data)
+    if store == "iceberg":
+        catalog = place.split("?catalog=")[1]
+        return iceberg_rows(None, table, columns, catalog=catalog, s3=f"s3://{place.split('?')[0]}")
     assert store == "delta", sink_url
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
@@ -247,23 +250,41 @@ def stored_on_s3(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tu
     return sorted(tuple(row[c] for c in columns) for row in data)
 
 
-def iceberg_rows(warehouse: str, table: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    """Through pyiceberg's SQL catalog, as README tells a reader to open the warehouse."""
+def iceberg_rows(
+    warehouse: str | None,
+    table: str,
+    columns: tuple[str, ...],
+    catalog: str | None = None,
+    s3: str | None = None,
+) -> list[tuple[Any, ...]]:
+    """Through pyiceberg's SQL catalog, as README tells a reader to open the warehouse (on S3:
+    the catalog file on the driver, the `s3_env` server's AWS variables as FileIO's)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
-    warehouse = os.path.abspath(warehouse)
-    if not os.path.exists(os.path.join(warehouse, "catalog.db")):
+    if s3 is None:
+        assert warehouse is not None
+        warehouse = os.path.abspath(warehouse)
+        catalog, location, io = os.path.join(warehouse, "catalog.db"), f"file://{warehouse}", {}
+    else:
+        options = reader_options()
+        location = s3
+        io = {
+            "s3.endpoint": options["endpoint"],
+            "s3.access-key-id": options["access_key_id"],
+            "s3.secret-access-key": options["secret_access_key"],
+            "s3.region": options["region"],
+        }
+    assert catalog is not None
+    if not os.path.exists(catalog):
         return []
-    catalog = SqlCatalog(
-        "lagless", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}"
-    )
+    opened = SqlCatalog("lagless", uri=f"sqlite:///{catalog}", warehouse=location, **io)
     try:
-        found = catalog.load_table(f"default.{table}")
+        found = opened.load_table(f"default.{table}")
     except NoSuchTableError:
         return []
     finally:
-        catalog.engine.dispose()
+        opened.engine.dispose()
     data = found.scan(selected_fields=columns).to_arrow().to_pylist()
     return sorted(tuple(row[c] for c in columns) for row in data)
 
@@ -482,6 +503,7 @@ CRASHES = [
     # not yet committed (mid-write), once per store in every run, the rest in the matrix.
     Crash("parquet+s3", "append", "mid-write:2"),
     Crash("delta+s3", "append", "mid-write:2"),
+    Crash("iceberg+s3", "append", "mid-write:3"),
     *(
         pytest.param(crash, marks=pytest.mark.matrix)
         for crash in (
@@ -489,6 +511,8 @@ CRASHES = [
             Crash("parquet+s3", "append", "before-write:1"),
             Crash("delta+s3", "upsert", "mid-write:3"),
             Crash("delta+s3", "append", "after-group-commit:2"),
+            Crash("iceberg+s3", "upsert", "mid-write:3"),
+            Crash("iceberg+s3", "append", "after-write:2"),
         )
     ),
 ]
@@ -497,7 +521,9 @@ CRASHES = [
 def sink_url(sink: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if sink.endswith("+s3"):
         s3 = request.getfixturevalue("s3_env")  # its AWS variables reach the import's process
-        return str(s3.url(sink.removesuffix("+s3"), f"{tmp_path.name}/lake"))
+        store = sink.removesuffix("+s3")
+        catalog = f"?catalog={tmp_path}/catalog.db" if store == "iceberg" else ""
+        return str(s3.url(store, f"{tmp_path.name}/lake")) + catalog
     if sink == "postgresql":
         return str(request.getfixturevalue("postgres").url)
     return f"{sink}:///{tmp_path}/{'out.db' if sink == 'sqlite' else 'lake'}"

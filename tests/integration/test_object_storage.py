@@ -73,9 +73,12 @@ def test_a_missing_bucket_or_a_silent_endpoint_is_one_line_before_anything_is_wr
     broker.create_topic(topic_name, 1)
     common = ["--bootstrap", kafka.bootstrap, "--topic", topic_name]
     common += ["--checkpoint", str(tmp_path / "ckpt")]
-    missing = lagless_import(*common, "--sink", f"{store}+s3://no-such-bucket/lake")
+    catalog = f"catalog={tmp_path}/catalog.db&" if store == "iceberg" else ""
+    missing = lagless_import(*common, "--sink", f"{store}+s3://no-such-bucket/lake?{catalog}")
     silent = lagless_import(
-        *common, "--sink", f"{store}+s3://{s3_env.bucket}/lake?endpoint=http://127.0.0.1:9"
+        *common,
+        "--sink",
+        f"{store}+s3://{s3_env.bucket}/lake?{catalog}endpoint=http://127.0.0.1:9",
     )
 
     assert (missing.returncode, missing.stderr.count("\n")) == (2, 1), missing.stderr[-2000:]
@@ -83,3 +86,4 @@ def test_a_missing_bucket_or_a_silent_endpoint_is_one_line_before_anything_is_wr
     assert (silent.returncode, silent.stderr.count("\n")) == (2, 1), silent.stderr[-2000:]
     assert "does not answer" in silent.stderr
     assert not (tmp_path / "ckpt").exists()
+    assert not (tmp_path / "catalog.db").exists()
