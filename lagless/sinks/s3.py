@@ -153,10 +153,11 @@ def parse_s3(url: str, scheme: str, extra_options: tuple[str, ...] = ()) -> S3Ur
     """`<scheme>+s3://bucket/prefix?endpoint=URL&region=NAME` with the AWS variables for what
     the URL leaves out."""
     parts = urlsplit(url)
-    shown = f"{parts.scheme}://{parts.netloc}{parts.path}"
-    if parts.scheme != scheme + SUFFIX or not parts.netloc:
+    _, at, bucket = parts.netloc.rpartition("@")
+    shown = f"{parts.scheme}://{'****@' if at else ''}{bucket}{parts.path}"
+    if parts.scheme != scheme + SUFFIX or not bucket:
         raise BadInput(f"sink URL {shown!r}: expected {scheme}{SUFFIX}://BUCKET/PREFIX")
-    if "@" in parts.netloc:
+    if at:
         raise BadInput(
             f"sink URL {shown!r}: credentials go in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
             "not in the URL"
@@ -189,7 +190,7 @@ def parse_s3(url: str, scheme: str, extra_options: tuple[str, ...] = ()) -> S3Ur
     )
     return S3Url(
         parts.scheme,
-        parts.netloc,
+        bucket,
         parts.path.strip("/"),
         access,
         shown,
