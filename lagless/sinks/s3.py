@@ -162,7 +162,8 @@ def parse_s3(url: str, scheme: str, extra_options: tuple[str, ...] = ()) -> S3Ur
             f"sink URL {shown!r}: credentials go in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
             "not in the URL"
         )
-    options = parse_qsl(parts.query, keep_blank_values=True)
+    # Values are percent-decoded; a `+` is itself (a path may hold one), not a form's space.
+    options = parse_qsl(parts.query.replace("+", "%2B"), keep_blank_values=True)
     unknown = sorted({k for k, _ in options} - {*OPTIONS, *extra_options})
     if unknown:
         raise BadInput(

@@ -52,6 +52,11 @@ def test_the_url_s_options_win_over_the_variables(aws: None) -> None:
     assert parsed.shown == "parquet+s3://lake/p"
 
 
+def test_an_option_s_plus_is_a_plus_and_percent_escapes_are_decoded(aws: None) -> None:
+    sink = sink_from_url("iceberg+s3://lake/w?catalog=/tmp/a+b/c%20d.db")
+    assert sink.catalog_file == "/tmp/a+b/c d.db"  # type: ignore[attr-defined]
+
+
 def test_the_secret_shows_nowhere_but_reaches_the_tasks(aws: None) -> None:
     sink = sink_from_url("parquet+s3://lake/p")
     assert "very-secret" not in repr(sink.s3) + sink.identity  # type: ignore[attr-defined]
