@@ -160,7 +160,8 @@ class S3Storage:
     @contextlib.contextmanager
     def errors(self, what: str, unreachable: type[Exception] = TransientError) -> Iterator[None]:
         """obstore's errors as lagless's, in one line (obstore's own tell the whole request):
-        a refusal or a missing bucket is BadInput, a server that does not answer `unreachable`."""
+        a refusal or a missing bucket is BadInput, a server that does not answer (beyond the
+        client's retries) `unreachable`: TransientError, a rerun resumes."""
         from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
 
         try:

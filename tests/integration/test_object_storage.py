@@ -56,14 +56,18 @@ def test_parquet_on_s3_holds_every_record_once_and_a_fresh_checkpoint_adds_nothi
     args = ["--bootstrap", kafka.bootstrap, "--topic", topic_name, "--sink", url]
     args += ["--max-records-per-batch", "400"]
 
-    first = lagless_import(*args, "--checkpoint", str(tmp_path / "one"))
+    log = tmp_path / "lagless.log"
+    logged = {"LAGLESS_LOG_FILE": str(log), "LAGLESS_LOG_LEVEL": "debug"}
+    first = lagless_import(*args, "--checkpoint", str(tmp_path / "one"), env=logged)
     again = lagless_import(*args, "--checkpoint", str(tmp_path / "two"))
 
     assert first.returncode == 0, first.stderr[-2000:]
     assert again.returncode == 0, again.stderr[-2000:]
     expected = sorted((p, o) for p, (s, e) in produced.offsets.items() for o in range(s, e))
     assert parquet_rows(s3_env.bucket, prefix, topic_name) == expected
-    assert s3_env.env()["AWS_SECRET_ACCESS_KEY"] not in first.stdout + first.stderr
+    secret = s3_env.env()["AWS_SECRET_ACCESS_KEY"]
+    assert log.stat().st_size > 0
+    assert secret not in first.stdout + first.stderr + log.read_text(errors="replace")
 
 
 @pytest.mark.parametrize("store", ["parquet", "delta", "iceberg"])

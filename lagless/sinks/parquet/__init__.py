@@ -98,7 +98,10 @@ class ParquetSink(Sink):
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         table = self.storage.join(self.location, target.table)
-        return held_until(_held_ranges(self.storage, table, self.s3 is not None)[0])
+        if isinstance(self.storage, S3Storage):
+            with self.storage.errors(f"Parquet table {table}"):
+                return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
+        return held_until(_held_ranges(self.storage, table)[0])
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
@@ -194,7 +197,10 @@ def _commit_on_s3(
     """Under the table's lock object: unless the table holds the batch (then its staged files
     are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
     the commit point. Folders a crashed commit left without `_ranges.json` go first."""
-    with storage.locked(storage.join(table, LOCK), run_id, wait_s):
+    with (
+        storage.errors(f"Parquet table {table}"),
+        storage.locked(storage.join(table, LOCK), run_id, wait_s),
+    ):
         held, incomplete = _held_ranges(storage, table, on_s3=True)
         for folder in incomplete:
             storage.remove_tree(folder)
