@@ -25,6 +25,7 @@ from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
+from lagless.source.warmup import SOURCE_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     collector = collector or Collector()
     checked = check(spec)
-    from lagless.importer.spark import spark_session, warm_up_in_background
+    from lagless.importer.spark import spark_session
+    from lagless.importer.warm_up import WarmUp
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
@@ -48,11 +50,11 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         if checked.fit is not None:  # every check passed: the checkpoint is this import's
             write_fit(spec.checkpoint, checked.fit)
-        warming = None
+        warm_up = None
         if spark is None:
             spark = spark_session(spec.master)
-            warming = warm_up_in_background(spark)
-            opened.callback(warming.join)
+            warm_up = WarmUp(spark, _task_modules(spec))
+            opened.callback(warm_up.join)
         slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
         checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)
@@ -81,6 +83,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
 
         options = spec.source_options(slots, held)
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
+        if warm_up is not None:
+            warm_up.plan_reads()
         writer_stream = stream.writeStream.foreachBatch(writer).option(
             "checkpointLocation", spec.checkpoint
         )
@@ -111,6 +115,12 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
+
+
+def _task_modules(spec: ImportSpec) -> tuple[str, ...]:
+    """What the source's tasks import: the source, and the store's writer when they write."""
+    task_writer = spec.executor_writer()
+    return SOURCE_MODULES + ((task_writer.name.partition(":")[0],) if task_writer else ())
 
 
 def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
