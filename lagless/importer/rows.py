@@ -23,7 +23,7 @@ VALIDATE = "validate"
 # Internal columns of a shaped batch, named so that no value field can take their name.
 RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
 _PARSED, _TEXTS, _CORRUPT = "_lagless_parsed", "_lagless_texts", "_lagless_corrupt"
-_RANK = "_lagless_rank"
+_ROW = "_lagless_row"
 
 
 def too_large(limit: int) -> str:
@@ -197,24 +197,23 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     included (coalescing).
 
     Newest follows the sinks' rule: the highest offset within a partition, then across
-    partitions the latest timestamp, then the highest partition.
+    partitions the latest timestamp, then the highest partition. Two aggregations (max_by)
+    rather than two windows: each task keeps one row per key before the shuffle, so a batch of
+    many updates to few keys moves a row per key, not every record.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
     if target.mode != "upsert":
         return rows
     keys = target.unique
-    in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
-    across = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
-    return (
-        rows.withColumn(_RANK, F.row_number().over(in_partition))
-        .where(F.col(_RANK) == 1)
-        .withColumn(_RANK, F.row_number().over(across))
-        .where(F.col(_RANK) == 1)
-        .drop(_RANK)
-    )
+    row = F.struct(*rows.columns)
+    in_partition = rows.groupBy(*keys, "partition").agg(F.max_by(row, "offset").alias(_ROW))
+    in_partition = in_partition.select(f"{_ROW}.*")
+    # A struct orders by its fields in turn: the latest timestamp (a null one lowest), then
+    # the highest partition; within a key, one row per partition is left, so no tie.
+    newest = F.max_by(F.struct(*in_partition.columns), F.struct("timestamp", "partition"))
+    return in_partition.groupBy(*keys).agg(newest.alias(_ROW)).select(f"{_ROW}.*")
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:
