@@ -413,8 +413,17 @@ def report(found: dict[str, Any], launched: float, exited: float, title: str) ->
             f"{sum(t[1] - t[0] for t in inside):.2f}",
         )
     out.print(batches)
+    # The import's progress bar (progress.RichCollector) shows records over the seconds since
+    # the collector's start: its last figure is this one.
+    noted = found["marks"]
+    bar_s = noted.get("last batch done", 0.0) - noted["query asked to start"]
+    bar = found["records"] / bar_s if bar_s > 0 else 0.0
+    out.print(
+        f"the import's bar ends at {bar:,.0f} records/s ({found['records']:,} in {bar_s:.1f} s)"
+    )
     return {
         "records": found["records"],
+        "bar_records_per_s": round(bar),
         "launch_to_exit_s": round(total, 3),
         "where": [{"phase": name, "s": round(s, 3)} for name, s in where],
         "phases": [{"phase": name, "at_s": round(at - launched, 3)} for name, at in marks],

@@ -357,7 +357,8 @@ def report(
             "exit_x_script": round(run.exit_s / script.launch_s, 3),
         }
     if breakdown is not None:
-        figures["breakdown"] = {k: breakdown[k] for k in ("launch_to_exit_s", "where", "phases")}
+        kept = ("launch_to_exit_s", "bar_records_per_s", "where", "phases")
+        figures["breakdown"] = {k: breakdown[k] for k in kept}
         figures["breakdown"]["exit_x_script"] = round(
             breakdown["launch_to_exit_s"] / script.launch_s, 3
         )
