@@ -23,7 +23,7 @@ VALIDATE = "validate"
 # Internal columns of a shaped batch, named so that no value field can take their name.
 RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
 _PARSED, _TEXTS, _CORRUPT = "_lagless_parsed", "_lagless_texts", "_lagless_corrupt"
-_ROW = "_lagless_row"
+_RANK = "_lagless_rank"
 
 
 def too_large(limit: int) -> str:
@@ -121,27 +121,6 @@ def _as_text(fields: StructType) -> StructType:
     )
 
 
-def _parse_json(records: DataFrame, fields: StructType) -> DataFrame:
-    """records with _PARSED (the value's fields, typed) and _TEXTS (each field's text, to tell
-    one of another type from one absent: _as_text). _TEXTS is parsed only for the records whose
-    typed parse failed somewhere (Spark then fills the corrupt-record column) or left a field
-    null: for any other record every field came out typed, so no check would read _TEXTS, and
-    the second parse of every record (half the JSON work of a typed batch) is saved."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    text = F.col("value").cast("string")
-    corrupt = {"columnNameOfCorruptRecord": _CORRUPT}
-    typed = StructType([*fields.fields, StructField(_CORRUPT, StringType())])
-    parsed = F.col(_PARSED)
-    doubtful = parsed[_CORRUPT].isNotNull()
-    for field in fields:
-        doubtful = doubtful | parsed[field.name].isNull()
-    return records.withColumn(_PARSED, F.from_json(text, typed, corrupt)).withColumn(
-        _TEXTS, F.when(doubtful, F.from_json(text, _as_text(fields), corrupt))
-    )
-
-
 def _fields(target: Target) -> list[Column]:
     """The value's fields as columns; in upsert mode a tombstone's key fields too."""
     from pyspark.sql import functions as F
@@ -176,7 +155,14 @@ def shape(
         if avro is not None:
             records = avro.decode(records, _PARSED)
         else:
-            records = _parse_json(records, target.fields)
+            text = F.col("value").cast("string")
+            corrupt = {"columnNameOfCorruptRecord": _CORRUPT}
+            records = records.withColumns(
+                {
+                    _TEXTS: F.from_json(text, _as_text(target.fields), corrupt),
+                    _PARSED: F.from_json(text, target.fields),
+                }
+            )
         stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
     extra = [F.col("value").isNull().alias(TOMBSTONE)] if target.mode == "upsert" else []
     return records.select(
@@ -197,23 +183,24 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     included (coalescing).
 
     Newest follows the sinks' rule: the highest offset within a partition, then across
-    partitions the latest timestamp, then the highest partition. Two aggregations (max_by)
-    rather than two windows: each task keeps one row per key before the shuffle, so a batch of
-    many updates to few keys moves a row per key, not every record.
+    partitions the latest timestamp, then the highest partition.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
     if target.mode != "upsert":
         return rows
     keys = target.unique
-    row = F.struct(*rows.columns)
-    in_partition = rows.groupBy(*keys, "partition").agg(F.max_by(row, "offset").alias(_ROW))
-    in_partition = in_partition.select(f"{_ROW}.*")
-    # A struct orders by its fields in turn: the latest timestamp (a null one lowest), then
-    # the highest partition; within a key, one row per partition is left, so no tie.
-    newest = F.max_by(F.struct(*in_partition.columns), F.struct("timestamp", "partition"))
-    return in_partition.groupBy(*keys).agg(newest.alias(_ROW)).select(f"{_ROW}.*")
+    in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
+    across = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
+    return (
+        rows.withColumn(_RANK, F.row_number().over(in_partition))
+        .where(F.col(_RANK) == 1)
+        .withColumn(_RANK, F.row_number().over(across))
+        .where(F.col(_RANK) == 1)
+        .drop(_RANK)
+    )
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:
