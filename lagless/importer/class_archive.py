@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 SWITCH = "LAGLESS_CLASS_ARCHIVE"
 # The archive's own warnings (classes it cannot hold) are not the user's business.
 SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-JVM_EXIT_WAIT_S = 60.0
+# The JVM writes the archive (~170 MB) as it exits: 60 s were not enough at load 17.
+JVM_EXIT_WAIT_S = 180.0
 # What the dump runs (_session): another recipe is another archive.
 RECIPE = "2: batch read, mapInArrow, a stream through foreachBatch"
 
