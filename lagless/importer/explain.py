@@ -20,15 +20,15 @@ def default_slots(master: str | None) -> int:
     if local:
         cores = local.group(1)
         return slots_for(os.cpu_count() or 1 if cores in (None, "*") else int(cores))
-    from lagless.importer.spark import spark_session
+    from lagless.importer.spark import parallelism, spark_session
 
-    return slots_for(spark_session(master).sparkContext.defaultParallelism)
+    return slots_for(parallelism(spark_session(master)))
 
 
 def explain(spec: ImportSpec) -> dict[str, Any]:
     checked = check(spec)
     slots = spec.slots or default_slots(spec.master)
-    with checked.sink, checked.broker:
+    with checked.sink, checked.reader:
         # As a run would: nothing the table holds already is planned (sinks/ledger.py).
         held = checked.sink.ledger(checked.target, checked.partitions)
     reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots, held)))

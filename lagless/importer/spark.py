@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+from lagless.first_line import first_line
 from lagless.logs import child_output_to_log, log_file, spark_log_level
 
 if TYPE_CHECKING:
@@ -43,6 +45,19 @@ def quiet_logging_option() -> str:
     return option
 
 
+CONNECT_SCHEME = "sc://"
+
+
+def is_connect(master: str | None) -> bool:
+    """`sc://host:port`: a Spark Connect server runs the import (importer/connect_writer.py)."""
+    return (master or os.environ.get("LAGLESS_SPARK_MASTER", "")).startswith(CONNECT_SCHEME)
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """A Spark Connect session: no JVM in this process, no SparkContext, no py4j."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def spark_session(
     master: str | None = None,
     parallelism: int | None = None,
@@ -50,6 +65,10 @@ def spark_session(
 ) -> SparkSession:
     """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*]); `conf` is set
     after lagless's own settings, so it may override them."""
+    master = master or os.environ.get("LAGLESS_SPARK_MASTER")
+    if is_connect(master):
+        assert master is not None
+        return connect_session(master)
     require_java()
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -98,3 +117,56 @@ def _no_python_data_source_lookup() -> Iterator[None]:
             del os.environ[DRIVER_PYTHON]
         else:
             os.environ[DRIVER_PYTHON] = saved
+
+
+def connect_session(url: str) -> SparkSession:
+    """A session of the Spark Connect server at `url`, with the sources registered there (the
+    server's Python workers must import lagless). One that does not answer is bad input, as an
+    unreachable broker at the start is."""
+    from pyspark.sql import SparkSession
+
+    try:
+        import pyspark.sql.connect.session  # noqa: F401 - fails without the client's packages
+    except ImportError as exc:
+        raise BadInput(
+            f"--master {url} needs Spark Connect's client: pip install 'lagless[connect]' "
+            f"({first_line(exc)})"
+        ) from None
+    from lagless.source import KafkaDataSource
+    from lagless.source.warmup import WarmUpSource
+
+    # A server that is down would be retried for about a minute by the client's default
+    # policy: asked once here, with a short deadline, before anything else.
+    _require_answer(url)
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(WarmUpSource)
+    except Exception as exc:
+        raise BadInput(
+            f"the Spark Connect server at {url} cannot register lagless's source: {first_line(exc)}"
+        ) from None
+    return spark
+
+
+def _require_answer(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 15002), timeout=5):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadInput(f"the Spark Connect server at {url} does not answer: {reason}") from None
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism: the SparkContext's, or, over Spark Connect (which has
+    none), the partitions the server gives a range by default."""
+    if not is_remote(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    from pyspark.sql import functions as F
+
+    ids = spark.range(1024).select(F.spark_partition_id().alias("p")).distinct()
+    return max(1, ids.count())

@@ -108,6 +108,9 @@ AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
 # JSON {"topic": {"0": 42}}: the store already holds every offset below these (its ledger, as
 # lagless import reads it at the start), so no batch reads them, whatever the checkpoint says.
 HELD_OFFSETS = "heldOffsets"
+# Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
+# not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
+LOG_TO = "logTo"
 
 KNOWN = (
     SUBSCRIBE,
@@ -144,6 +147,7 @@ KNOWN = (
     EXECUTOR_WRITER_SECRET,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
+    LOG_TO,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
 BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
@@ -194,6 +198,7 @@ class SourceOptions:
     executor_writer_secret: Secret | None = None
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
+    log_to: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
@@ -321,6 +326,7 @@ class SourceOptions:
             executor_writer_secret=secret if secret is None else Secret(secret),
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
+            log_to=_raw(lowered, LOG_TO) or None,
         )
 
 
@@ -385,8 +391,11 @@ def _check_start_before_end(starting: OffsetsJson, ending: OffsetsJson) -> None:
             )
 
 
-def _whole(options: Mapping[str, str], name: str, what: str = "a whole number") -> int | None:
-    """The option as a whole number of at least 0 (`what` it stands for in the message)."""
+def _whole(
+    options: Mapping[str, str], name: str, what: str = "a whole number", *, least: int = 0
+) -> int | None:
+    """The option as a whole number of at least `least` (`what` it stands for in the
+    message)."""
     raw = _raw(options, name)
     if raw is None:
         return None
@@ -394,22 +403,18 @@ def _whole(options: Mapping[str, str], name: str, what: str = "a whole number") 
         value = int(raw)
     except ValueError:
         raise BadInput(f"option {name} must be {what}, not {raw!r}") from None
-    if value < 0:
-        raise BadInput(f"option {name} must be {what}, not {value}")
+    if value < least:
+        bound = f"at least {least}" if least else what
+        raise BadInput(f"option {name} must be {bound}, not {value}")
     return value
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
+    """A count of at least 1; a blank value is no value."""
     raw = _raw(options, name)
-    if raw is None or raw.strip() == "":
+    if raw is not None and raw.strip() == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
-    if value < 1:
-        raise BadInput(f"option {name} must be at least 1, not {value}")
-    return value
+    return _whole(options, name, least=1)
 
 
 def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
