@@ -40,13 +40,13 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         parallelism,
         spark_session,
     )
+    from lagless.importer.warm_up import WarmUp
 
     collector = collector or Collector()
     if is_connect(spec.master):
         # A Spark Connect server resolves paths from its own working folder, not this one.
         spec = spec.with_absolute_paths()
     checked = check(spec)
-    from lagless.importer.warm_up import WarmUp
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
