@@ -156,6 +156,7 @@ def child(args: argparse.Namespace) -> int:
     """Runs the import; prints its marks, batches and tasks as one JSON line."""
     import lagless.importer.spark as spark_module
     from lagless.importer.job import run_import
+    from lagless.importer.warm_up import WarmUp
     from lagless.progress import Collector, Summary
 
     marks: dict[str, float] = {"python up": STARTED, "imports done": time.time()}
@@ -164,7 +165,7 @@ def child(args: argparse.Namespace) -> int:
     events.mkdir(parents=True, exist_ok=True)
     listener = query_listener()
     sessions: list[Any] = []
-    real_session, real_warm_up = spark_module.spark_session, spark_module.warm_up_in_background
+    real_session = spark_module.spark_session
 
     def spark_session(master: Any = None, parallelism: Any = None, conf: Any = None) -> Any:
         logged = {
@@ -182,18 +183,12 @@ def child(args: argparse.Namespace) -> int:
         sessions.append(spark)
         return spark
 
-    def warm_up_in_background(spark: Any) -> threading.Thread:
-        thread = real_warm_up(spark)
-
-        def note() -> None:
-            thread.join()
-            marks["python workers warmed up"] = time.time()
-
-        threading.Thread(target=note, daemon=True).start()
-        return thread
-
     spark_module.spark_session = spark_session  # type: ignore[assignment]
-    spark_module.warm_up_in_background = warm_up_in_background  # type: ignore[assignment]
+    for method, mark in (
+        ("start_workers", "warm-up: Python workers up"),
+        ("start_planner", "warm-up: read planner up"),
+    ):
+        _note_when_done(WarmUp, method, mark, marks)
 
     records_by_batch: list[int] = []
 
@@ -231,6 +226,17 @@ def child(args: argparse.Namespace) -> int:
     }
     print(json.dumps(out), flush=True)
     return 0
+
+
+def _note_when_done(cls: Any, method: str, mark: str, marks: dict[str, float]) -> None:
+    """Wrap cls.method to note when it returns."""
+    real = getattr(cls, method)
+
+    def noted(self: Any) -> None:
+        real(self)
+        marks[mark] = time.time()
+
+    setattr(cls, method, noted)
 
 
 def spark_tasks(events: Path) -> list[tuple[float, float, int | None]]:
@@ -407,8 +413,17 @@ def report(found: dict[str, Any], launched: float, exited: float, title: str) ->
             f"{sum(t[1] - t[0] for t in inside):.2f}",
         )
     out.print(batches)
+    # The import's progress bar (progress.RichCollector) shows records over the seconds since
+    # the collector's start: its last figure is this one.
+    noted = found["marks"]
+    bar_s = noted.get("last batch done", 0.0) - noted["query asked to start"]
+    bar = found["records"] / bar_s if bar_s > 0 else 0.0
+    out.print(
+        f"the import's bar ends at {bar:,.0f} records/s ({found['records']:,} in {bar_s:.1f} s)"
+    )
     return {
         "records": found["records"],
+        "bar_records_per_s": round(bar),
         "launch_to_exit_s": round(total, 3),
         "where": [{"phase": name, "s": round(s, 3)} for name, s in where],
         "phases": [{"phase": name, "at_s": round(at - launched, 3)} for name, at in marks],
@@ -443,7 +458,7 @@ def main() -> int:
     what = f"lagless demo{' --typed' if args.demo == 'typed' else ''}" if args.demo else None
     title = what or f"a bulk import into {args.sink}"
     figures = report(found, launched, exited, f"{title} ({found['records']:,} records)")
-    figures |= {"sink": args.sink, "demo": args.demo, "cores": os.cpu_count()}
+    figures |= {"sink": args.sink, "demo": args.demo, "cores": os.cpu_count(), "launched": launched}
     figures |= {"load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(figures))
     return 0

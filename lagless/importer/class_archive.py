@@ -20,13 +20,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SWITCH = "LAGLESS_CLASS_ARCHIVE"
 # The archive's own warnings (classes it cannot hold) are not the user's business.
 SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-JVM_EXIT_WAIT_S = 60.0
+# The JVM writes the archive (~170 MB) as it exits: 60 s were not enough at load 17.
+JVM_EXIT_WAIT_S = 180.0
+# What the dump runs (_session): another recipe is another archive.
+RECIPE = "2: batch read, mapInArrow, a stream through foreachBatch"
 
 
 def enabled() -> bool:
@@ -45,6 +53,7 @@ def archive_path() -> Path | None:
     digest = hashlib.sha1(os.path.realpath(java).encode())
     digest.update(str(os.stat(os.path.realpath(java)).st_mtime_ns).encode())
     digest.update(pyspark.__version__.encode())
+    digest.update(RECIPE.encode())
     # The JVM checks the archive against its class path, which names this Spark's folder: a
     # second installation (another venv) gets an archive of its own.
     digest.update(str(jars.resolve()).encode())
@@ -100,17 +109,39 @@ def _run(step: str, archive: Path) -> bool:
 
 
 def _session(java_option: str) -> None:
-    """Start a session with `java_option`, run jobs like an import's, print the JVM's pid."""
+    """Start a session with `java_option`, run jobs like an import's (the warm-up's, a batch
+    read of a Python source, a stream through foreachBatch into Arrow, as the query of an
+    import runs), print the JVM's pid."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     from lagless.importer.spark import quiet_logging_option, spark_session
-    from lagless.source.warmup import TASKS_OPTION, WARM_UP_SOURCE
+    from lagless.importer.warm_up import WarmUp
+    from lagless.source.warmup import SOURCE_MODULES, TASKS_OPTION, WARM_UP_SOURCE
 
     spark = spark_session(
         "local[2]",
         conf={"spark.driver.extraJavaOptions": f"{quiet_logging_option()} {java_option}"},
     )
+    warm_up = WarmUp(spark, SOURCE_MODULES)
+    warm_up.plan_reads()
+    warm_up.join()
     frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, "2").load()
     frame.toArrow()
     frame.selectExpr("task + 1 AS next").write.format("noop").mode("overwrite").save()
+
+    def each_batch(batch: DataFrame, batch_id: int) -> None:
+        counted = Observation(f"archive_{batch_id}")
+        observed = batch.observe(counted, F.expr("count_if(task = 0) AS zero"))
+        observed.selectExpr("task + 1 AS next").toArrow()
+        counted.get  # noqa: B018 - reading it is the point
+
+    with tempfile.TemporaryDirectory(prefix="lagless-archive-") as checkpoint:
+        stream = spark.readStream.format(WARM_UP_SOURCE).option(TASKS_OPTION, "2").load()
+        writer = stream.writeStream.foreachBatch(each_batch).option(
+            "checkpointLocation", checkpoint
+        )
+        writer.trigger(availableNow=True).start().awaitTermination()
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
     spark.stop()
     print(pid)

@@ -28,6 +28,7 @@ from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.options import LOG_TO
+from lagless.source.warmup import SOURCE_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         is_remote,
         parallelism,
         spark_session,
-        warm_up_in_background,
     )
+    from lagless.importer.warm_up import WarmUp
 
     collector = collector or Collector()
     if is_connect(spec.master):
@@ -61,12 +62,12 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         if checked.fit is not None:  # every check passed: the checkpoint is this import's
             write_fit(spec.checkpoint, checked.fit)
-        warming = None
+        warm_up = None
         if spark is None:
             spark = spark_session(spec.master)
             if not is_remote(spark):  # a Connect server's workers are started already
-                warming = warm_up_in_background(spark)
-                opened.callback(warming.join)
+                warm_up = WarmUp(spark, _task_modules(spec))
+                opened.callback(warm_up.join)
         slots = spec.slots or slots_for(parallelism(spark))
         checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)
@@ -111,6 +112,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         if is_remote(spark):  # the server's workers log into this import's log too
             options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
+        if warm_up is not None:
+            warm_up.plan_reads()
         writer_stream = stream.writeStream.foreachBatch(batch_function).option(
             "checkpointLocation", spec.checkpoint
         )
@@ -142,6 +145,12 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
+
+
+def _task_modules(spec: ImportSpec) -> tuple[str, ...]:
+    """What the source's tasks import: the source, and the store's writer when they write."""
+    task_writer = spec.executor_writer()
+    return SOURCE_MODULES + ((task_writer.name.partition(":")[0],) if task_writer else ())
 
 
 def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import sys
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,10 @@ from lagless.logs import child_output_to_log, log_file, spark_log_level
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+DRIVER_PYTHON = "PYSPARK_DRIVER_PYTHON"
+NO_LOOKUP = "lagless-looks-up-no-python-data-source"
 
 
 def require_java() -> None:
@@ -68,7 +72,6 @@ def spark_session(
     require_java()
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from lagless.importer.class_archive import java_options
@@ -91,11 +94,29 @@ def spark_session(
         builder = builder.config("spark.default.parallelism", str(parallelism))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    with child_output_to_log():
+    with child_output_to_log(), _no_python_data_source_lookup():
         spark = builder.getOrCreate()
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(WarmUpSource)
     return spark
+
+
+@contextlib.contextmanager
+def _no_python_data_source_lookup() -> Iterator[None]:
+    """While the JVM is launched: the first source registered in a JVM makes it look for Python
+    data sources installed as packages, in a Python process of its own, before the query can
+    start (half a second to seconds here); lagless registers its own and uses no other. The
+    JVM reads PYSPARK_DRIVER_PYTHON for that lookup only (the driver is this process, workers
+    run PYSPARK_PYTHON), and skips the lookup when it names no command."""
+    saved = os.environ.get(DRIVER_PYTHON)
+    os.environ[DRIVER_PYTHON] = NO_LOOKUP
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[DRIVER_PYTHON]
+        else:
+            os.environ[DRIVER_PYTHON] = saved
 
 
 def connect_session(url: str) -> SparkSession:
@@ -149,22 +170,3 @@ def parallelism(spark: SparkSession) -> int:
 
     ids = spark.range(1024).select(F.spark_partition_id().alias("p")).distinct()
     return max(1, ids.count())
-
-
-def warm_up_in_background(spark: SparkSession) -> threading.Thread:
-    """Start a Python worker per core now, while the caller starts its query (source/warmup.py).
-
-    A failure only means the first batch starts them itself, so it is not reported."""
-    from lagless.source.warmup import TASKS_OPTION, WARM_UP_SOURCE
-
-    def warm_up() -> None:
-        try:
-            tasks = parallelism(spark)
-            frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, str(tasks)).load()
-            frame.write.format("noop").mode("overwrite").save()
-        except Exception:
-            pass
-
-    thread = threading.Thread(target=warm_up, name="lagless-warm-up", daemon=True)
-    thread.start()
-    return thread

@@ -78,6 +78,11 @@ def test_import_throughput_against_the_script_and_the_breakdown_on_its_topic() -
     assert all(between(s, -0.5, total) for s in parts), breakdown["where"]
     assert abs(sum(parts) - total) < 0.02, breakdown["where"]
     assert "Spark session (JVM, context, session)" in printed
+    script_s = figures["script"]["launch_to_exit_s"]
+    assert abs(breakdown["exit_x_script"] - total / script_s) < 0.01, breakdown["exit_x_script"]
+    assert f"{breakdown['exit_x_script']:.2f}x the script's" in printed
+    assert between(breakdown["bar_records_per_s"], 1, 1e9)
+    assert "the import's bar ends at" in printed
 
 
 # A minute of CI (a SeaweedFS and three imports): scripts/test runs it, CI leaves it out.
