@@ -50,7 +50,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             write_fit(spec.checkpoint, checked.fit)
         warming = None
         if spark is None:
-            spark = spark_session(spec.master)
+            spark = spark_session(spec.master, conf=dict(spec.spark_conf))
             warming = warm_up_in_background(spark)
             opened.callback(warming.join)
         slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.logs import child_output_to_log, log_file, spark_log_level
+from lagless.source.worker_python import ARCHIVES, EXECUTOR_PYTHON, archive_alias
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,21 +45,30 @@ def spark_session(
     parallelism: int | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*]); `conf` is set
-    after lagless's own settings, so it may override them."""
+    """A session on `master` (cluster.master_url); `conf` is set after lagless's own settings,
+    so it may override them."""
     require_java()
+    conf = dict(conf or {})
+    shipped = os.environ.get("PYSPARK_PYTHON")
+    if shipped and archive_alias(shipped, conf.get(ARCHIVES)) is not None:
+        # Spark's recipe for a packed environment (PYSPARK_PYTHON=./env/bin/python): that
+        # Python exists only in each executor's folder. Their tasks get it this way; the
+        # Python processes Spark starts on the driver (the source's planning) run this one.
+        conf.setdefault(EXECUTOR_PYTHON, shipped)
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from lagless.importer.class_archive import java_options
+    from lagless.importer.cluster import master_url
     from lagless.source import KafkaDataSource
     from lagless.source.warmup import WarmUpSource
 
     builder = (
         SparkSession.builder.appName("lagless")
-        .master(master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]"))
+        .master(master_url(master))
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", os.environ.get("LAGLESS_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "false")
@@ -70,7 +80,7 @@ def spark_session(
     )
     if parallelism:
         builder = builder.config("spark.default.parallelism", str(parallelism))
-    for key, value in (conf or {}).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     with child_output_to_log():
         spark = builder.getOrCreate()

@@ -227,6 +227,17 @@ class Sink(ABC):
         """Per batch, from write's before_commit, only when some record was rejected: store
         them (DEAD_LETTER_COLUMNS) idempotently."""
 
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Before anything is written: the folder of the driver's filesystem that Spark's tasks
+        write files into for target (tasks_write: the source's tasks write the records
+        themselves, executor_writer); None: they write nowhere on the driver's disk (a
+        database over the network). On a cluster whose executors do not see the driver's disk,
+        such a store is refused up front (importer/cluster.py), not at the first batch."""
+        return None
+
+    # What the refusal suggests instead, beside --shared-disk.
+    without_shared_disk: ClassVar[str] = "import into PostgreSQL"
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Once, before the query starts: where the source's tasks may write accepted records
         themselves; None: this store takes rows through Spark (write)."""

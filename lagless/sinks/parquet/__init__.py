@@ -88,6 +88,10 @@ class ParquetSink(Sink):
         """Its rejected records, as the rows are, before the batch's rows are visible."""
         self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch)
 
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Tasks stage every batch's files under the table's folder."""
+        return os.path.abspath(self.location)
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         config = {"folder": self._staging(target)}
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
