@@ -311,6 +311,7 @@ def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
     ran_on_both_workers(cluster)
 
 
+@pytest.mark.matrix  # the isolated cluster's PostgreSQL case covers this in the default run
 def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every_record_once(
     cluster: Cluster, tmp_path: Path, postgres: PostgresServer
 ) -> None:
