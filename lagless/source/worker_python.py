@@ -96,10 +96,10 @@ def check_executors_import_lagless(application: str, executable: str) -> None:
     log.info("the executors' Python (%s) imports lagless from %s", executable, ", ".join(places))
 
 
-def _java_cause(exc: Exception) -> object:
+def _java_cause(exc: Exception) -> BaseException | str:
     """A py4j error's Java exception, whose first line says what failed; else the error."""
     java = getattr(exc, "java_exception", None)
-    return java.toString() if java is not None else exc
+    return str(java.toString()) if java is not None else exc
 
 
 @functools.cache
