@@ -86,10 +86,29 @@ def configure(level: str = DEFAULT_LEVEL, file: str | None = None, as_json: bool
     return where
 
 
-def configure_from_environment() -> None:
+def settings() -> str:
+    """This process's log settings as one text (JSON), for a process that does not inherit its
+    environment: a Spark Connect server's Python workers (`configure_from_environment`)."""
+    return json.dumps(
+        {
+            "level": os.environ.get(LEVEL_ENV) or DEFAULT_LEVEL,
+            "file": os.path.abspath(_configured_file) if _configured_file else None,
+            "json": bool(os.environ.get(JSON_ENV)),
+        }
+    )
+
+
+def configure_from_environment(sent: str | None = None) -> None:
     """In a process Spark started: the driver's settings, once; without them, records are
-    dropped rather than printed on the console (Python's last-resort handler would)."""
+    dropped rather than printed on the console (Python's last-resort handler would). `sent`
+    (`settings()` of the import's process) wins: a Spark Connect server's workers serve
+    imports of other processes in turn, so they log into the file of the one they serve."""
     logger = logging.getLogger(_ROOT)
+    if sent:
+        wanted = json.loads(sent)
+        if wanted["file"] and wanted["file"] != _configured_file:
+            configure(wanted["level"], wanted["file"], wanted["json"])
+        return
     if logger.handlers or _handler is not None:
         return
     if os.environ.get(FILE_ENV):

@@ -61,3 +61,13 @@ def noida():  # type: ignore[no-untyped-def]
     server = NoidaKafka.start_new()
     yield server
     server.destroy()
+
+
+@pytest.fixture(scope="session")
+def connect_server():  # type: ignore[no-untyped-def]
+    """pyspark's Spark Connect server on a free port (tests/harness/connect.py)."""
+    from tests.harness.connect import ConnectServer
+
+    server = ConnectServer.start_new()
+    yield server
+    server.destroy()

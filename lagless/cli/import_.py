@@ -143,7 +143,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--group", help="also commit progress to this Kafka consumer group (for lag tools)"
     )
     parser.add_argument(
-        "--master", help="Spark master URL (default: $LAGLESS_SPARK_MASTER, else local[*])"
+        "--master",
+        help="Spark master URL, or sc://host:port for a Spark Connect server "
+        "(default: $LAGLESS_SPARK_MASTER, else local[*])",
     )
     parser.add_argument(
         "--spark-conf",

@@ -77,6 +77,9 @@ class BatchWriter:
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
 
+    def refresh(self) -> None:
+        """Nothing to fetch: this writer runs in this process (connect_writer.py's does not)."""
+
     def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
         """The batch as the store commits it (its ranges), and its end offsets."""
         end = batch_end_offsets(self.spec.checkpoint, batch_id)

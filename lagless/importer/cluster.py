@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit
 
 from lagless.exceptions import BadInput
 from lagless.sinks import Sink, Target
@@ -19,6 +20,7 @@ from lagless.sinks import Sink, Target
 DEFAULT_MASTER = "local[*]"
 MASTER_ENV = "LAGLESS_SPARK_MASTER"
 _LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def master_url(master: str | None) -> str:
@@ -27,7 +29,12 @@ def master_url(master: str | None) -> str:
 
 
 def executors_share_disk(master: str, shared_disk: bool) -> bool:
-    return shared_disk or _LOCAL_MASTER.fullmatch(master) is not None
+    if shared_disk or _LOCAL_MASTER.fullmatch(master):
+        return True
+    # A Spark Connect server on this machine runs the batches here, as its README section
+    # asks of file stores (the same paths for the import and the server).
+    address = urlsplit(master)
+    return address.scheme == "sc" and address.hostname in _LOOPBACK
 
 
 def check_tasks_reach_store(

@@ -21,9 +21,9 @@ def default_slots(master: str | None, conf: dict[str, str]) -> int:
     if local:
         cores = local.group(1)
         return slots_for(os.cpu_count() or 1 if cores in (None, "*") else int(cores))
-    from lagless.importer.spark import spark_session
+    from lagless.importer.spark import parallelism, spark_session
 
-    return slots_for(spark_session(master, conf=conf).sparkContext.defaultParallelism)
+    return slots_for(parallelism(spark_session(master, conf=conf)))
 
 
 def explain(spec: ImportSpec) -> dict[str, Any]:

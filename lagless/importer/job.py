@@ -14,10 +14,12 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
+from lagless import logs
 from lagless.exceptions import LaglessError, Stopped, TerminalError, from_spark
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import last_end_offsets, write_fit
+from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
@@ -25,14 +27,25 @@ from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
+from lagless.source.options import LOG_TO
 
 log = logging.getLogger(__name__)
 
 
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
+    from lagless.importer.spark import (
+        is_connect,
+        is_remote,
+        parallelism,
+        spark_session,
+        warm_up_in_background,
+    )
+
     collector = collector or Collector()
+    if is_connect(spec.master):
+        # A Spark Connect server resolves paths from its own working folder, not this one.
+        spec = spec.with_absolute_paths()
     checked = check(spec)
-    from lagless.importer.spark import spark_session, warm_up_in_background
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
@@ -51,9 +64,10 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         warming = None
         if spark is None:
             spark = spark_session(spec.master, conf=dict(spec.spark_conf))
-            warming = warm_up_in_background(spark)
-            opened.callback(warming.join)
-        slots = spec.slots or slots_for(spark.sparkContext.defaultParallelism)
+            if not is_remote(spark):  # a Connect server's workers are started already
+                warming = warm_up_in_background(spark)
+                opened.callback(warming.join)
+        slots = spec.slots or slots_for(parallelism(spark))
         checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)
         done = last_end_offsets(spec.checkpoint)
@@ -64,15 +78,29 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
         high = target_end or high
         first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
-        committer = GroupCommitter(checked.broker, spec.group) if spec.group else None
-        dead_letter_topic = (
-            opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
-            if spec.dead_letter_topic
-            else None
-        )
-        writer = BatchWriter(
-            spec, checked, collector, target_end, committer, dead_letter_topic, first_start, held
-        )
+        writer: BatchWriter | ConnectWriter
+        if is_remote(spark):
+            writer = ConnectWriter(spec, checked, collector)
+            opened.callback(writer.close)
+            batch_function: Any = writer.server_side(spec, checked, target_end, first_start, held)
+        else:
+            committer = GroupCommitter(checked.broker, spec.group) if spec.group else None
+            dead_letter_topic = (
+                opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
+                if spec.dead_letter_topic
+                else None
+            )
+            writer = BatchWriter(
+                spec,
+                checked,
+                collector,
+                target_end,
+                committer,
+                dead_letter_topic,
+                first_start,
+                held,
+            )
+            batch_function = writer
         started = time.monotonic()
         opened.enter_context(collector)
         collector.start(
@@ -80,8 +108,10 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
 
         options = spec.source_options(slots, held)
+        if is_remote(spark):  # the server's workers log into this import's log too
+            options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
-        writer_stream = stream.writeStream.foreachBatch(writer).option(
+        writer_stream = stream.writeStream.foreachBatch(batch_function).option(
             "checkpointLocation", spec.checkpoint
         )
         if spec.mode == "bulk":
@@ -96,6 +126,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
                 _await(query, stop, writer)
             finally:
                 _stop(query)
+                writer.refresh()
         writer.summary.seconds = time.monotonic() - started
         # After a stop request, an error is the stop's doing (the batch the writer refused, one
         # that query.stop() interrupted), or, if not, is logged and met again by the rerun.
@@ -113,7 +144,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     return writer.summary
 
 
-def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
+def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -> None:
     """Until the query ends, or until a stop was asked for and the batch in flight is done
     (the batch after it is refused by the writer); a second signal: at once, abandoning the
     batch in flight, which the checkpoint replays."""
@@ -122,6 +153,7 @@ def _await(query: Any, stop: StopRequest, writer: BatchWriter) -> None:
     done_at_stop: int | None = None
     # A source that fails while planning leaves the query active but stalled: poll its error.
     while query.isActive and query.exception() is None:
+        writer.refresh()
         if stop.is_set():
             if done_at_stop is None:
                 done_at_stop = writer.done

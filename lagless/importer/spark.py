@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -11,6 +12,8 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
+from lagless.first_line import first_line
+from lagless.importer.cluster import master_url
 from lagless.logs import child_output_to_log, log_file, spark_log_level
 from lagless.source.worker_python import ARCHIVES, EXECUTOR_PYTHON, archive_alias
 
@@ -40,13 +43,29 @@ def quiet_logging_option() -> str:
     return option
 
 
+CONNECT_SCHEME = "sc://"
+
+
+def is_connect(master: str | None) -> bool:
+    """`sc://host:port`: a Spark Connect server runs the import (importer/connect_writer.py)."""
+    return master_url(master).startswith(CONNECT_SCHEME)
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """A Spark Connect session: no JVM in this process, no SparkContext, no py4j."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def spark_session(
     master: str | None = None,
     parallelism: int | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A session on `master` (cluster.master_url); `conf` is set after lagless's own settings,
-    so it may override them."""
+    """A session on `master` (cluster.master_url): a Spark Connect session for sc://; `conf`
+    is set after lagless's own settings, so it may override them."""
+    master = master_url(master)
+    if is_connect(master):
+        return connect_session(master)
     require_java()
     conf = dict(conf or {})
     shipped = os.environ.get("PYSPARK_PYTHON")
@@ -62,13 +81,12 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     from lagless.importer.class_archive import java_options
-    from lagless.importer.cluster import master_url
     from lagless.source import KafkaDataSource
     from lagless.source.warmup import WarmUpSource
 
     builder = (
         SparkSession.builder.appName("lagless")
-        .master(master_url(master))
+        .master(master)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", os.environ.get("LAGLESS_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "false")
@@ -89,6 +107,59 @@ def spark_session(
     return spark
 
 
+def connect_session(url: str) -> SparkSession:
+    """A session of the Spark Connect server at `url`, with the sources registered there (the
+    server's Python workers must import lagless). One that does not answer is bad input, as an
+    unreachable broker at the start is."""
+    from pyspark.sql import SparkSession
+
+    try:
+        import pyspark.sql.connect.session  # noqa: F401 - fails without the client's packages
+    except ImportError as exc:
+        raise BadInput(
+            f"--master {url} needs Spark Connect's client: pip install 'lagless[connect]' "
+            f"({first_line(exc)})"
+        ) from None
+    from lagless.source import KafkaDataSource
+    from lagless.source.warmup import WarmUpSource
+
+    # A server that is down would be retried for about a minute by the client's default
+    # policy: asked once here, with a short deadline, before anything else.
+    _require_answer(url)
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(WarmUpSource)
+    except Exception as exc:
+        raise BadInput(
+            f"the Spark Connect server at {url} cannot register lagless's source: {first_line(exc)}"
+        ) from None
+    return spark
+
+
+def _require_answer(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 15002), timeout=5):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadInput(f"the Spark Connect server at {url} does not answer: {reason}") from None
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism: the SparkContext's, or, over Spark Connect (which has
+    none), the partitions the server gives a range by default."""
+    if not is_remote(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    from pyspark.sql import functions as F
+
+    ids = spark.range(1024).select(F.spark_partition_id().alias("p")).distinct()
+    return max(1, ids.count())
+
+
 def warm_up_in_background(spark: SparkSession) -> threading.Thread:
     """Start a Python worker per core now, while the caller starts its query (source/warmup.py).
 
@@ -97,7 +168,7 @@ def warm_up_in_background(spark: SparkSession) -> threading.Thread:
 
     def warm_up() -> None:
         try:
-            tasks = spark.sparkContext.defaultParallelism
+            tasks = parallelism(spark)
             frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, str(tasks)).load()
             frame.write.format("noop").mode("overwrite").save()
         except Exception:

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from lagless.exceptions import BadInput
@@ -19,6 +19,7 @@ from lagless.kafka.offset_reader import OffsetReader, Offsets
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.sinks.url import absolute
 from lagless.source import options as o
 from lagless.source import to_json_offsets
 from lagless.source.data_loss import Lost, lost_offsets
@@ -116,6 +117,12 @@ class ImportSpec:
             options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(held))
         options.update(self.extra_source_options)
         return options
+
+    def with_absolute_paths(self) -> ImportSpec:
+        """The checkpoint and a local store's path made absolute (the same places)."""
+        return replace(
+            self, checkpoint=os.path.abspath(self.checkpoint), sink_url=absolute(self.sink_url)
+        )
 
     def executor_writer(self) -> TaskWriter | None:
         """The store's writer for the source's tasks, when they may write records themselves:

@@ -84,7 +84,7 @@ def _read_file(path: str, option: str) -> str:
 
 
 def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructType:
-    from lagless.importer.spark import spark_session
+    from lagless.importer.spark import is_remote, spark_session
 
     text = spec.value_schema
     assert text is not None
@@ -92,6 +92,11 @@ def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructT
         text = _read_file(text[1:], "--value-schema")
     spark = spark_session(spec.master, conf=dict(spec.spark_conf))
     if text == INFER:
+        if is_remote(spark):
+            raise BadInput(
+                "--value-schema infer cannot run over Spark Connect (it reads through Spark's "
+                "RDD API): infer once with a local --master, then pass the schema it prints"
+            )
         fields = _infer(spark, spec, partitions)
         print(f"lagless: inferred --value-schema {to_ddl(spark, fields)!r}", file=sys.stderr)
         return fields
@@ -104,13 +109,18 @@ def parse_ddl(spark: SparkSession, text: str) -> StructType:
 
     from pyspark.sql.types import StructType
 
-    jvm = spark._jvm
-    assert jvm is not None
+    from lagless.importer.spark import is_remote
+
     try:
-        parsed = jvm.org.apache.spark.sql.types.StructType.fromDDL(text)
+        if is_remote(spark):  # no JVM here: the server parses it
+            fields = spark.createDataFrame([], text).schema
+        else:
+            jvm = spark._jvm
+            assert jvm is not None
+            parsed = jvm.org.apache.spark.sql.types.StructType.fromDDL(text)
+            fields = StructType.fromJson(json.loads(parsed.json()))
     except Exception as exc:  # Spark's ParseException: its first line says what and where
         raise BadInput(f"--value-schema is not a Spark DDL schema: {first_line(exc)}") from None
-    fields = StructType.fromJson(json.loads(parsed.json()))
     if not fields.fields:
         raise BadInput("--value-schema has no fields")
     return fields

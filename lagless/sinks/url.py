@@ -9,6 +9,7 @@ The password is a Secret from here on and `shown`, the URL as messages give it, 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
@@ -58,6 +59,16 @@ def parse_local(url: str, scheme: str, *, write_from: bool = False) -> SinkUrl:
         raise BadInput(f"sink URL {url!r} has no path (expected {prefix}PATH)")
     shown = f"{prefix}{path}"
     return SinkUrl(scheme, shown, path, _write_from(query, shown, write_from))
+
+
+def absolute(url: str) -> str:
+    """A local store's URL with its path made absolute (`scheme:////abs/path`); a server's URL,
+    or an absolute one, as it is."""
+    scheme, slashes, rest = url.partition(":///")
+    if not slashes or rest.startswith("/") or not rest or "/" in scheme:
+        return url
+    path, question, query = rest.partition("?")
+    return f"{scheme}:///{os.path.abspath(path)}{question}{query}"
 
 
 def parse_server(url: str, *, write_from: bool = False) -> SinkUrl:

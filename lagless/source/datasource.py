@@ -125,7 +125,8 @@ class _Planning:
     """Offset decisions shared by the batch and the stream reader (driver side)."""
 
     def __init__(self, options: SourceOptions) -> None:
-        configure_from_environment()  # in Spark's Python runner, the driver's log settings
+        # In Spark's Python runner: the driver's log settings.
+        configure_from_environment(options.log_to)
         self.options = options
         self._broker: OffsetReader | None = None
         self._bytes_per_record: dict[TP, float] = {}
@@ -280,8 +281,8 @@ class _Planning:
         if not isinstance(partition, RangePartition):
             # A batch query with nothing to read: PySpark then runs one task of its own.
             return
-        configure_from_environment()
         options = self.options
+        configure_from_environment(options.log_to)
         with crossing_spark():
             if options.executor_writer is None:
                 yield from self._read(partition.pieces)

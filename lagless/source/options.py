@@ -108,6 +108,9 @@ AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
 # JSON {"topic": {"0": 42}}: the store already holds every offset below these (its ledger, as
 # lagless import reads it at the start), so no batch reads them, whatever the checkpoint says.
 HELD_OFFSETS = "heldOffsets"
+# Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
+# not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
+LOG_TO = "logTo"
 
 KNOWN = (
     SUBSCRIBE,
@@ -144,6 +147,7 @@ KNOWN = (
     EXECUTOR_WRITER_SECRET,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
+    LOG_TO,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
 BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
@@ -194,6 +198,7 @@ class SourceOptions:
     executor_writer_secret: Secret | None = None
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
+    log_to: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
@@ -321,6 +326,7 @@ class SourceOptions:
             executor_writer_secret=secret if secret is None else Secret(secret),
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
+            log_to=_raw(lowered, LOG_TO) or None,
         )
 
 

@@ -162,3 +162,17 @@ def test_skew_drains_a_profile_with_lagless_and_a_group(tmp_path: Path) -> None:
     assert lagless["curve"][-2][1] == profile["records"], lagless["curve"]
     assert (tmp_path / "skew-seed-000.png").read_bytes().startswith(PNG_MAGIC)
     assert "Drain time" in printed
+
+
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
+def test_connect_start_compares_a_local_session_with_a_warm_connect_server() -> None:
+    figures, printed = run_bench("connect_start.py", "--records", "400", "--partitions", "2")
+    assert figures["records"] == 400
+    assert between(figures["server_start_s"], 0.1, 300)
+    for name in ("local", "connect_first", "connect_warm"):
+        run = figures[name]
+        assert between(run["first_row_s"], 0.1, run["exit_s"]), (name, run)
+    ratio = figures["local"]["first_row_s"] / figures["connect_warm"]["first_row_s"]
+    assert figures["local_over_warm_connect"] == pytest.approx(ratio, abs=0.002)
+    assert f"{figures['local_over_warm_connect']:.2f}x" in printed

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +62,12 @@ class BrokerProcess:
 
 @pytest.fixture
 def broker_process() -> Iterator[BrokerProcess]:
+    with running_broker_process() as running:
+        yield running
+
+
+@contextmanager
+def running_broker_process() -> Iterator[BrokerProcess]:
     process = subprocess.Popen(
         [sys.executable, "-m", "lagless", "broker", "--topic", f"{TOPIC}:{PARTITIONS}"],
         stdout=subprocess.PIPE,

@@ -15,12 +15,16 @@ APPEND = Target("t", "append", "raw")
 CLUSTER = "spark://10.0.0.5:7077"
 
 
-@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[2,3]"])
+@pytest.mark.parametrize(
+    "master", ["local", "local[*]", "local[2]", "local[2,3]", "sc://127.0.0.1:15002"]
+)
 def test_a_local_master_shares_the_drivers_disk(master: str) -> None:
     assert executors_share_disk(master, shared_disk=False)
 
 
-@pytest.mark.parametrize("master", [CLUSTER, "yarn", "k8s://https://api:6443", "localhost"])
+@pytest.mark.parametrize(
+    "master", [CLUSTER, "yarn", "k8s://https://api:6443", "localhost", "sc://spark-host:15002"]
+)
 def test_any_other_master_does_not_unless_told(master: str) -> None:
     assert not executors_share_disk(master, shared_disk=False)
     assert executors_share_disk(master, shared_disk=True)

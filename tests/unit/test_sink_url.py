@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lagless.exceptions import BadInput
 from lagless.sinks import sink_from_url
-from lagless.sinks.url import parse_local, parse_server
+from lagless.sinks.url import absolute, parse_local, parse_server
 
 ONLY_WRITE_FROM = re.escape("the only query parameter is write_from=executors|driver")
 
@@ -112,3 +112,18 @@ def test_credentials_come_back_as_written_and_the_password_is_never_shown(
 def test_the_postgresql_sink_shows_the_url_without_its_password() -> None:
     sink = sink_from_url("postgresql://u:hunter%2F2@h:5432/db")
     assert sink.url == "postgresql://u:****@h:5432/db" and "hunter" not in repr(vars(sink))
+
+
+def test_absolute_makes_a_local_path_absolute_and_leaves_the_rest_as_it_is(
+    tmp_path, monkeypatch
+) -> None:
+    """A Spark Connect server resolves paths from its own folder (importer/job.py)."""
+    monkeypatch.chdir(tmp_path)
+    assert absolute("sqlite:///out.db") == f"sqlite:///{tmp_path}/out.db"
+    assert absolute("sqlite:///out.db?write_from=driver") == (
+        f"sqlite:///{tmp_path}/out.db?write_from=driver"
+    )
+    assert absolute("parquet:////abs/lake") == "parquet:////abs/lake"
+    server = "postgresql://u:p@h:5432/db?write_from=driver"
+    assert absolute(server) == server
+    assert parse_local(absolute("delta:///lake"), "delta").path == f"{tmp_path}/lake"

@@ -1,0 +1,181 @@
+"""foreachBatch over Spark Connect (`lagless import --master sc://host:port`).
+
+Spark Connect runs foreachBatch in a Python process of the server: the function is pickled
+there, and what it holds in this process (the sink's connection, the broker's client, the
+progress bar, the stop request) cannot travel. So this process sends a recipe
+(`ServerSideWriter`: the spec and what the checks found, plain data), the server's process
+opens its own sink and broker and runs the very `BatchWriter` a local import runs, once per
+batch, in the same process for the whole query. The two talk through a folder beside Spark's
+checkpoint, which both must see at the same path (as Spark's checkpoint itself): the server
+writes the running summary after each batch, this process writes a file there to ask for a
+stop. An error leaves the server with its marker (exceptions.crossing_spark), which the
+query's error carries back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lagless.exceptions import crossing_spark
+from lagless.importer.spec import Checked, ImportSpec
+from lagless.kafka.offset_reader import TP, Offsets
+from lagless.progress import Collector, Summary
+from lagless.source.data_loss import Lost
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lagless.importer.batch_writer import BatchWriter
+    from lagless.importer.decode import AvroDecoding
+    from lagless.sinks import Target
+
+log = logging.getLogger(__name__)
+
+PROGRESS = "progress.pickle"
+STOP = "stop"
+
+
+@dataclass
+class ServerSideWriter:
+    """The foreachBatch function Spark Connect pickles: builds, on the server, the BatchWriter
+    of this import on its first batch, and keeps it for the next ones."""
+
+    spec: ImportSpec
+    target: Target
+    partitions: list[TP]
+    avro: AvroDecoding | None
+    lost: list[Lost]
+    target_end: Offsets | None
+    first_start: Offsets
+    held: Offsets
+    channel: str
+    log_settings: str
+    _writer: BatchWriter | None = field(default=None, repr=False)
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        with crossing_spark():
+            if self._writer is None:
+                self._writer = self._open()
+            self._writer(records, batch_id)
+
+    def _open(self) -> BatchWriter:
+        from lagless import logs
+        from lagless.importer.batch_writer import BatchWriter
+        from lagless.importer.dead_letter_topic import DeadLetterTopic
+        from lagless.importer.group import GroupCommitter
+        from lagless.kafka.offset_reader import OffsetReader
+        from lagless.sinks import sink_from_url
+
+        logs.configure_from_environment(self.log_settings)
+        spec = self.spec
+        # Opened for the query's life: the server ends this process when the query stops.
+        sink = sink_from_url(spec.sink_url).__enter__()
+        sink.retry_s = spec.retry_seconds
+        sink.prepare(self.target)  # idempotent: sets up what the sink keeps per target
+        broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
+        checked = Checked(sink, self.target, broker, self.partitions, self.avro, None, self.lost)
+        committer = GroupCommitter(broker, spec.group) if spec.group else None
+        dead_letter_topic = (
+            DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
+            if spec.dead_letter_topic
+            else None
+        )
+        writer = BatchWriter(
+            spec,
+            checked,
+            ProgressFile(self.channel),
+            self.target_end,
+            committer,
+            dead_letter_topic,
+            self.first_start,
+            self.held,
+        )
+        writer.stop = StopFile(Path(self.channel, STOP))
+        return writer
+
+
+class ProgressFile(Collector):
+    """On the server: the running summary and remaining lag after each batch, replaced whole."""
+
+    def __init__(self, channel: str) -> None:
+        self.path = Path(channel, PROGRESS)
+
+    def batch(self, summary: Summary, lag: int) -> None:
+        partial = self.path.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps((summary, lag)))
+        os.replace(partial, self.path)
+
+
+class StopFile(threading.Event):
+    """On the server: the client's stop request, a file it writes (BatchWriter.stop)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def is_set(self) -> bool:
+        return self.path.exists()
+
+
+class ConnectWriter:
+    """In this process: what job.py reads of a BatchWriter (summary, done, failure, stop),
+    from the server's progress file; `refresh` polls it and passes a stop request on."""
+
+    def __init__(self, spec: ImportSpec, checked: Checked, collector: Collector) -> None:
+        self.collector = collector
+        self.channel = Path(spec.checkpoint, f"connect-{uuid.uuid4().hex[:12]}")
+        self.channel.mkdir(parents=True)
+        self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
+        self.done = 0
+        # A batch's error reaches this process inside the query's (job.stopped_by).
+        self.failure: BaseException | None = None
+        self.stop: threading.Event | None = None
+        self._seen: Any = None
+
+    def server_side(
+        self,
+        spec: ImportSpec,
+        checked: Checked,
+        target_end: Offsets | None,
+        first_start: Offsets,
+        held: Offsets,
+    ) -> ServerSideWriter:
+        from lagless import logs
+
+        return ServerSideWriter(
+            spec,
+            checked.target,
+            checked.partitions,
+            checked.avro,
+            checked.lost,
+            target_end,
+            first_start,
+            held,
+            str(self.channel),
+            logs.settings(),
+        )
+
+    def refresh(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            Path(self.channel, STOP).touch()
+        try:
+            stat = Path(self.channel, PROGRESS).stat()
+        except FileNotFoundError:
+            return
+        if (stat.st_ino, stat.st_mtime_ns) == self._seen:
+            return
+        self._seen = (stat.st_ino, stat.st_mtime_ns)
+        self.summary, lag = pickle.loads(Path(self.channel, PROGRESS).read_bytes())
+        self.done = self.summary.batches
+        self.collector.batch(self.summary, lag)
+
+    def close(self) -> None:
+        shutil.rmtree(self.channel, ignore_errors=True)
