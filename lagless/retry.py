@@ -1,7 +1,7 @@
 """Riding out something that is away (a broker, a database): retry with backoff for a budget.
 
 One budget for a whole import (`lagless import --retry-seconds`, DEFAULT_RETRY_S): the driver's
-broker calls (kafka/offset_reader.py), the tasks' range reading (source/reader.py, through the
+broker calls (kafka/connection.py), the tasks' range reading (source/reader.py, through the
 source option retrySeconds) and the PostgreSQL store's writes. Each retry is logged; past the
 budget a TransientError names what was away and for how long (exit 75: a rerun resumes).
 """

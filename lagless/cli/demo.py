@@ -87,10 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
     """The seed's columns: partition | lag | pos (the group's committed offset) | end."""
-    with OffsetReader(config) as broker:
-        partitions = broker.partitions([TOPIC])
-        low, high = broker.watermarks(partitions)
-        committed = broker.committed(GROUP, partitions)
+    with OffsetReader(config) as reader:
+        partitions = reader.cluster.partitions([TOPIC])
+        low, high = reader.log.watermarks(partitions)
+        committed = reader.groups.committed(GROUP, partitions)
     rows = []
     for tp in partitions:
         pos = committed.get(tp)

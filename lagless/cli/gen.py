@@ -100,8 +100,8 @@ def _profile(args: argparse.Namespace, config: KafkaConfig) -> Profile:
         return explicit(parse_counts(args.counts), size)
     partitions = 0
     if args.profile == "uniform":
-        with OffsetReader(config) as broker:
-            partitions = len(broker.partitions([args.topic]))
+        with OffsetReader(config) as reader:
+            partitions = len(reader.cluster.partitions([args.topic]))
     scale = 1.0 if args.scale is None else args.scale
     return build_profile(
         args.profile, partitions=partitions, scale=scale, record_bytes=args.record_bytes
@@ -179,8 +179,8 @@ def handler(args: argparse.Namespace) -> int:
     profile.check_fits(compression)
     if args.poison and args.profile == "deals":
         raise BadInput("--poison does not apply to profile 'deals'")
-    with OffsetReader(config) as broker:  # before a schema is written or registered
-        check_topic(broker, args.topic, profile)
+    with OffsetReader(config) as reader:  # before a schema is written or registered
+        check_topic(reader.cluster, args.topic, profile)
     shape = _shape(args)
     with _progress_bar(profile.total_records) as on_progress:
         summary = produce_profile(

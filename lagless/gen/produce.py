@@ -26,7 +26,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.gen.profiles import Profile
+from lagless.kafka.cluster_info import ClusterInfo
 from lagless.kafka.config import KafkaConfig
+from lagless.kafka.log_offsets import LogOffsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.produce import produce
 
@@ -131,8 +133,8 @@ class DeliveryErrors:
             self.first = self.first or err
 
 
-def _watermarks(broker: OffsetReader, partitions: list[tuple[str, int]]) -> list[tuple[int, int]]:
-    low, high = broker.watermarks(partitions)
+def _watermarks(log: LogOffsets, partitions: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    low, high = log.watermarks(partitions)
     return [(low[tp], high[tp]) for tp in partitions]
 
 
@@ -200,9 +202,9 @@ def _null_key_value(partition: int, record_bytes: int) -> bytes:
     return f'{head}{"x" * (record_bytes - 2 - len(head))}"}}'.encode()
 
 
-def check_topic(broker: OffsetReader, topic: str, profile: Profile) -> None:
+def check_topic(cluster: ClusterInfo, topic: str, profile: Profile) -> None:
     """BadInput unless `topic` exists with a partition for each of the profile's."""
-    existing = len(broker.partitions([topic]))
+    existing = len(cluster.partitions([topic]))
     if existing < profile.partitions:
         raise BadInput(
             f"topic {topic!r} has {existing} partitions; profile {profile.name!r} "
@@ -234,12 +236,12 @@ def produce_profile(
     if poison and not shape.poisonable:
         raise BadInput(f"--poison does not apply to profile {profile.name!r}")
     poison_at = poison_positions(profile.total_records, poison)
-    broker = OffsetReader(config)
-    check_topic(broker, topic, profile)
+    reader = OffsetReader(config)
+    check_topic(reader.cluster, topic, profile)
     producer, delivery_errors = make_producer(config, compression)
     partitions = [(topic, p) for p in range(profile.partitions)]
-    with broker:
-        before = _watermarks(broker, partitions)
+    with reader:
+        before = _watermarks(reader.log, partitions)
         rng = random.Random(seed)
         poison_found: list[tuple[int, int, RecordKind]] = []
         newest: dict[int, dict[str, tuple[int, bytes | None]]] = {}
@@ -294,7 +296,7 @@ def produce_profile(
                 f"{delivery_errors.count} records failed to reach {topic!r}: "
                 f"{delivery_errors.first.str()}"
             )
-        after = _watermarks(broker, partitions)
+        after = _watermarks(reader.log, partitions)
     offsets = {p: (before[p][1], before[p][1] + count) for p, count in enumerate(profile.counts)}
     moved = [p for p in offsets if after[p][1] != offsets[p][1]]
     if moved:

@@ -28,8 +28,9 @@ from lagless.importer.rows import (
     shape,
 )
 from lagless.importer.spec import Checked, ImportSpec
-from lagless.kafka.offset_reader import TP, Offsets
+from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
+from lagless.sinks.base import TaskWrittenSink
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class BatchWriter:
         self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
-        self.written_by_tasks = spec.executor_writer() is not None
+        # The store, when the source's tasks write the records; None: rows come through Spark.
+        self.task_written = spec.task_written(checked.sink)
         self.target = checked.target
         # Set by the run loop: after a stop request, the batch in flight is finished and the
         # next one refused (job.py).
@@ -122,8 +124,8 @@ class BatchWriter:
         start = self._batch_start(batch_id)
         self.last_end = end
         read_before = Counter(self.summary.by_partition)
-        if self.written_by_tasks:
-            self._commit_task_files(records, batch)
+        if self.task_written is not None:
+            self._commit_task_files(self.task_written, records, batch)
         else:
             self._write_rows(records, batch, sorted(end))
         if not self.spec.fail_on_data_loss:
@@ -138,7 +140,7 @@ class BatchWriter:
     ) -> None:
         """failOnDataLoss=false: the batch's offsets that retention deleted before they were
         read (below the log start, and no record came from them) count as skipped."""
-        low, _ = self.checked.broker.watermarks(list(end))
+        low, _ = self.checked.reader.log.watermarks(list(end))
         skipped = 0
         for tp, until in end.items():
             since = start.get(tp, until)
@@ -158,10 +160,9 @@ class BatchWriter:
             )
             self.summary.skipped += skipped
 
-    def _commit_task_files(self, receipts: DataFrame, batch: Batch) -> None:
+    def _commit_task_files(self, sink: TaskWrittenSink, receipts: DataFrame, batch: Batch) -> None:
         """The source's tasks wrote the records (executorWriter); `receipts` says what."""
         target = self.target
-        sink = self.checked.sink
         sink.discard_staged(target)
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
@@ -224,8 +225,7 @@ class BatchWriter:
         self.summary.add_batch(by_partition, observed["bytes"], written, dead)
 
     def remaining_lag(self, end: Offsets) -> int:
-        broker = self.checked.broker
-        latest = self.target_end or broker.latest(self.checked.partitions)
+        latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from lagless.exceptions import BadInput
-from lagless.kafka.offset_reader import Offsets
+from lagless.kafka import Offsets
 from lagless.source import from_json_offsets
 
 FIT_FILE = "lagless.json"

@@ -29,7 +29,7 @@ def default_slots(master: str | None, conf: dict[str, str]) -> int:
 def explain(spec: ImportSpec) -> dict[str, Any]:
     checked = check(spec)
     slots = spec.slots or default_slots(spec.master, dict(spec.spark_conf))
-    with checked.sink, checked.broker:
+    with checked.sink, checked.reader:
         # As a run would: nothing the table holds already is planned (sinks/ledger.py).
         held = checked.sink.ledger(checked.target, checked.partitions)
     reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots, held)))

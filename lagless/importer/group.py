@@ -8,17 +8,18 @@ The checkpoint, not the group, stays the source of truth for resuming.
 
 from __future__ import annotations
 
-from lagless.kafka.offset_reader import OffsetReader, Offsets
+from lagless.kafka import Offsets
+from lagless.kafka.group_offsets import GroupOffsets
 
 
 class GroupCommitter:
-    def __init__(self, broker: OffsetReader, group: str) -> None:
+    def __init__(self, offsets: GroupOffsets, group: str) -> None:
         self.group = group
-        self._broker = broker
+        self._offsets = offsets
 
     def commit(self, end: Offsets) -> Offsets:
         """Commit `end` where it moves the group forward; returns what was committed."""
-        current = self._broker.committed(self.group, end)
+        current = self._offsets.committed(self.group, end)
         forward = {tp: offset for tp, offset in end.items() if offset > (current.get(tp) or -1)}
-        self._broker.commit(self.group, forward)
+        self._offsets.commit(self.group, forward)
         return forward

@@ -49,8 +49,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
 
     with ExitStack() as opened:
         opened.enter_context(checked.sink)
-        opened.enter_context(checked.broker)
-        low, high = checked.broker.watermarks(checked.partitions)
+        opened.enter_context(checked.reader)
+        low, high = checked.reader.log.watermarks(checked.partitions)
         # The store's ledger decides where each partition starts: a lost, fresh or lagging
         # checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a
         # ledger that contradicts the log refused, before Spark starts or anything is written.
@@ -84,7 +84,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             opened.callback(writer.close)
             batch_function: Any = writer.server_side(spec, checked, target_end, first_start, held)
         else:
-            committer = GroupCommitter(checked.broker, spec.group) if spec.group else None
+            committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
             dead_letter_topic = (
                 opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
                 if spec.dead_letter_topic

@@ -14,11 +14,18 @@ from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
 from lagless.importer.cluster import check_tasks_reach_store, master_url
 from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
+from lagless.kafka import Offsets
 from lagless.kafka.config import KafkaConfig
-from lagless.kafka.offset_reader import OffsetReader, Offsets
+from lagless.kafka.offset_reader import OffsetReader
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
-from lagless.sinks.base import TaskWriter, ValueFormat, WriteMode, check_writable_path
+from lagless.sinks.base import (
+    TaskWriter,
+    TaskWrittenSink,
+    ValueFormat,
+    WriteMode,
+    check_writable_path,
+)
 from lagless.sinks.url import absolute
 from lagless.source import options as o
 from lagless.source import to_json_offsets
@@ -125,18 +132,26 @@ class ImportSpec:
         )
 
     def executor_writer(self) -> TaskWriter | None:
-        """The store's writer for the source's tasks, when they may write records themselves:
-        no record can be rejected (raw values, no size limit), none goes to a dead-letter topic,
-        nothing needs Spark's rows (append). Else None: rows go through Spark."""
+        """The store's writer for the source's tasks, when they write this import's records
+        (task_written); else None."""
+        sink = self.task_written(sink_from_url(self.sink_url))
+        return sink.executor_writer(self.target()) if sink is not None else None
+
+    def task_written(self, sink: Sink) -> TaskWrittenSink | None:
+        """The sink, when the source's tasks write this import's records themselves: no record
+        can be rejected (raw values, no size limit), none goes to a dead-letter topic, nothing
+        needs Spark's rows (append), and the store takes them so for this target. Else None:
+        rows go through Spark (Sink.write)."""
         target = self.target()
         if (
-            target.value_format != "raw"
+            not isinstance(sink, TaskWrittenSink)
+            or target.value_format != "raw"
             or target.mode != "append"
             or self.max_record_bytes is not None
             or self.dead_letter_topic is not None
         ):
             return None
-        return sink_from_url(self.sink_url).executor_writer(target)
+        return sink if sink.executor_writer(target) is not None else None
 
 
 @dataclass
@@ -145,7 +160,7 @@ class Checked:
 
     sink: Sink
     target: Target
-    broker: OffsetReader
+    reader: OffsetReader
     partitions: list[tuple[str, int]]
     avro: AvroDecoding | None = None
     # The checkpoint's record to write before the query starts; None: it is there already.
@@ -176,23 +191,23 @@ def check(spec: ImportSpec) -> Checked:
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     fit = Fit.of(spec.topics, sink.identity, table, spec.write, spec.value_format, spec.key_fields)
     new_fit = check_fit(spec.checkpoint, fit)
-    broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-    partitions = broker.partitions(spec.topics)
-    lost = check_log(spec, broker, partitions)
+    reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
+    partitions = reader.cluster.partitions(spec.topics)
+    lost = check_log(spec, reader, partitions)
     if spec.dead_letter_topic is not None:
         if spec.dead_letter_topic in spec.topics:
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
-        broker.partitions([spec.dead_letter_topic])
+        reader.cluster.partitions([spec.dead_letter_topic])
     value_schema = resolve(spec, partitions)
     target = spec.target(value_schema)
     sink.check(target)
     return Checked(
-        sink, target, broker, partitions, value_schema.avro, fit if new_fit else None, lost
+        sink, target, reader, partitions, value_schema.avro, fit if new_fit else None, lost
     )
 
 
 def check_log(
-    spec: ImportSpec, broker: OffsetReader, partitions: list[tuple[str, int]]
+    spec: ImportSpec, reader: OffsetReader, partitions: list[tuple[str, int]]
 ) -> list[Lost]:
     """The checkpoint's offsets against the log: offsets it has not read that the log no longer
     holds (a recreated topic, retention, a partition gone) refuse the import, unless
@@ -200,7 +215,7 @@ def check_log(
     journaled = last_journaled_offsets(spec.checkpoint)
     if not journaled:
         return []
-    low, high = broker.watermarks(partitions)
+    low, high = reader.log.watermarks(partitions)
     lost = lost_offsets(journaled, low, high)
     if lost and spec.fail_on_data_loss:
         raise BadInput(
@@ -214,7 +229,7 @@ def check_log(
 
 def timestamp_offsets(checked: Checked, ms: int, low: Offsets, high: Offsets) -> Offsets:
     """Each partition's first offset at or after ms, else its high offset."""
-    found = checked.broker.offsets_for_times(dict.fromkeys(high, ms), high)
+    found = checked.reader.log.offsets_for_times(dict.fromkeys(high, ms), high)
     resolved = {}
     for tp, h in high.items():
         offset = found.get(tp)

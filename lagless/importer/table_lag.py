@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from lagless.kafka import TP
 from lagless.kafka.config import KafkaConfig
-from lagless.kafka.offset_reader import TP, OffsetReader
+from lagless.kafka.offset_reader import OffsetReader
 from lagless.sinks import Target, sink_from_url
 
 
@@ -42,16 +43,16 @@ def table_lag(
 ) -> list[PartitionInTable]:
     sink = sink_from_url(sink_url)
     target = Target(sink.table_name(table), "append", "raw")
-    with sink, OffsetReader(kafka) as broker:
-        partitions: list[TP] = broker.partitions(topics)
+    with sink, OffsetReader(kafka) as reader:
+        partitions: list[TP] = reader.cluster.partitions(topics)
         held = sink.ledger(target, partitions)
-        low, high = broker.watermarks(partitions)
+        low, high = reader.log.watermarks(partitions)
         oldest_missing = {
             tp: max(held.get(tp, low[tp]), low[tp])
             for tp in partitions
             if max(held.get(tp, low[tp]), low[tp]) < high[tp]
         }
-        found = broker.records_at(oldest_missing)
+        found = reader.records.at(oldest_missing)
     now = time.time() if now is None else now
     rows = []
     for tp in partitions:

@@ -145,8 +145,8 @@ def _infer(spark: SparkSession, spec: ImportSpec, partitions: list[tuple[str, in
     options["subscribe"] = ",".join(spec.topics)
     options["failOnDataLoss"] = "false"
 
-    with OffsetReader(spec.kafka) as broker:
-        low, high = broker.watermarks(partitions)
+    with OffsetReader(spec.kafka) as reader:
+        low, high = reader.log.watermarks(partitions)
     ending: dict[str, dict[str, int]] = {}
     for (topic, partition), start in low.items():
         end = min(high[(topic, partition)], start + INFER_SAMPLE_RECORDS)

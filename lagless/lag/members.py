@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from lagless.kafka import TP
+from lagless.kafka.cluster_info import GroupDescription, GroupMember
 from lagless.kafka.config import KafkaConfig
-from lagless.kafka.offset_reader import TP, GroupDescription, GroupMember, OffsetReader
+from lagless.kafka.offset_reader import OffsetReader
 
 # Assignors of the eager protocol: every member gives up all its partitions at each rebalance.
 EAGER_ASSIGNORS = frozenset({"range", "roundrobin", "sticky"})
@@ -60,13 +62,13 @@ class KafkaMembership:
     """ListGroups and DescribeGroups, asked through the broker-access module."""
 
     def __init__(self, config: KafkaConfig) -> None:
-        self._broker = OffsetReader(config)
+        self._cluster = OffsetReader(config).cluster
 
     def describe(self, group: str) -> GroupDescription | None:
-        return self._broker.describe_group(group)
+        return self._cluster.describe_group(group)
 
     def list_groups(self) -> list[str] | None:
-        return self._broker.list_groups()
+        return self._cluster.list_groups()
 
 
 __all__ = [

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lagless.exceptions import BadInput, TransientError
+from lagless.kafka import TP
 from lagless.kafka.config import KafkaConfig
-from lagless.kafka.offset_reader import TP, OffsetReader, RecordInfo
+from lagless.kafka.offset_reader import OffsetReader
+from lagless.kafka.records import RecordInfo
 
 # How long a first look may take before the broker counts as unreachable.
 REACH_TIMEOUT_S = 5.0
@@ -80,21 +82,21 @@ class KafkaOffsetSource:
         self._topic = topic
         # No retries inside a request: a service keeps sampling while the broker is away and
         # reports the outage promptly instead of hanging on it.
-        self._broker = OffsetReader(config, timeout_s=request_timeout_s, retry_s=0)
+        self._reader = OffsetReader(config, timeout_s=request_timeout_s, retry_s=0)
         try:
             try:
                 self.partitions = self._committed_partitions()
             except TransientError as exc:
                 raise BadInput(str(exc)) from None
         except BaseException:
-            self._broker.close()
+            self._reader.close()
             raise
 
     def _committed_partitions(self) -> list[TP]:
         """The partitions of the topics the group has committed offsets on."""
         topic = self._topic
-        every = self._broker.partitions([topic] if topic else (), None if topic else ".*")
-        committed = self._broker.committed(self.group, every)
+        every = self._reader.cluster.partitions([topic] if topic else (), None if topic else ".*")
+        committed = self._reader.groups.committed(self.group, every)
         read_topics = {t for (t, _), offset in committed.items() if offset is not None}
         return [tp for tp in every if tp[0] in read_topics]
 
@@ -106,8 +108,8 @@ class KafkaOffsetSource:
         if not self.partitions:
             # Nothing committed yet: look again each time (a first commit shows up at once).
             self.partitions = self._committed_partitions()
-        committed = self._broker.committed(self.group, self.partitions)
-        low, end = self._broker.watermarks(self.partitions)
+        committed = self._reader.groups.committed(self.group, self.partitions)
+        low, end = self._reader.log.watermarks(self.partitions)
         at = time.time()
         return [
             PartitionSample(
@@ -123,14 +125,14 @@ class KafkaOffsetSource:
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[TP, RecordInfo]:
         wanted = {s.key: s.end - s.lag for s in samples if s.lag > 0}
-        found = self._broker.records_at(wanted, timeout_s=_RECORD_READ_TIMEOUT_S)
+        found = self._reader.records.at(wanted, timeout_s=_RECORD_READ_TIMEOUT_S)
         return {tp: records[0] for tp, records in found.items() if records}
 
     def retention_ms(self) -> dict[str, int | None] | None:
-        return self._broker.retention_ms(t for t, _ in self.partitions)
+        return self._reader.cluster.retention_ms(t for t, _ in self.partitions)
 
     def close(self) -> None:
-        self._broker.close()
+        self._reader.close()
 
 
 def require_commits(source: KafkaOffsetSource, topic: str | None) -> None:

@@ -65,8 +65,8 @@ class AutoCommit(Scenario):
 
     def broker_findings(self, config: KafkaConfig, sink_url: str) -> list[Finding]:
         rows = table_lag(config, sink_url, self.topic, [self.topic])
-        with OffsetReader(config) as broker:
-            committed = broker.committed(self.group, [(r.topic, r.partition) for r in rows])
+        with OffsetReader(config) as reader:
+            committed = reader.groups.committed(self.group, [(r.topic, r.partition) for r in rows])
         ahead = {}
         for row in rows:
             commit = committed.get((row.topic, row.partition))

@@ -76,6 +76,16 @@ def numbered(partitions: int, count: int) -> dict[int, list[tuple[bytes, bytes]]
     }
 
 
+class NumberedBacklog(Scenario):
+    """A scenario whose backlog is `records` numbered records on each partition."""
+
+    records: int
+
+    def produce(self, config: KafkaConfig) -> int:
+        create_topic(config, self.topic, self.partitions)
+        return produce(config, self.topic, numbered(self.partitions, self.records))
+
+
 def member(
     config: KafkaConfig, group: str, client_id: str, assignor: str, **extra: object
 ) -> Consumer:

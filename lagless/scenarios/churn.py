@@ -8,7 +8,7 @@ import time
 from collections import deque
 
 from lagless.kafka.config import KafkaConfig
-from lagless.scenarios.base import Scenario, create_topic, member, numbered, produce
+from lagless.scenarios.base import NumberedBacklog, member
 
 RECORDS = 100
 MEMBERS = 3
@@ -16,7 +16,7 @@ MEMBERS = 3
 CHANGE_EVERY_S = 1.5
 
 
-class Churn(Scenario):
+class Churn(NumberedBacklog):
     name = "003"
     title = (
         f"{MEMBERS} members of a range (eager) group; every {CHANGE_EVERY_S:g} s one leaves or a "
@@ -24,10 +24,7 @@ class Churn(Scenario):
     )
     cure = "lagless import assigns partitions itself: no group membership, no rebalance"
     partitions = 6
-
-    def produce(self, config: KafkaConfig) -> int:
-        create_topic(config, self.topic, self.partitions)
-        return produce(config, self.topic, numbered(self.partitions, RECORDS))
+    records = RECORDS
 
     def misbehave(
         self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event

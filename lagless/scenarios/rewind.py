@@ -10,14 +10,7 @@ import time
 from confluent_kafka import TopicPartition
 
 from lagless.kafka.config import KafkaConfig
-from lagless.scenarios.base import (
-    Scenario,
-    coordinates,
-    create_topic,
-    member,
-    numbered,
-    produce,
-)
+from lagless.scenarios.base import NumberedBacklog, coordinates, member
 
 RECORDS = 30
 SLOW_PARTITION = 1
@@ -26,7 +19,7 @@ SLOW_PARTITION = 1
 LATE_COMMIT_S = 3.0
 
 
-class Rewind(Scenario):
+class Rewind(NumberedBacklog):
     name = "001"
     title = (
         "consumer-a is slow on a record of partition 1, consumer-b joins and takes partition 1 "
@@ -34,10 +27,7 @@ class Rewind(Scenario):
     )
     cure = "lagless import commits offsets only with the rows they cover, in the sink's ledger"
     partitions = 2
-
-    def produce(self, config: KafkaConfig) -> int:
-        create_topic(config, self.topic, self.partitions)
-        return produce(config, self.topic, numbered(self.partitions, RECORDS))
+    records = RECORDS
 
     def misbehave(
         self, config: KafkaConfig, sink_url: str, ready: threading.Event, stop: threading.Event

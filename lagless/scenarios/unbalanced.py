@@ -35,8 +35,8 @@ class Unbalanced(Scenario):
         }
         count = produce(config, self.topic, records)
         # An earlier run of the group read partitions 4 and 5 to their end.
-        with OffsetReader(config) as broker:
-            broker.commit(self.group, {(self.topic, p): RECORDS for p in DRAINED})
+        with OffsetReader(config) as reader:
+            reader.groups.commit(self.group, {(self.topic, p): RECORDS for p in DRAINED})
         return count
 
     def misbehave(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from lagless.exceptions import BadInput
-from lagless.sinks.base import COLUMNS, Sink, Target, check_identifier
+from lagless.sinks.base import COLUMNS, Sink, Target, TaskWrittenSink, check_identifier
 
 SCHEMES = ("sqlite", "parquet", "postgresql", "delta", "iceberg")
 
@@ -38,4 +38,4 @@ def sink_from_url(url: str) -> Sink:
     raise BadInput(f"sink URL scheme {shown!r} is not one of {', '.join(SCHEMES)}")
 
 
-__all__ = ["COLUMNS", "Sink", "Target", "check_identifier", "sink_from_url"]
+__all__ = ["COLUMNS", "Sink", "Target", "TaskWrittenSink", "check_identifier", "sink_from_url"]

@@ -167,6 +167,21 @@ class TaskWriter:
 
 
 class Sink(ABC):
+    """A store the importer writes to, each batch's rows coming through Spark (the DataFrame
+    foreachBatch hands over). The importer calls, in this order:
+
+    1. `table_name`, `identity`, `driver_folder_for_tasks`: while the import is specified,
+       before anything is opened;
+    2. `check`: before anything is written anywhere;
+    3. `prepare`: once every check passed;
+    4. `ledger`: once, before the first batch: where each partition resumes;
+    5. per batch, `write`, which calls back for `write_dead_letters` when a record was
+       rejected;
+    6. `close`: last, also when the import fails.
+
+    A store whose batches the source's tasks may write themselves is a TaskWrittenSink too.
+    """
+
     scheme: ClassVar[str]
     # Bytes of records per batch when the user sets no limit. A batch costs a second or two of
     # Spark bookkeeping and ends with every core waiting for its last task, so bulk batches
@@ -191,10 +206,6 @@ class Sink(ABC):
     def table_name(self, name: str) -> str:
         """--table (or the topic's name) as this store takes it; BadInput if it cannot."""
         return check_identifier(name)
-
-    # The lifecycle, in the order the importer calls it: check (before anything is written),
-    # prepare, ledger (where the import starts), then per batch write + write_dead_letters, or
-    # discard_staged + run_tasks + commit_staged when the source's tasks write; close last.
 
     @abstractmethod
     def check(self, target: Target) -> None:
@@ -230,32 +241,13 @@ class Sink(ABC):
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
         """Before anything is written: the folder of the driver's filesystem that Spark's tasks
         write files into for target (tasks_write: the source's tasks write the records
-        themselves, executor_writer); None: they write nowhere on the driver's disk (a
-        database over the network). On a cluster whose executors do not see the driver's disk,
-        such a store is refused up front (importer/cluster.py), not at the first batch."""
+        themselves, TaskWrittenSink.executor_writer); None: they write nowhere on the driver's
+        disk (a database over the network). On a cluster whose executors do not see the
+        driver's disk, such a store is refused up front (importer/cluster.py)."""
         return None
 
     # What the refusal suggests instead, beside --shared-disk.
     without_shared_disk: ClassVar[str] = "import into PostgreSQL"
-
-    def executor_writer(self, target: Target) -> TaskWriter | None:
-        """Once, before the query starts: where the source's tasks may write accepted records
-        themselves; None: this store takes rows through Spark (write)."""
-        return None
-
-    def discard_staged(self, target: Target) -> None:  # noqa: B027 - only with executor_writer
-        """Per batch, with executor_writer, before the batch's tasks run: drop what a crashed
-        attempt staged."""
-
-    def run_tasks(self, receipts: DataFrame) -> pa.Table:
-        """Per batch, with executor_writer: run the batch's tasks, which write the records, and
-        collect their receipts (source.executor_write.RECEIPT_SCHEMA)."""
-        return receipts.toArrow()
-
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
-        """Per batch, with executor_writer, after the tasks wrote: make the batch visible with
-        its ranges in the ledger, in one atomic step, unless the ledger holds them already."""
-        raise NotImplementedError(f"{type(self).__name__} takes rows through Spark")
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Last in the lifecycle, also when the import fails: release connections."""
@@ -265,6 +257,39 @@ class Sink(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class TaskWrittenSink(Sink):
+    """A store the source's tasks may write records into themselves, for a batch that needs
+    nothing of Spark's rows (a raw append: importer/spec.py decides): no record crosses into
+    the JVM. The lifecycle is Sink's, with these in place of `write` and `write_dead_letters`
+    (no record is rejected on this path):
+
+    1. `executor_writer`: once, before the query starts: the writer the tasks run, or None
+       when this target goes through Spark's rows after all (`write`);
+    2. per batch, before its tasks run: `discard_staged`;
+    3. `run_tasks`: Spark runs the batch's tasks, which write;
+    4. `commit_staged`: the batch becomes visible with its ranges in the ledger.
+    """
+
+    @abstractmethod
+    def executor_writer(self, target: Target) -> TaskWriter | None:
+        """Once, before the query starts: where the source's tasks write accepted records
+        (source/executor_write.py); None: this target's rows come through Spark (write)."""
+
+    @abstractmethod
+    def discard_staged(self, target: Target) -> None:
+        """Per batch, before the batch's tasks run: drop what a crashed attempt staged."""
+
+    def run_tasks(self, receipts: DataFrame) -> pa.Table:
+        """Per batch: run the batch's tasks, which write the records, and collect their
+        receipts (source.executor_write.RECEIPT_SCHEMA)."""
+        return receipts.toArrow()
+
+    @abstractmethod
+    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+        """Per batch, after the tasks wrote: make the batch visible with its ranges in the
+        ledger, in one atomic step, unless the ledger holds them already."""
 
 
 class DriverSink(Sink):

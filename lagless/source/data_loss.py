@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lagless.kafka.offset_reader import TP, Offsets
+from lagless.kafka import TP, Offsets
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_spark
-from lagless.kafka.offset_reader import TP, OffsetReader, Offsets
+from lagless.kafka import TP, Offsets
+from lagless.kafka.offset_reader import OffsetReader
 from lagless.logs import configure_from_environment
 from lagless.planner import limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
@@ -128,33 +129,33 @@ class _Planning:
         # In Spark's Python runner: the driver's log settings.
         configure_from_environment(options.log_to)
         self.options = options
-        self._broker: OffsetReader | None = None
+        self._reader: OffsetReader | None = None
         self._bytes_per_record: dict[TP, float] = {}
         self._held = from_json_offsets(options.held)
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only; the admin client stays on the driver.
-        return {**self.__dict__, "_broker": None}
+        return {**self.__dict__, "_reader": None}
 
     @property
-    def broker(self) -> OffsetReader:
-        if self._broker is None:
+    def reader(self) -> OffsetReader:
+        if self._reader is None:
             # The import checked the broker before the query started: from here on, a broker
             # that does not answer is away, and waited for (retrySeconds).
-            self._broker = OffsetReader(
+            self._reader = OffsetReader(
                 self.options.kafka, retry_s=self.options.retry_s, reached=True
             )
-        return self._broker
+        return self._reader
 
     def close(self) -> None:
         """Release the clients the driver opened; planning again opens new ones."""
-        if self._broker is not None:
-            self._broker.close()
-            self._broker = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def partitions(self) -> list[TP]:
         options = self.options
-        return self.broker.partitions(options.topics, options.pattern, options.assign)
+        return self.reader.cluster.partitions(options.topics, options.pattern, options.assign)
 
     def starting_offsets(self, low: Offsets, high: Offsets) -> Offsets:
         """Where a query starts: by time (startingTimestamp, startingOffsetsByTimestamp) when
@@ -195,7 +196,7 @@ class _Planning:
             wanted = from_json_offsets(spec)
             name = STARTING_OFFSETS_BY_TIMESTAMP if starting else ENDING_OFFSETS_BY_TIMESTAMP
             _check_names_every_partition(name, wanted.keys(), high.keys())
-        found = self.broker.offsets_for_times(wanted, high)
+        found = self.reader.log.offsets_for_times(wanted, high)
         resolved = {}
         for tp in high:
             offset = found.get(tp)
@@ -250,7 +251,7 @@ class _Planning:
     def bytes_per_record(self, ranges: Sequence[OffsetRange]) -> dict[TP, float]:
         unknown = [r for r in ranges if r.records and r.key not in self._bytes_per_record]
         if unknown:
-            self._bytes_per_record.update(sample_bytes_per_record(self.broker, unknown))
+            self._bytes_per_record.update(sample_bytes_per_record(self.reader.records, unknown))
         return dict(self._bytes_per_record)
 
     def plan(self, start: Offsets, end: Offsets) -> list[RangePartition]:
@@ -318,7 +319,7 @@ class KafkaBatchReader(DataSourceReader):
     @crosses_spark
     def partitions(self) -> Sequence[InputPartition]:
         planning = self._planning
-        low, high = planning.broker.watermarks(planning.partitions())
+        low, high = planning.reader.log.watermarks(planning.partitions())
         requested = planning.requested_start(low, high)
         end = planning.ending_offsets(low, high)
         for (topic, partition), offset in sorted(requested.items()):
@@ -346,16 +347,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @crosses_spark
     def initialOffset(self) -> dict[str, Any]:
         planning = self._planning
-        low, high = planning.broker.watermarks(planning.partitions())
+        low, high = planning.reader.log.watermarks(planning.partitions())
         return to_json_offsets(planning.starting_offsets(low, high))
 
     @crosses_spark
     def prepareForTriggerAvailableNow(self) -> None:
         planning = self._planning
-        self._target = planning.broker.latest(planning.partitions())
+        self._target = planning.reader.log.latest(planning.partitions())
         stop_at = planning.options.available_now_ending_timestamp
         if stop_at is not None:
-            low, high = planning.broker.watermarks(list(self._target))
+            low, high = planning.reader.log.watermarks(list(self._target))
             high = {tp: min(h, self._target[tp]) for tp, h in high.items()}
             self._target = planning.by_time(stop_at, low, high, starting=False)
 
@@ -380,7 +381,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise BadInput(
                 f"option {AVAILABLE_NOW_ENDING_TIMESTAMP} needs the availableNow trigger"
             )
-        low, high = planning.broker.watermarks(planning.partitions())
+        low, high = planning.reader.log.watermarks(planning.partitions())
         # Against the log itself: an ending timestamp may stop short of the checkpoint. Then
         # not below what the store holds already.
         begun = planning.above_held(planning.check_data_loss(from_json_offsets(start), low, high))
@@ -428,7 +429,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @crosses_spark
     def reportLatestOffset(self) -> dict[str, Any] | None:
         planning = self._planning
-        return to_json_offsets(planning.broker.latest(planning.partitions()))
+        return to_json_offsets(planning.reader.log.latest(planning.partitions()))
 
     @crosses_spark
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -437,7 +438,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A partition that appeared since the last batch (a new topic matching the pattern)
         # is read from offset 0, as Spark's planInputPartitions does.
         begun = {tp: begun.get(tp, 0) for tp in until}
-        low, high = planning.broker.watermarks(list(until))
+        low, high = planning.reader.log.watermarks(list(until))
         # An end before the start: latestOffset found the start lost (failOnDataLoss=false) and
         # went on from the log's start, which Spark does not know: read from there.
         begun.update({tp: min(low[tp], until[tp]) for tp in until if until[tp] < begun[tp]})

@@ -4,11 +4,11 @@ On the usual path a task's records cross into the JVM as rows (Arrow to UnsafeRo
 writer encodes them again; on two cores that JVM work took three times the CPU of reading the
 records in Python. With the `executorWriter` option the source's task writes its batches itself
 through the named writer (into a file, or a store's table) and hands Spark only a receipt per
-piece (RECEIPT_SCHEMA): the driver then makes the batch visible (Sink.commit_staged). Offsets
-are still planned and journaled by Spark as before, so exactly-once holds as long as the
-writer's output for a task depends only on the task's pieces (a retried or replayed task
-replaces it, or finds it there) and readers see either none of a batch before the driver's
-commit or rows a replay cannot double.
+piece (RECEIPT_SCHEMA): the driver then makes the batch visible
+(TaskWrittenSink.commit_staged). Offsets are still planned and journaled by Spark as before, so
+exactly-once holds as long as the writer's output for a task depends only on the task's pieces
+(a retried or replayed task replaces it, or finds it there) and readers see either none of a
+batch before the driver's commit or rows a replay cannot double.
 
 The writer is named as "module:function" (the source never imports a store, as Spark's sources
 name classes in options); function(config, secret) returns an ExecutorWriter. The secret (a

@@ -391,8 +391,11 @@ def _check_start_before_end(starting: OffsetsJson, ending: OffsetsJson) -> None:
             )
 
 
-def _whole(options: Mapping[str, str], name: str, what: str = "a whole number") -> int | None:
-    """The option as a whole number of at least 0 (`what` it stands for in the message)."""
+def _whole(
+    options: Mapping[str, str], name: str, what: str = "a whole number", *, least: int = 0
+) -> int | None:
+    """The option as a whole number of at least `least` (`what` it stands for in the
+    message)."""
     raw = _raw(options, name)
     if raw is None:
         return None
@@ -400,22 +403,18 @@ def _whole(options: Mapping[str, str], name: str, what: str = "a whole number") 
         value = int(raw)
     except ValueError:
         raise BadInput(f"option {name} must be {what}, not {raw!r}") from None
-    if value < 0:
-        raise BadInput(f"option {name} must be {what}, not {value}")
+    if value < least:
+        bound = f"at least {least}" if least else what
+        raise BadInput(f"option {name} must be {bound}, not {value}")
     return value
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
+    """A count of at least 1; a blank value is no value."""
     raw = _raw(options, name)
-    if raw is None or raw.strip() == "":
+    if raw is not None and raw.strip() == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"option {name} must be a whole number, not {raw!r}") from None
-    if value < 1:
-        raise BadInput(f"option {name} must be at least 1, not {value}")
-    return value
+    return _whole(options, name, least=1)
 
 
 def _seconds(options: Mapping[str, str], name: str, default: float) -> float:

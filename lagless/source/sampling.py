@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lagless.kafka.offset_reader import OffsetReader
+from lagless.kafka.records import Records
 from lagless.planner.ranges import OffsetRange
 
 SAMPLE_RECORDS = 16
 
 
 def sample_bytes_per_record(
-    broker: OffsetReader, ranges: Sequence[OffsetRange]
+    records: Records, ranges: Sequence[OffsetRange]
 ) -> dict[tuple[str, int], float]:
-    read = broker.records_at(
+    read = records.at(
         {r.key: r.start for r in ranges}, {r.key: min(SAMPLE_RECORDS, r.records) for r in ranges}
     )
     return {

@@ -37,8 +37,8 @@ from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY, VALIDATE, too_large
 from lagless.importer.spec import ImportSpec
+from lagless.kafka import Offsets
 from lagless.kafka.config import KafkaConfig
-from lagless.kafka.offset_reader import Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import WriteMode
 from lagless.sinks.url import parse_local

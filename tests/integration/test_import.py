@@ -181,11 +181,11 @@ def test_bulk_stops_at_the_end_seen_at_start_while_a_producer_keeps_writing(
         producer.flush(10)
 
     writer = threading.Thread(target=keep_writing)
-    at_start = reader.latest([(topic_name, 0), (topic_name, 1)])
+    at_start = reader.log.latest([(topic_name, 0), (topic_name, 1)])
     writer.start()
     try:
         summary = run_import(spec(kafka, topic_name, tmp_path), spark=spark)
-        at_end = reader.latest([(topic_name, 0), (topic_name, 1)])
+        at_end = reader.log.latest([(topic_name, 0), (topic_name, 1)])
     finally:
         stop.set()
         writer.join()

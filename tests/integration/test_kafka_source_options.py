@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
+from lagless.kafka.embedded_log_offsets import EmbeddedLogOffsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.source import SOURCE_NAME
 from lagless.source.datasource import KafkaStreamReader
@@ -53,10 +54,13 @@ def test_offsets_for_times_on_the_embedded_broker(broker, kafka, topic_name):
     broker.create_topic(topic_name, 2)
     produce_timed(kafka, topic_name, 2, 10)
 
-    found = OffsetReader(kafka).offsets_for_times(
+    reader = OffsetReader(kafka)
+    found = reader.log.offsets_for_times(
         {(topic_name, 0): T0 + 3500, (topic_name, 1): T0 + 10 * 1000}
     )
 
+    # The mock cluster answers no ListOffsets by time: the embedded broker's logs are scanned.
+    assert isinstance(reader.log, EmbeddedLogOffsets)
     assert found == {(topic_name, 0): 4, (topic_name, 1): None}
 
 

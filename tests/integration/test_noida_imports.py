@@ -150,3 +150,22 @@ def test_records_deleted_before_read_are_refused_then_skipped_and_counted(
     expected = {(0, o) for o in [*range(10), *range(25, 30)]}
     expected |= {(p, o) for p in (1, 2) for o in range(30)}
     assert rows == sorted(expected)
+
+
+def test_a_real_broker_answers_offsets_by_time_itself(noida: NoidaKafka) -> None:
+    """Only the embedded broker's logs are scanned for a time (kafka/embedded_log_offsets.py):
+    another broker's ListOffsets answer is taken as it is."""
+    from lagless.kafka.log_offsets import LogOffsets
+    from lagless.kafka.offset_reader import OffsetReader
+
+    topic = new_topic(noida, "by_time")
+    producer = Producer({"bootstrap.servers": noida.bootstrap})
+    t0 = 1_700_000_000_000
+    for i in range(10):
+        producer.produce(topic, value=b"x", partition=0, timestamp=t0 + i * 1000)
+    producer.flush(10)
+
+    with OffsetReader(KafkaConfig(noida.bootstrap)) as reader:
+        found = reader.log.offsets_for_times({(topic, 0): t0 + 3500, (topic, 1): t0})
+        assert type(reader.log) is LogOffsets
+    assert found == {(topic, 0): 4, (topic, 1): None}

@@ -1,8 +1,11 @@
 """Dependencies run one way: cli -> importer -> source/sinks -> planner/broker access.
 
 A package may import only the packages listed for it (and itself); a new package must be
-placed here before it can be imported at all. Imports inside functions count too: a lazy
-import is still a dependency."""
+placed here before it can be imported at all; and no two packages depend on each other, however
+far round (lagless.X imports lagless.Y, which imports ... lagless.X). Imports inside functions
+and under TYPE_CHECKING count as much as those at a module's top: a lazy import is still a
+dependency, and moving an import into a function hides a cycle from Python, not from this
+test. A cycle is broken by moving the code both sides need, not the import."""
 
 from __future__ import annotations
 
@@ -58,13 +61,53 @@ def _imported_packages(path: Path) -> set[str]:
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
+            if node.module == "lagless":  # `from lagless import logs`: the module logs
+                names = [f"lagless.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "lagless" and len(parts) > 1:
+            if parts[0] == "lagless" and len(parts) > 1 and _is_package(parts[1]):
                 found.add(parts[1])
     return found
+
+
+def _is_package(name: str) -> bool:
+    """A package or a module of lagless (not a name of its public namespace)."""
+    return (ROOT / name).is_dir() or (ROOT / f"{name}.py").is_file()
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Each package (or top-level module) and the others it imports."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        package = _package_of(path)
+        if package not in TOP:
+            graph.setdefault(package, set()).update(_imported_packages(path) - {package} - TOP)
+    return graph
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the graph, as the packages round it (the first one again at the end)."""
+    done: set[str] = set()
+
+    def walk(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for following in sorted(graph.get(node, ())):
+            found = walk(following, [*path, node])
+            if found is not None:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = walk(start, [])
+        if found is not None:
+            return found
+    return None
 
 
 def test_every_package_has_a_place() -> None:
@@ -91,3 +134,21 @@ def test_the_check_sees_a_wrong_import(tmp_path: Path) -> None:
     module = tmp_path / "module.py"
     module.write_text("def f():\n    from lagless.importer.job import run_import\n")
     assert _imported_packages(module) == {"importer"}
+
+
+def test_no_packages_depend_on_each_other() -> None:
+    cycle = _a_cycle(_package_graph())
+    assert cycle is None, "packages import each other: " + " -> ".join(cycle or [])
+
+
+def test_the_allowed_layers_have_no_cycle() -> None:
+    """The table above is the intended design: it may not allow a cycle either."""
+    cycle = _a_cycle({package: set(allowed) for package, allowed in ALLOWED.items()})
+    assert cycle is None, "ALLOWED lets packages import each other: " + " -> ".join(cycle or [])
+
+
+def test_the_check_sees_a_cycle() -> None:
+    """A cycle three packages long is found, so the tests above can fail."""
+    graph = {"cli": {"importer"}, "importer": {"sinks", "kafka"}, "sinks": {"cli"}, "kafka": set()}
+    assert _a_cycle(graph) == ["cli", "importer", "sinks", "cli"]
+    assert _a_cycle({"cli": {"importer"}, "importer": {"kafka"}, "kafka": set()}) is None

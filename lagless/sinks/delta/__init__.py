@@ -32,7 +32,14 @@ import pyarrow.parquet as pq
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.base import TOMBSTONE, Sink, Target, TaskWriter, WriteMode, check_writable_path
+from lagless.sinks.base import (
+    TOMBSTONE,
+    Target,
+    TaskWriter,
+    TaskWrittenSink,
+    WriteMode,
+    check_writable_path,
+)
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.parquet import staged
 from lagless.sinks.sql import newer
@@ -54,7 +61,7 @@ def _mode_description(mode: WriteMode) -> str:
     return f"lagless --write {mode}"
 
 
-class DeltaSink(Sink):
+class DeltaSink(TaskWrittenSink):
     scheme = "delta"
 
     @classmethod

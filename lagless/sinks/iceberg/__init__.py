@@ -41,9 +41,9 @@ from lagless.first_line import first_line
 from lagless.sinks.base import (
     DEAD_LETTER_COLUMNS,
     TOMBSTONE,
-    Sink,
     Target,
     TaskWriter,
+    TaskWrittenSink,
     WriteMode,
     check_identifier,
     check_writable_path,
@@ -98,7 +98,7 @@ def identifier(table: str) -> tuple[str, str]:
     return (namespace or NAMESPACE, name)
 
 
-class IcebergSink(Sink):
+class IcebergSink(TaskWrittenSink):
     scheme = "iceberg"
 
     def __init__(self, url: str, location: str) -> None:

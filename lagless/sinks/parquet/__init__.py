@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
-from lagless.sinks.base import DEAD_LETTER_COLUMNS, Sink, Target, TaskWriter, check_writable_path
+from lagless.sinks.base import (
+    DEAD_LETTER_COLUMNS,
+    Target,
+    TaskWriter,
+    TaskWrittenSink,
+    check_writable_path,
+)
 from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
 from lagless.sinks.parquet import staged
 from lagless.sinks.url import parse_local
@@ -52,7 +58,7 @@ def _no_op() -> None:
 LOCK = "_lagless.lock"
 
 
-class ParquetSink(Sink):
+class ParquetSink(TaskWrittenSink):
     scheme = "parquet"
 
     @classmethod

@@ -25,7 +25,7 @@ from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.retry import retried
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter
+from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter, TaskWrittenSink
 from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
@@ -64,7 +64,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10
 
 
-class PostgresSink(DriverSink):
+class PostgresSink(DriverSink, TaskWrittenSink):
     scheme = "postgresql"
     # The tasks stream the rows to the server: a batch's size does not weigh on the driver.
     max_batch_bytes: int = Sink.max_batch_bytes
@@ -131,6 +131,9 @@ class PostgresSink(DriverSink):
         config = json.dumps({"table": table, "merge": merge})
         name = f"{task_copy.__name__}:{task_copy.writer.__name__}"
         return TaskWriter(name, config, Secret(self._arrow_uri(TASK_APPLICATION)))
+
+    def discard_staged(self, target: Target) -> None:
+        """Nothing is staged: each task's COPY commits all of its records or none."""
 
     def run_tasks(self, receipts: DataFrame) -> pa.Table:
         """The tasks again, all of them, while the server is away (up to the retry budget): a task

@@ -22,7 +22,13 @@ import pyarrow as pa
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.base import DriverSink, Target, TaskWriter, check_writable_path
+from lagless.sinks.base import (
+    DriverSink,
+    Target,
+    TaskWriter,
+    TaskWrittenSink,
+    check_writable_path,
+)
 from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.sql import (
     Layout,
@@ -49,7 +55,7 @@ STAGE = "lagless_stage"
 BUSY_TIMEOUT_MS = 30_000
 
 
-class SqliteSink(DriverSink):
+class SqliteSink(DriverSink, TaskWrittenSink):
     scheme = "sqlite"
 
     def __init__(self, url: str, location: str, write_from: str = "executors") -> None:

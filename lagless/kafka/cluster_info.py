@@ -1,0 +1,137 @@
+"""What the cluster holds: which partitions the topics have, their retention, the consumer
+groups and their members."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import ConfigResource
+
+from lagless.exceptions import BadInput, TransientError
+from lagless.kafka import TP
+from lagless.kafka.connection import KafkaConnection, reason
+
+# Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
+# hold such a request for its whole timeout: a short one keeps callers responsive.
+_DESCRIBE_TIMEOUT_S = 5.0
+_DESCRIBE_CONFIGS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    partitions: tuple[TP, ...]
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    assignor: str
+    state: str
+    members: tuple[GroupMember, ...]
+
+
+class ClusterInfo:
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._connection = connection
+
+    def partitions(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        assign: Mapping[str, Iterable[int]] | None = None,
+    ) -> list[TP]:
+        """Partitions of the named topics (each must exist), of the topics matching pattern
+        (`.*`: every topic but Kafka's internal ones), or the assigned ones (each must exist)."""
+        topics = list(topics)
+        metadata = self._connection.metadata({*topics, *(assign or ())})
+        bootstrap = self._connection.config.bootstrap
+        if assign is not None:
+            wanted = [(t, p) for t, parts in sorted(assign.items()) for p in sorted(parts)]
+            for t, p in wanted:
+                found = metadata.topics.get(t)
+                if found is None or found.error or p not in found.partitions:
+                    raise BadInput(f"partition {t}[{p}] does not exist on {bootstrap}")
+            return wanted
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = sorted(
+                t
+                for t, meta in metadata.topics.items()
+                if regex.fullmatch(t) and not meta.error and not t.startswith("__")
+            )
+        else:
+            names = topics
+            missing = [t for t in names if t not in metadata.topics or metadata.topics[t].error]
+            if missing:
+                raise BadInput(f"topic {missing[0]!r} does not exist on {bootstrap}")
+        return [(t, p) for t in names for p in sorted(metadata.topics[t].partitions)]
+
+    def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
+        """retention.ms of each topic (None: unlimited), from DescribeConfigs; None when the
+        broker does not tell (the embedded broker does not answer)."""
+        futures = self._connection.admin.describe_configs(
+            [ConfigResource("topic", topic) for topic in sorted(set(topics))],
+            request_timeout=_DESCRIBE_CONFIGS_TIMEOUT_S,
+        )
+        found: dict[str, int | None] = {}
+        try:
+            for resource, future in futures.items():
+                entry = future.result().get("retention.ms")
+                value = None if entry is None or entry.value is None else int(entry.value)
+                # Kafka spells "no time limit" as -1.
+                found[resource.name] = None if value is None or value < 0 else value
+        except (KafkaException, ValueError):
+            return None
+        return found
+
+    def list_groups(self) -> list[str] | None:
+        """Every consumer group the broker knows; None when it does not answer ListGroups."""
+        future = self._connection.admin.list_consumer_groups(request_timeout=_DESCRIBE_TIMEOUT_S)
+        try:
+            listed = future.result()
+        except KafkaException as exc:
+            raise TransientError(f"ListGroups failed: {reason(exc)}") from None
+        unsupported = [
+            error for error in listed.errors if error.code() == KafkaError._UNSUPPORTED_FEATURE
+        ]
+        if unsupported and not listed.valid:
+            return None
+        if listed.errors and not listed.valid:
+            raise TransientError(f"ListGroups failed: {listed.errors[0].str()}")
+        return sorted({group.group_id for group in listed.valid})
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group's state, assignor, members and their partitions (DescribeGroups); None
+        when the broker does not tell."""
+        future = self._connection.admin.describe_consumer_groups(
+            [group], request_timeout=_DESCRIBE_TIMEOUT_S
+        )
+        try:
+            found = future[group].result()
+        except KafkaException:
+            return None
+        return GroupDescription(
+            group=group,
+            assignor=found.partition_assignor or "",
+            state=str(getattr(found.state, "name", found.state)),
+            members=tuple(
+                GroupMember(
+                    member_id=member.member_id,
+                    client_id=member.client_id,
+                    partitions=tuple(
+                        sorted(
+                            (tp.topic, tp.partition)
+                            for tp in (member.assignment.topic_partitions or [])
+                        )
+                    ),
+                    group_instance_id=member.group_instance_id,
+                )
+                for member in found.members
+            ),
+        )

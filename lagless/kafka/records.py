@@ -1,0 +1,65 @@
+"""A few records read at given offsets: when they were written and how big they are (the
+planner's bytes per record, the lag's time behind)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+
+from confluent_kafka import Consumer, TopicPartition
+
+from lagless.kafka import TP
+from lagless.kafka.config import KafkaConfig
+
+
+@dataclass(frozen=True)
+class RecordInfo:
+    """A record as the driver needs it: when it was written and how big it is."""
+
+    timestamp_s: float | None
+    size_bytes: int
+
+
+class Records:
+    def __init__(self, config: KafkaConfig) -> None:
+        self._config = config
+
+    def at(
+        self,
+        starts: Mapping[TP, int],
+        counts: Mapping[TP, int] | None = None,
+        timeout_s: float = 3.0,
+    ) -> dict[TP, list[RecordInfo]]:
+        """The records of each partition from its start offset, `counts` of them (default one).
+        A partition whose records do not arrive within timeout_s (none there, or deleted) has
+        fewer or none."""
+        seen: dict[TP, list[RecordInfo]] = {tp: [] for tp in starts}
+        wanted = {tp: (counts or {}).get(tp, 1) for tp in starts}
+        starts = {tp: offset for tp, offset in starts.items() if wanted[tp] > 0}
+        if not starts:
+            return seen
+        consumer = Consumer(self._config.reader())
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+            deadline = time.monotonic() + timeout_s
+            pending = set(starts)
+            while pending and time.monotonic() < deadline:
+                for message in consumer.consume(1000, timeout=0.2):
+                    tp = (cast(str, message.topic()), cast(int, message.partition()))
+                    if message.error() is not None or tp not in pending:
+                        continue
+                    kind, millis = message.timestamp()
+                    seen[tp].append(
+                        RecordInfo(
+                            timestamp_s=millis / 1000 if kind and millis > 0 else None,
+                            size_bytes=len(message.value() or b"") + len(message.key() or b""),
+                        )
+                    )
+                    if len(seen[tp]) == wanted[tp]:
+                        pending.discard(tp)
+                        consumer.pause([TopicPartition(*tp)])
+        finally:
+            consumer.close()
+        return seen

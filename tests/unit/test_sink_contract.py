@@ -1,0 +1,81 @@
+"""The Sink contract (sinks/base.py): every store takes rows through Spark (Sink); a store the
+source's tasks may write into is a TaskWrittenSink too, and the importer picks the task path by
+that type and the target, nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from lagless.importer.spec import ImportSpec
+from lagless.kafka.config import KafkaConfig
+from lagless.sinks import sink_from_url
+from lagless.sinks.base import Sink, Target, TaskWrittenSink
+from lagless.sinks.ledger import TP, Batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class RowsOnlySink(Sink):
+    """A store with no task path: the smallest Sink there is."""
+
+    scheme = "rows"
+
+    def check(self, target: Target) -> None:
+        pass
+
+    def prepare(self, target: Target) -> None:
+        pass
+
+    def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return {}
+
+    def write(
+        self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
+    ) -> None:
+        pass
+
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
+        pass
+
+
+def spec(sink_url: str, **options: Any) -> ImportSpec:
+    return ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **options)
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///x.db", "parquet:///lake", "delta:///lake", "iceberg:///lake"]
+)
+def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> None:
+    sink = sink_from_url(url)
+    assert spec(url).task_written(sink) is sink
+    assert spec(url).executor_writer() is not None
+    assert spec(url, value_format="json").task_written(sink) is None
+    assert spec(url, max_record_bytes=10).task_written(sink) is None
+
+
+def test_a_store_without_the_task_path_takes_every_batch_through_spark() -> None:
+    assert spec("sqlite:///x.db").task_written(RowsOnlySink("rows:///x", "x")) is None
+
+
+def test_a_task_written_store_that_gives_no_writer_takes_rows_through_spark() -> None:
+    sink = sink_from_url("sqlite:///x.db?write_from=driver")
+    assert isinstance(sink, TaskWrittenSink)
+    assert spec("sqlite:///x.db?write_from=driver").task_written(sink) is None
+
+
+def test_a_task_written_store_must_commit_what_the_tasks_staged() -> None:
+    """The task path's methods are abstract: a store missing one cannot be made."""
+
+    class Half(RowsOnlySink, TaskWrittenSink):
+        def executor_writer(self, target: Target) -> None:
+            return None
+
+        def discard_staged(self, target: Target) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="commit_staged"):
+        Half("rows:///x", "x")  # type: ignore[abstract]
