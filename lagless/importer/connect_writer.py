@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from lagless.exceptions import crossing_spark
 from lagless.importer.spec import Checked, ImportSpec
-from lagless.kafka.offset_reader import TP, Offsets
+from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.source.data_loss import Lost
 
@@ -82,7 +82,7 @@ class ServerSideWriter:
         sink.prepare(self.target)  # idempotent: sets up what the sink keeps per target
         broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
         checked = Checked(sink, self.target, broker, self.partitions, self.avro, None, self.lost)
-        committer = GroupCommitter(broker, spec.group) if spec.group else None
+        committer = GroupCommitter(broker.groups, spec.group) if spec.group else None
         dead_letter_topic = (
             DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
             if spec.dead_letter_topic
