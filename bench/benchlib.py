@@ -174,7 +174,13 @@ def kcat(bootstrap: str, topic: str, value_bytes: int = 0) -> Baseline | None:
 # --- sinks: is a row there yet? --------------------------------------------------------------
 
 
-def sink_url(kind: str, work: Path, postgres_url: str | None = None) -> str:
+def sink_url(kind: str, work: Path, postgres_url: str | None = None, s3: Any | None = None) -> str:
+    if kind.endswith("+s3"):
+        if s3 is None:
+            raise ValueError(f"{kind} needs an S3 server")
+        store = kind.removesuffix("+s3")
+        catalog = f"?catalog={work}/catalog.db" if store == "iceberg" else ""
+        return f"{s3.url(store, f'{work.parent.name}/{work.name}')}{catalog}"
     if kind == "sqlite":
         return f"sqlite:///{work}/bench.db"
     if kind in ("parquet", "delta", "iceberg"):
@@ -193,6 +199,8 @@ def sink_path(url: str) -> str:
 
 def has_rows(url: str, table: str) -> Callable[[], bool]:
     """A probe answering whether `table` of the sink at `url` has a committed row."""
+    if "+s3://" in url:
+        return _s3_probe(url, table)
     if url.startswith("sqlite:"):
         path = sink_path(url)
 
@@ -225,26 +233,64 @@ def has_rows(url: str, table: str) -> Callable[[], bool]:
     return _postgres_probe(url.split("?", 1)[0], table)
 
 
-def _delta_probe(path: str) -> Callable[[], bool]:
+def _s3_probe(url: str, table: str) -> Callable[[], bool]:
+    """On the S3 server whose AWS variables are set (s3_server): a committed Parquet batch
+    (its `_ranges.json`), a Delta table with files, an Iceberg snapshot with records."""
+    sys.path.insert(0, str(ROOT))
+    from tests.harness.s3 import committed_parquet_files, reader_filesystem, reader_options
+
+    store, _, place = url.partition("+s3://")
+    root, _, query = place.partition("?")
+    if store == "parquet":
+        filesystem = reader_filesystem()
+        return lambda: bool(committed_parquet_files(filesystem, f"{root}/{table}"))
+    if store == "delta":
+        return _delta_probe(f"s3://{root}/{table}", reader_options())
+    options = reader_options()
+    io = {
+        "s3.endpoint": options["endpoint"],
+        "s3.access-key-id": options["access_key_id"],
+        "s3.secret-access-key": options["secret_access_key"],
+        "s3.region": options["region"],
+    }
+    catalog = query.removeprefix("catalog=")
+    return _iceberg_probe(f"s3://{root}", table, catalog, io)
+
+
+def s3_server() -> tuple[Any, Callable[[], None]]:
+    """A throwaway S3 server (SeaweedFS, tests/harness/s3.py), its AWS variables set in this
+    process's environment, which the imports launched inherit: (server, stop)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.harness.s3 import SeaweedS3
+
+    server = SeaweedS3.start_new()
+    os.environ.update(server.env())
+    return server, server.destroy
+
+
+def _delta_probe(path: str, options: dict[str, str] | None = None) -> Callable[[], bool]:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     def delta_probe() -> bool:
         try:
-            return bool(DeltaTable(path).file_uris())
+            return bool(DeltaTable(path, storage_options=options).file_uris())
         except TableNotFoundError:
             return False
 
     return delta_probe
 
 
-def _iceberg_probe(warehouse: str, table: str) -> Callable[[], bool]:
+def _iceberg_probe(
+    warehouse: str, table: str, catalog: str | None = None, io: dict[str, str] | None = None
+) -> Callable[[], bool]:
     """A snapshot holding records, read through the warehouse's catalog once lagless made it."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
     opened: list[SqlCatalog] = []
-    catalog_file = os.path.join(warehouse, "catalog.db")
+    catalog_file = catalog or os.path.join(warehouse, "catalog.db")
+    location = warehouse if catalog else f"file://{warehouse}"
 
     def iceberg_probe() -> bool:
         if not opened:
@@ -254,8 +300,9 @@ def _iceberg_probe(warehouse: str, table: str) -> Callable[[], bool]:
                 SqlCatalog(
                     "lagless",
                     uri=f"sqlite:///{catalog_file}",
-                    warehouse=f"file://{warehouse}",
+                    warehouse=location,
                     init_catalog_tables="false",
+                    **(io or {}),
                 )
             )
         try:

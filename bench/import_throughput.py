@@ -14,9 +14,11 @@ Starts the embedded broker, fills one topic, then reads it, all in one run:
    each lagless run's launch to exit is printed as a ratio to the script's;
 3. `lagless import --mode bulk --json` launched as a subprocess, once per sink (Parquet,
    Delta, Iceberg, SQLite, and PostgreSQL when --postgres-url is given or initdb is
-   installed), so Spark's start-up counts. Measured: launch to the first row visible in the
-   sink (polled every 50 ms), launch to exit, records/s over the query's own seconds (the
-   summary's `seconds`) and over launch to exit, and both as ratios to the baseline.
+   installed; with `--sinks ... parquet+s3 delta+s3 iceberg+s3` also the three file stores on
+   a throwaway S3 server, SeaweedFS on loopback), so Spark's start-up counts. Measured: launch
+   to the first row visible in the sink (polled every 50 ms), launch to exit, records/s over
+   the query's own seconds (the summary's `seconds`) and over launch to exit, and both as
+   ratios to the baseline.
 
 --breakdown then runs bench/breakdown.py on the same topic: where an import's seconds go.
 Prints a table, then one line of JSON for quoting.
@@ -52,6 +54,7 @@ from benchlib import (
     kcat,
     plain_consumers,
     postgres_server,
+    s3_server,
     sink_url,
 )
 from rich.console import Console
@@ -75,6 +78,8 @@ TYPED = {
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
 SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)
+# Tables on S3: a throwaway SeaweedFS on loopback (tests/harness/s3.py), not in the default run.
+ON_S3 = ("parquet+s3", "delta+s3", "iceberg+s3")
 console = Console(stderr=True)
 
 
@@ -92,7 +97,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd")
     parser.add_argument("--keys", type=int, default=1_000, help="distinct keys per partition")
     parser.add_argument(
-        "--sinks", nargs="+", choices=SINKS, default=list(SINKS), help="lagless runs (all)"
+        "--sinks",
+        nargs="+",
+        choices=SINKS + ON_S3,
+        default=list(SINKS),
+        help=f"lagless runs (all but {', '.join(ON_S3)}: those on a throwaway S3 server)",
     )
     parser.add_argument(
         "--postgres-url", help="PostgreSQL to import into (default: a throwaway one via initdb)"
@@ -361,7 +370,7 @@ def main() -> int:
         return scaling(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="lagless-bench-"))
-    stop_postgres = None
+    stop_postgres = stop_s3 = None
     try:
         with EmbeddedBroker(topics={TOPIC: args.partitions}) as broker:
             kafka = KafkaConfig(broker.bootstrap)
@@ -391,13 +400,18 @@ def main() -> int:
                     postgres_url, stop_postgres = postgres_server()
                 if postgres_url is None:
                     console.print("no --postgres-url and initdb not installed: no PostgreSQL run")
+            s3 = None
+            if any(s in ON_S3 for s in args.sinks):
+                with console.status("starting a throwaway S3 server (SeaweedFS)"):
+                    s3, stop_s3 = s3_server()
             runs = []
             for sink in args.sinks:
                 if sink.startswith("postgresql") and not postgres_url:
                     continue
                 folder = work / sink
                 folder.mkdir()
-                url = sink_url(TYPED[sink][0] if sink in TYPED else sink, folder, postgres_url)
+                kind = TYPED[sink][0] if sink in TYPED else sink
+                url = sink_url(kind, folder, postgres_url, s3)
                 runs.append(run_cli(sink, url, broker.bootstrap, folder, args, produced))
                 if sink.startswith("postgresql"):
                     _drop_table(postgres_url)
@@ -416,6 +430,8 @@ def main() -> int:
     finally:
         if stop_postgres is not None:
             stop_postgres()
+        if stop_s3 is not None:
+            stop_s3()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -71,3 +71,20 @@ def connect_server():  # type: ignore[no-untyped-def]
     server = ConnectServer.start_new()
     yield server
     server.destroy()
+
+
+def s3():  # type: ignore[no-untyped-def]
+    """A real S3 server, SeaweedFS on loopback (tests/harness/s3.py): `.endpoint`, `.bucket`,
+    `.env()` (the AWS variables a client needs), `.url(store, prefix)`."""
+    from tests.harness.s3 import SeaweedS3
+
+    with SeaweedS3.start_new() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch):  # type: ignore[no-untyped-def]
+    """The S3 server's AWS variables set for this test (and the imports it starts)."""
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    return s3

@@ -8,12 +8,17 @@ from lagless.exceptions import BadInput
 from lagless.sinks.base import COLUMNS, Sink, Target, TaskWrittenSink, check_identifier
 
 SCHEMES = ("sqlite", "parquet", "postgresql", "delta", "iceberg")
+# The stores that also keep tables on S3: `<store>+s3://bucket/prefix` (sinks/s3.py).
+ON_S3 = ("parquet", "delta", "iceberg")
 
 
 def sink_from_url(url: str) -> Sink:
     """sqlite:///path.db, parquet:///dir, delta:///dir, iceberg:///dir,
-    postgresql://user@host:port/db (read by sinks/url.py). Touches nothing."""
+    postgresql://user@host:port/db (read by sinks/url.py); parquet+s3://bucket/prefix,
+    delta+s3://..., iceberg+s3://... (sinks/s3.py). Touches nothing."""
     scheme = urlsplit(url).scheme
+    if scheme.removesuffix("+s3") in ON_S3:
+        scheme = scheme.removesuffix("+s3")
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink
 

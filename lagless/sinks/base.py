@@ -247,7 +247,7 @@ class Sink(ABC):
         return None
 
     # What the refusal suggests instead, beside --shared-disk.
-    without_shared_disk: ClassVar[str] = "import into PostgreSQL"
+    without_shared_disk: ClassVar[str] = "import into PostgreSQL or a table on S3"
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Last in the lifecycle, also when the import fails: release connections."""

@@ -11,18 +11,21 @@ Runs on executors: imports pyarrow and nothing of lagless's driver."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagless.planner.ranges import OffsetRange
+from lagless.sinks.s3 import S3Access
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -52,30 +55,61 @@ class BatchWriter(Protocol):
 class StagedFiles:
     """The source's executorWriter for a store whose driver commits the files (Parquet, Delta,
     SQLite): a task writes its records, in FILE_SCHEMA, into one file of `folder` named by its
-    pieces, through a temporary name and a rename. The same pieces always give the same name,
-    so a retried or replayed task replaces its file rather than adding one."""
+    pieces, through a temporary name and a rename (on S3, where an upload appears whole or not
+    at all, straight under its name). The same pieces always give the same name, so a retried
+    or replayed task replaces its file rather than adding one."""
 
-    def __init__(self, folder: str, suffix: str, open_writer: Callable[[str], BatchWriter]) -> None:
+    def __init__(
+        self,
+        folder: str,
+        suffix: str,
+        open_writer: Callable[[Any], BatchWriter],
+        s3: S3Access | None = None,
+    ) -> None:
         self.folder = folder
         self.suffix = suffix
         self.open_writer = open_writer
+        self.s3 = s3
 
     def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
-        os.makedirs(self.folder, exist_ok=True)
         digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
-        path = os.path.join(self.folder, f"part-{digest}{self.suffix}")
+        name = f"part-{digest}{self.suffix}"
+        with output_file(self.folder, name, self.s3) as sink:
+            writer = self.open_writer(sink)
+            try:
+                for batch in batches:
+                    writer.write_batch(stored_columns(batch))
+            finally:
+                writer.close()
+        return f"{self.folder}/{name}"
+
+
+@contextmanager
+def output_file(folder: str, name: str, s3: S3Access | None) -> Iterator[Any]:
+    """Where a task writes one file: locally a temporary path renamed to `name` once whole;
+    on S3 an upload under `name` (whole or not at all), removed if the writing fails."""
+    path = f"{folder}/{name}"
+    if s3 is None:
+        os.makedirs(folder, exist_ok=True)
         partial = f"{path}.{uuid.uuid4().hex}.partial"
-        writer = self.open_writer(partial)
         try:
-            for batch in batches:
-                writer.write_batch(stored_columns(batch))
+            yield partial
         except BaseException:
-            writer.close()
-            os.remove(partial)
+            with suppress(FileNotFoundError):
+                os.remove(partial)
             raise
-        writer.close()
         os.replace(partial, path)
-        return path
+        return
+    filesystem = s3.filesystem()
+    key = path.removeprefix("s3://")
+    with filesystem.open_output_stream(key) as stream:
+        try:
+            yield stream
+        except BaseException:
+            stream.close()
+            with suppress(OSError):
+                filesystem.delete_file(key)
+            raise
 
 
 def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -88,43 +122,46 @@ def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
 Conform = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def stage_rows(rows: DataFrame, folder: str, conform: Conform | None = None) -> list[str]:
-    """Runs the rows' tasks, each writing its rows into `folder` (emptied first: what a crashed
-    attempt left there is not this batch's), through `conform` if given (a module-level
-    function: it travels to the tasks); returns the files written, sorted."""
-    shutil.rmtree(folder, ignore_errors=True)
-    task = partial(write_task_file, folder, conform=conform)
+def stage_rows(
+    rows: DataFrame,
+    folder: str,
+    conform: Conform | None = None,
+    *,
+    clear: Callable[[str], None] | None = None,
+    s3: S3Access | None = None,
+) -> list[str]:
+    """Runs the rows' tasks, each writing its rows into `folder` (emptied first by `clear`:
+    what a crashed attempt left there is not this batch's), through `conform` if given (a
+    module-level function: it travels to the tasks), on S3 with `s3`'s access; returns the
+    files written, sorted."""
+    if clear is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        clear(folder)
+    task = partial(write_task_file, folder, conform=conform, s3=s3)
     receipts = rows.mapInArrow(task, RECEIPT_SCHEMA).toArrow()
     return sorted(receipts.column("file").to_pylist())
 
 
 def write_task_file(
-    folder: str, batches: Iterator[pa.RecordBatch], conform: Conform | None = None
+    folder: str,
+    batches: Iterator[pa.RecordBatch],
+    conform: Conform | None = None,
+    s3: S3Access | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A task's rows into one Parquet file (none for a task without rows); yields its receipt."""
     if conform is not None:
         batches = conform(batches)
-    path = os.path.join(folder, f"part-{uuid.uuid4().hex}.parquet")
-    writing = f"{path}.partial"
-    writer: pq.ParquetWriter | None = None
-    records = 0
-    try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if writer is None:
-                os.makedirs(folder, exist_ok=True)
-                dictionary = [n for n in batch.schema.names if n not in NO_DICTIONARY]
-                writer = pq.ParquetWriter(writing, batch.schema, use_dictionary=dictionary)
-            writer.write_batch(batch)
-            records += batch.num_rows
-    except BaseException:
-        if writer is not None:
-            writer.close()
-            os.remove(writing)
-        raise
-    if writer is None:
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:
         return
-    writer.close()
-    os.replace(writing, path)
-    yield pa.RecordBatch.from_pydict({"file": [path], "records": [records]})
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    records = 0
+    with output_file(folder, name, s3) as sink:
+        dictionary = [n for n in first.schema.names if n not in NO_DICTIONARY]
+        with pq.ParquetWriter(sink, first.schema, use_dictionary=dictionary) as writer:
+            for batch in itertools.chain([first], batches):
+                if batch.num_rows:
+                    writer.write_batch(batch)
+                    records += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"file": [f"{folder}/{name}"], "records": [records]})

@@ -80,6 +80,19 @@ def test_import_throughput_against_the_script_and_the_breakdown_on_its_topic() -
     assert "Spark session (JVM, context, session)" in printed
 
 
+# A minute of CI (a SeaweedFS and three imports): scripts/test runs it, CI leaves it out.
+@pytest.mark.matrix
+def test_import_throughput_measures_the_stores_on_s3_beside_the_local_ones() -> None:
+    sinks = ("parquet", "parquet+s3", "delta+s3", "iceberg+s3")
+    figures, _ = run_bench(
+        "import_throughput.py", *("--records", "2000", "--partitions", "2", "--sinks", *sinks)
+    )
+    for sink in sinks:
+        run = figures[sink]
+        assert run["exit_code"] == 0 and run["records"] == 2000, run
+        assert between(run["first_row_s"], 0.1, run["exit_s"]), run
+
+
 # Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
 @pytest.mark.matrix
 def test_import_throughput_scaling_run_on_tansu(tmp_path: Path) -> None:

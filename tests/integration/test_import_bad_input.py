@@ -62,7 +62,10 @@ def orders_broker():  # type: ignore[no-untyped-def]
                 ("sqlite:///{tmp}/db.sqlite", "?write_from=driver to the sink URL, or pass"),
                 ("parquet:///{tmp}/lake", "which the executors of --master spark://127.0.0.1:1"),
                 ("delta:///{tmp}/lake", "pass --shared-disk if every executor sees"),
-                ("iceberg:///{tmp}/lake", "may not see; import into PostgreSQL, or pass"),
+                (
+                    "iceberg:///{tmp}/lake",
+                    "may not see; import into PostgreSQL or a table on S3, or pass",
+                ),
             ]
         ),
     ],

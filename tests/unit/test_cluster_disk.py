@@ -75,3 +75,15 @@ def test_spark_settings_are_key_value_pairs() -> None:
     for bad in ("archives=a", "spark.archives", "=x"):
         with pytest.raises(BadInput):
             spark_setting(bad)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "parquet+s3://bucket/lake",
+        "delta+s3://bucket/lake",
+        "iceberg+s3://bucket/warehouse?catalog=/tmp/catalog.db",  # the catalog: the driver's
+    ],
+)
+def test_tables_on_s3_are_written_from_any_cluster(url: str) -> None:
+    check_tasks_reach_store(CLUSTER, False, sink_from_url(url), APPEND, tasks_write=True)

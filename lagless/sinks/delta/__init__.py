@@ -20,10 +20,8 @@ TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +40,9 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.parquet import staged
+from lagless.sinks.s3 import S3Url, is_s3, parse_s3
 from lagless.sinks.sql import newer
+from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
@@ -64,9 +64,21 @@ def _mode_description(mode: WriteMode) -> str:
 class DeltaSink(TaskWrittenSink):
     scheme = "delta"
 
+    def __init__(self, url: str, location: str, s3: S3Url | None = None) -> None:
+        super().__init__(url, location)
+        self.s3 = s3
+        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
+
     @classmethod
     def from_url(cls, url: str) -> DeltaSink:
+        if is_s3(url):
+            s3 = parse_s3(url, cls.scheme)
+            return cls(url, s3.root, s3)
         return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
+
+    @property
+    def identity(self) -> str:
+        return self.s3.shown if self.s3 else super().identity
 
     def check(self, target: Target) -> None:
         """Before anything is written: the folder can be written and each table that exists is
@@ -74,15 +86,19 @@ class DeltaSink(TaskWrittenSink):
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        check_writable_path(self.location, "directory", folder=True)
+        if self.s3:
+            self.storage.check_writable(self.location, "Delta folder")
+        else:
+            check_writable_path(self.location, "directory", folder=True)
         for table, mode in self._tables(target):
-            path = os.path.join(self.location, table)
-            for folder in (path, self._staging(target, table)):
-                check_writable_path(folder, "directory", folder=True)
-            if not os.path.isdir(path) or not set(os.listdir(path)) - {staged.STAGING}:
+            path = self.storage.join(self.location, table)
+            if not self.s3:
+                for folder in (path, self._staging(target, table)):
+                    check_writable_path(folder, "directory", folder=True)
+            if not set(self.storage.names(path)) - {staged.STAGING}:
                 continue  # none yet, or only what a crashed first batch staged
             try:
-                found = DeltaTable(path)
+                found = DeltaTable(path, storage_options=self.storage.client_options())
             except TableNotFoundError:
                 raise BadInput(f"{path!r} exists and is not a Delta table") from None
             description = found.metadata().description
@@ -96,28 +112,30 @@ class DeltaSink(TaskWrittenSink):
     def prepare(self, target: Target) -> None:
         """Before the first batch: the folder. A table is created by its first batch, in the
         columns of the rows it receives."""
-        os.makedirs(self.location, exist_ok=True)
+        self.storage.makedirs(self.location)
 
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder."""
-        return os.path.abspath(self.location)
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
-        config = {"folder": self._staging(target, target.table)}
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
+        staging = self._staging(target, target.table)
+        config, secret = staged.task_config(staging, self.storage.task_access)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run (executorWriter): drop what a crashed attempt staged."""
-        shutil.rmtree(self._staging(target, target.table), ignore_errors=True)
+        self.storage.remove_tree(self._staging(target, target.table))
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        path = os.path.join(self.location, target.table)
+        path = self.storage.join(self.location, target.table)
         try:
-            delta = DeltaTable(path)
+            delta = DeltaTable(path, storage_options=self.storage.client_options())
         except TableNotFoundError:
             return {}
         held = {tp: v for tp in partitions if (v := delta.transaction_version(_app_id(tp)))}
@@ -133,7 +151,7 @@ class DeltaSink(TaskWrittenSink):
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
     ) -> None:
         """A batch of rows: tasks write the files, the driver appends them or merges them."""
-        files = stage_rows(rows, self._staging(target, target.table))
+        files = self._stage(rows, target, target.table)
         before_commit()
         if target.mode == "append":
             self._append(target.table, files, batch)
@@ -143,7 +161,12 @@ class DeltaSink(TaskWrittenSink):
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
-        self._append(table, stage_rows(rows, self._staging(target, table)), batch)
+        self._append(table, self._stage(rows, target, table), batch)
+
+    def _stage(self, rows: DataFrame, target: Target, table: str) -> list[str]:
+        staging = self._staging(target, table)
+        clear = self.storage.remove_tree
+        return stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
 
     def _tables(self, target: Target) -> list[tuple[str, WriteMode]]:
         tables: list[tuple[str, WriteMode]] = [
@@ -157,7 +180,8 @@ class DeltaSink(TaskWrittenSink):
     def _staging(self, target: Target, table: str) -> str:
         # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
         # two imports may feed one table at once.
-        return os.path.join(os.path.abspath(self.location), table, staged.STAGING, target.run_id)
+        location = self.location if self.s3 else os.path.abspath(self.location)
+        return self.storage.join(location, table, staged.STAGING, target.run_id)
 
     def _append(self, table: str, files: list[str], batch: Batch) -> None:
         """Move the batch's files beside the table's and add them, with the batch's ranges, in
@@ -167,12 +191,12 @@ class DeltaSink(TaskWrittenSink):
         if delta is None:
             if not files:
                 return
-            delta = self._open(table, "append", pq.read_schema(files[0]))
+            delta = self._open(table, "append", self._schema(files[0]))
         if _is_replay(delta, batch):
-            _drop(files)
+            self._drop(files)
             return
-        folder = os.path.join(self.location, table)
-        actions = [_add_action(folder, _move(path, folder)) for path in files]
+        folder = self.storage.join(self.location, table)
+        actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
         _commit(
             delta,
@@ -187,7 +211,8 @@ class DeltaSink(TaskWrittenSink):
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(os.path.join(self.location, table))
+            path = self.storage.join(self.location, table)
+            return DeltaTable(path, storage_options=self.storage.client_options())
         except TableNotFoundError:
             return None
 
@@ -199,18 +224,18 @@ class DeltaSink(TaskWrittenSink):
 
         if not files:
             return
-        rows_schema = pq.read_schema(files[0])
+        rows_schema = self._schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
         delta = self._open(target.table, "upsert", stored)
         if _is_replay(delta, batch):
-            _drop(files)
+            self._drop(files)
             return
         keys = target.unique
 
         def same_key(a: str, b: str) -> str:
             return " AND ".join(f'{a}."{k}" = {b}."{k}"' for k in keys)
 
-        source = pl.scan_parquet(files)
+        source = pl.scan_parquet(files, storage_options=self.storage.client_options())
         tombstones = (
             source.filter(pl.col(TOMBSTONE))
             .select(*keys, "partition", "offset", "timestamp")
@@ -262,13 +287,40 @@ class DeltaSink(TaskWrittenSink):
             ),
         )
 
+    def _schema(self, path: str) -> pa.Schema:
+        return self.storage.parquet_metadata(path).schema.to_arrow_schema()
+
+    def _drop(self, files: list[str]) -> None:
+        for path in files:
+            self.storage.remove(path)
+
+    def _move(self, path: str, folder: str) -> str:
+        moved = self.storage.join(folder, path.rsplit("/", 1)[-1])
+        self.storage.move(path, moved)
+        return moved
+
+    def _add_action(self, folder: str, path: str) -> Any:
+        """An add action for a file in the table's folder, statistics from its Parquet
+        footer."""
+        from deltalake.transaction import AddAction
+
+        size, modified = self.storage.stat(path)
+        stats = footer_stats(self.storage.parquet_metadata(path))
+        return AddAction(path[len(folder) + 1 :], size, {}, modified, True, json.dumps(stats))
+
     def _open(self, table: str, mode: WriteMode, schema: pa.Schema) -> DeltaTable:
         """The table, created in `schema` if missing; refuses files of other columns."""
         from deltalake import DeltaTable, Schema
 
-        path = os.path.join(self.location, table)
+        path = self.storage.join(self.location, table)
         description = _mode_description(mode)
-        delta = DeltaTable.create(path, schema=schema, mode="ignore", description=description)
+        delta = DeltaTable.create(
+            path,
+            schema=schema,
+            mode="ignore",
+            description=description,
+            storage_options=self.storage.client_options(),
+        )
         delta.update_incremental()
         if _columns(delta.schema()) != _columns(Schema.from_arrow(schema)):
             raise TerminalError(
@@ -339,33 +391,6 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
                 "rerun to resume after what the table holds"
             ) from None
     delta.update_incremental()
-
-
-def _drop(files: list[str]) -> None:
-    for path in files:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
-def _move(path: str, folder: str) -> str:
-    moved = os.path.join(folder, os.path.basename(path))
-    os.replace(path, moved)
-    return moved
-
-
-def _add_action(folder: str, path: str) -> Any:
-    """An add action for a file in the table's folder, statistics from its Parquet footer."""
-    from deltalake.transaction import AddAction
-
-    stat = os.stat(path)
-    return AddAction(
-        os.path.relpath(path, folder),
-        stat.st_size,
-        {},
-        int(stat.st_mtime * 1000),
-        True,
-        json.dumps(footer_stats(pq.read_metadata(path))),
-    )
 
 
 def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:

@@ -3,7 +3,9 @@ batch's files to the table in one Iceberg commit.
 
 `iceberg:///dir` is a local warehouse: pyiceberg's SQL catalog in `<dir>/catalog.db` (SQLite,
 catalog name `lagless`), tables `default.<table>` at `<dir>/default/<table>` (`--table ns.name`
-picks another namespace), `<table>_dlq` (dead letters) and, in upsert mode,
+picks another namespace). `iceberg+s3://bucket/warehouse?catalog=PATH` is a warehouse on S3
+(sinks/s3.py) whose SQL catalog is the SQLite file PATH on the driver (it is where commits
+are decided, so it needs no shared disk); `<table>_dlq` (dead letters) and, in upsert mode,
 `<table>_tombstones` beside it. Tasks write into `<table>/_staging/<run>` (raw appends through
 the source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves
 the files into the table's `data` folder and adds them as they are (add_files reads only their
@@ -20,9 +22,7 @@ whoever else writes the table.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import sqlite3
 import time
 import uuid
@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
@@ -53,6 +52,8 @@ from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
 from lagless.sinks.iceberg.summary import held_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.parquet import staged
+from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
+from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
@@ -101,13 +102,34 @@ def identifier(table: str) -> tuple[str, str]:
 class IcebergSink(TaskWrittenSink):
     scheme = "iceberg"
 
-    def __init__(self, url: str, location: str) -> None:
+    def __init__(
+        self, url: str, location: str, s3: S3Url | None = None, catalog: str | None = None
+    ) -> None:
         super().__init__(url, location)
+        self.s3 = s3
+        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
+        # The SQL catalog's SQLite file: in the warehouse, or on the driver for one on S3.
+        self.catalog_file = catalog or os.path.join(location, CATALOG_FILE)
         self._opened: SqlCatalog | None = None
 
     @classmethod
     def from_url(cls, url: str) -> IcebergSink:
+        if is_s3(url):
+            s3 = parse_s3(url, cls.scheme, extra_options=("catalog",))
+            catalog = dict(s3.options).get("catalog")
+            if not catalog:
+                raise BadInput(
+                    f"sink URL {s3.shown!r}: an Iceberg warehouse on S3 needs ?catalog=PATH, "
+                    "the SQLite file of its catalog on the driver"
+                )
+            return cls(url, s3.root, s3, os.path.abspath(catalog))
         return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
+
+    @property
+    def identity(self) -> str:
+        if self.s3:
+            return f"{self.s3.shown}?catalog={self.catalog_file}"
+        return super().identity
 
     def table_name(self, name: str) -> str:
         """A table, or `namespace.table`."""
@@ -121,7 +143,11 @@ class IcebergSink(TaskWrittenSink):
         """Before anything is written: the folder can be written, and each table that exists is
         a lagless table of this write mode whose columns the target's schema keeps (it may add
         columns, and widen types as Iceberg allows)."""
-        check_writable_path(self.location, "directory", folder=True)
+        if self.s3:
+            self.storage.check_writable(self.location, "Iceberg warehouse")
+            check_writable_path(self.catalog_file, "Iceberg catalog", folder=False)
+        else:
+            check_writable_path(self.location, "directory", folder=True)
         with self._catalog_errors():
             catalog = self._catalog(create=False)
             if catalog is None:
@@ -134,7 +160,7 @@ class IcebergSink(TaskWrittenSink):
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
         brought to them (a field the schema added becomes a column); safe to repeat."""
-        os.makedirs(self.location, exist_ok=True)
+        os.makedirs(os.path.dirname(self.catalog_file), exist_ok=True)
         with self._catalog_errors():
             catalog = self._catalog(create=True)
             assert catalog is not None
@@ -153,16 +179,18 @@ class IcebergSink(TaskWrittenSink):
             return held_in(found) if found is not None else {}
 
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder."""
-        return os.path.abspath(self.location)
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
-        config = {"folder": self._staging(target, target.table)}
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
+        staging = self._staging(target, target.table)
+        config, secret = staged.task_config(staging, self.storage.task_access)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
 
     def discard_staged(self, target: Target) -> None:
-        shutil.rmtree(self._staging(target, target.table), ignore_errors=True)
+        self.storage.remove_tree(self._staging(target, target.table))
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
@@ -174,7 +202,7 @@ class IcebergSink(TaskWrittenSink):
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
     ) -> None:
         """A batch of rows: tasks write the files, the driver adds them or upserts them."""
-        files = stage_rows(rows, self._staging(target, target.table), conformed)
+        files = self._stage(rows, target, target.table)
         before_commit()
         with self._catalog_errors():
             if target.mode == "append":
@@ -185,7 +213,7 @@ class IcebergSink(TaskWrittenSink):
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, added to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
-        files = stage_rows(rows, self._staging(target, table), conformed)
+        files = self._stage(rows, target, table)
         with self._catalog_errors():
             self._add_files(table, files, batch)
 
@@ -201,14 +229,21 @@ class IcebergSink(TaskWrittenSink):
 
         if self._opened is not None:
             return self._opened
-        path = os.path.join(self.location, CATALOG_FILE)
+        path = self.catalog_file
         if not create and not _holds_a_catalog(path):
             return None
+        warehouse = self.location if self.s3 else f"file://{self.location}"
+        io = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"} if self.s3 else {}
+        access = self.s3.access.iceberg_properties() if self.s3 else {}
+        if self.s3:
+            finalize_at_exit()  # pyiceberg reads and writes through pyarrow's S3
         try:
             self._opened = SqlCatalog(
                 CATALOG_NAME,
                 uri=f"sqlite:///{path}?timeout={BUSY_TIMEOUT_S}",
-                warehouse=f"file://{self.location}",
+                warehouse=warehouse,
+                **io,
+                **access,
             )
         except Exception as exc:  # SQLAlchemy's errors, whatever the file holds
             raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
@@ -223,7 +258,7 @@ class IcebergSink(TaskWrittenSink):
         try:
             yield
         except OperationalError as exc:
-            path = os.path.join(self.location, CATALOG_FILE)
+            path = self.catalog_file
             raise TransientError(
                 f"the Iceberg catalog {path!r} could not be read or written: {first_line(exc)}"
             ) from None
@@ -283,7 +318,25 @@ class IcebergSink(TaskWrittenSink):
     def _staging(self, target: Target, table: str) -> str:
         # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
         # two imports may feed one table at once.
-        return os.path.join(self.location, *identifier(table), staged.STAGING, target.run_id)
+        return self.storage.join(self.location, *identifier(table), staged.STAGING, target.run_id)
+
+    def _stage(self, rows: DataFrame, target: Target, table: str) -> list[str]:
+        staging = self._staging(target, table)
+        clear = self.storage.remove_tree
+        return stage_rows(rows, staging, conformed, clear=clear, s3=self.storage.task_access)
+
+    def _drop(self, files: list[str]) -> None:
+        for path in files:
+            self.storage.remove(path)
+
+    def _move(self, path: str, folder: str) -> str:
+        """A staged file into the table's data folder, under a name of its own: a task's file
+        is named by its pieces, and another import of the same pieces may have committed a
+        file of that name, which a replay found here must not replace nor drop."""
+        stem, suffix = os.path.splitext(path.rsplit("/", 1)[-1])
+        moved = self.storage.join(folder, f"{stem}-{uuid.uuid4().hex[:12]}{suffix}")
+        self.storage.move(path, moved)
+        return moved
 
     def _add_files(self, table: str, files: list[str], batch: Batch) -> None:
         """Move the batch's files into the table's data folder and add them, with the batch's
@@ -291,11 +344,11 @@ class IcebergSink(TaskWrittenSink):
         batch without files still records its ranges."""
         found = self._table(table)
         if verdict(batch, held_in(found)) is Verdict.REPLAY:
-            _drop(files)
+            self._drop(files)
             return
-        data = os.path.join(_local_path(found.location()), "data")
-        os.makedirs(data, exist_ok=True)
-        moved = [_move(path, data) for path in files]
+        data = self.storage.join(_local_path(found.location()), "data")
+        self.storage.makedirs(data)
+        moved = [self._move(path, data) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its snapshots
 
         def build(tx: Transaction, _: Table, props: dict[str, str]) -> None:
@@ -305,15 +358,15 @@ class IcebergSink(TaskWrittenSink):
                 tx.append(pa.table({}), snapshot_properties=props)
 
         if not self._commit(table, batch, build):
-            _drop(moved)
+            self._drop(moved)
 
     def _upsert(self, files: list[str], target: Target, batch: Batch) -> None:
         """Tombstones into `<table>_tombstones`, then the target: both newer-only, each in one
         commit with the batch's ranges, so a replay between the two changes nothing."""
         if not files:
             return
-        rows = pa.concat_tables([pq.read_table(path) for path in files])
-        _drop(files)
+        rows = pa.concat_tables([self.storage.read_parquet(path) for path in files])
+        self._drop(files)
         keys = target.unique
         match = _matching(rows, keys)
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *COORDINATES])
@@ -424,19 +477,3 @@ def _apply(
 def _local_path(location: str) -> str:
     parts = urlsplit(location)
     return parts.path if parts.scheme == "file" else location
-
-
-def _drop(files: list[str]) -> None:
-    for path in files:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
-def _move(path: str, folder: str) -> str:
-    """A staged file into the table's data folder, under a name of its own: a task's file is
-    named by its pieces, and another import of the same pieces may have committed a file of
-    that name, which a replay found here must not replace nor drop."""
-    stem, suffix = os.path.splitext(os.path.basename(path))
-    moved = os.path.join(folder, f"{stem}-{uuid.uuid4().hex[:12]}{suffix}")
-    os.replace(path, moved)
-    return moved

@@ -14,16 +14,22 @@ not added; one that overlaps them (another import wrote meanwhile) is refused. A
 the table's `_lagless.lock` while it decides and renames. No import replaces another's folder.
 Folders an earlier lagless named by Spark's batch id (`batch=<n>`, no `_ranges.json`) count by
 the offsets their files hold.
+
+On S3 (`parquet+s3://bucket/prefix`, sinks/s3.py) there is no rename: Spark's own writer
+needs Hadoop's S3 jars, so every batch is written by the tasks into `_staging` (raw values by
+the source's tasks, other rows through mapInArrow), and the commit, under the lock object
+(storage.py), copies the files into `batch=<digest>` and writes its `_ranges.json` last. Only a
+folder with `_ranges.json` counts; one without is a crashed commit's, removed by the next
+commit under the lock before it decides. A reader listing the table during a commit (or after
+a crash, until the rerun's commit) may see part of a batch; the table as the ledger holds it
+never doubles nor skips.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
@@ -37,6 +43,9 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
 from lagless.sinks.parquet import staged
+from lagless.sinks.s3 import S3Url, is_s3, parse_s3
+from lagless.sinks.storage import LocalStorage, S3Storage, Storage
+from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
@@ -61,54 +70,79 @@ LOCK = "_lagless.lock"
 class ParquetSink(TaskWrittenSink):
     scheme = "parquet"
 
+    def __init__(self, url: str, location: str, s3: S3Url | None = None) -> None:
+        super().__init__(url, location)
+        self.s3 = s3
+        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
+
     @classmethod
     def from_url(cls, url: str) -> ParquetSink:
+        if is_s3(url):
+            s3 = parse_s3(url, cls.scheme)
+            return cls(url, s3.root, s3)
         return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
+
+    @property
+    def identity(self) -> str:
+        return self.s3.shown if self.s3 else super().identity
 
     def check(self, target: Target) -> None:
         if target.mode != "append":
             raise BadInput(
                 "the parquet sink supports --write append only; use sqlite or postgresql to upsert"
             )
+        if self.s3:
+            self.storage.check_writable(self.location, "Parquet folder")
+            return
         tables = [os.path.join(self.location, t) for t in (target.table, target.dead_letter_table)]
         for folder in (self.location, *tables, self._staging(target)):
             check_writable_path(folder, "directory", folder=True)
 
     def prepare(self, target: Target) -> None:
         for table in (target.table, target.dead_letter_table):
-            os.makedirs(os.path.join(self.location, table), exist_ok=True)
+            self.storage.makedirs(self.storage.join(self.location, table))
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
-        return held_until(_held_ranges(os.path.join(self.location, target.table)))
+        table = self.storage.join(self.location, target.table)
+        if isinstance(self.storage, S3Storage):
+            with self.storage.errors(f"Parquet table {table}"):
+                return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
+        return held_until(_held_ranges(self.storage, table)[0])
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
     ) -> None:
-        """A batch's rows, written by Spark's tasks, then made visible in one rename. Typed
-        values keep their nested types; a field the schema added is a column of the files
-        written since (readers merge the files' schemas)."""
+        """A batch's rows, written by Spark's tasks, then made visible in one rename (on S3:
+        written by the tasks through pyarrow, committed by the lock's copy). Typed values
+        keep their nested types; a field the schema added is a column of the files written
+        since (readers merge the files' schemas)."""
         rows = rows.select(*target.schema().fieldNames())
-        self._write(rows, target.table, batch, before_commit)
+        self._write(rows, target, target.table, batch, before_commit)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, as the rows are, before the batch's rows are visible."""
-        self._write(rows.select(*DEAD_LETTER_COLUMNS), target.dead_letter_table, batch)
+        rows = rows.select(*DEAD_LETTER_COLUMNS)
+        self._write(rows, target, target.dead_letter_table, batch)
 
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder."""
-        return os.path.abspath(self.location)
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
 
     def executor_writer(self, target: Target) -> TaskWriter | None:
-        config = {"folder": self._staging(target)}
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
+        config, secret = staged.task_config(self._staging(target), self.storage.task_access)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
 
     def discard_staged(self, target: Target) -> None:
-        shutil.rmtree(self._staging(target), ignore_errors=True)
+        self.storage.remove_tree(self._staging(target))
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(receipts.column("file").to_pylist()))
-        table = os.path.join(self.location, target.table)
+        table = self.storage.join(self.location, target.table)
+        if isinstance(self.storage, S3Storage):
+            _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
+            return
         gathering = _gathering(table, batch)
         shutil.rmtree(gathering, ignore_errors=True)
         os.makedirs(gathering)
@@ -116,17 +150,28 @@ class ParquetSink(TaskWrittenSink):
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
         _make_visible(table, batch)
 
-    def _staging(self, target: Target) -> str:
+    def _staging(self, target: Target, table: str | None = None) -> str:
         # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
         # two imports may feed one table at once.
-        return os.path.join(
-            os.path.abspath(self.location), target.table, staged.STAGING, target.run_id
-        )
+        location = self.location if self.s3 else os.path.abspath(self.location)
+        return self.storage.join(location, table or target.table, staged.STAGING, target.run_id)
 
     def _write(
-        self, rows: DataFrame, table: str, batch: Batch, before_commit: Callable[[], None] = _no_op
+        self,
+        rows: DataFrame,
+        target: Target,
+        table: str,
+        batch: Batch,
+        before_commit: Callable[[], None] = _no_op,
     ) -> None:
-        folder = os.path.join(self.location, table)
+        folder = self.storage.join(self.location, table)
+        if isinstance(self.storage, S3Storage):
+            staging = self._staging(target, table)
+            clear = self.storage.remove_tree
+            files = stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
+            before_commit()
+            _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
+            return
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
         before_commit()
         _make_visible(folder, batch)
@@ -147,39 +192,59 @@ def _make_visible(table: str, batch: Batch) -> None:
     gathering = _gathering(table, batch)
     with open(os.path.join(gathering, RANGES), "w", encoding="utf-8") as handle:
         handle.write(batch.to_json())
-    with _locked(table):
-        if verdict(batch, held_until(_held_ranges(table))) is Verdict.REPLAY:
+    storage = LocalStorage()
+    # Any run may wait for the flock: the kernel drops it with a crashed holder.
+    with storage.locked(os.path.join(table, LOCK), "", 0):
+        if verdict(batch, held_until(_held_ranges(storage, table)[0])) is Verdict.REPLAY:
             shutil.rmtree(gathering)
             return
         failpoint("mid-write")  # files written, the batch not yet visible nor committed
         os.replace(gathering, os.path.join(table, folder_name(batch)))
 
 
-@contextmanager
-def _locked(table: str) -> Iterator[None]:
-    """The table's commit lock: one import at a time decides and renames."""
-    with open(os.path.join(table, LOCK), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _commit_on_s3(
+    storage: S3Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
+) -> None:
+    """Under the table's lock object: unless the table holds the batch (then its staged files
+    are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
+    the commit point. Folders a crashed commit left without `_ranges.json` go first."""
+    with (
+        storage.errors(f"Parquet table {table}"),
+        storage.locked(storage.join(table, LOCK), run_id, wait_s),
+    ):
+        held, incomplete = _held_ranges(storage, table, on_s3=True)
+        for folder in incomplete:
+            storage.remove_tree(folder)
+        if verdict(batch, held_until(held)) is Verdict.REPLAY:
+            for path in files:
+                storage.remove(path)
+            return
+        folder = storage.join(table, folder_name(batch))
+        for path in files:
+            storage.move(path, storage.join(folder, path.rsplit("/", 1)[-1]))
+        failpoint("mid-write")  # files in the batch's folder, its ranges not yet written
+        storage.write_text(storage.join(folder, RANGES), batch.to_json())
 
 
-def _held_ranges(table: str) -> Iterator[tuple[TP, Range]]:
-    """Every range the visible batches of the table hold."""
-    if not os.path.isdir(table):
-        return
-    for name in sorted(os.listdir(table)):
-        folder = os.path.join(table, name)
-        if not name.startswith("batch=") or not os.path.isdir(folder):
+def _held_ranges(
+    storage: Storage, table: str, on_s3: bool = False
+) -> tuple[list[tuple[TP, Range]], list[str]]:
+    """Every range the visible batches of the table hold, and on S3 the batch folders a
+    crashed commit left without ranges."""
+    held: list[tuple[TP, Range]] = []
+    incomplete = []
+    for name in storage.names(table):
+        folder = storage.join(table, name)
+        if not name.startswith("batch=") or not (on_s3 or os.path.isdir(folder)):
             continue
-        listed = os.path.join(folder, RANGES)
-        if os.path.exists(listed):
-            with open(listed, encoding="utf-8") as handle:
-                yield from Batch.ranges_from_json(handle.read()).items()
+        listed = storage.read_text(storage.join(folder, RANGES))
+        if listed is not None:
+            held.extend(Batch.ranges_from_json(listed).items())
+        elif on_s3:
+            incomplete.append(folder)
         else:
-            yield from _ranges_in_files(folder)
+            held.extend(_ranges_in_files(folder))
+    return held, incomplete
 
 
 def _ranges_in_files(folder: str) -> Iterator[tuple[TP, Range]]:

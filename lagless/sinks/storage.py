@@ -1,0 +1,303 @@
+"""A file store's folders on the driver, on a local disk or on S3: the few operations Parquet,
+Delta and Iceberg need to stage, move, list and lock their files.
+
+Paths are strings: absolute local paths, or `s3://bucket/key` for S3Storage (through obstore,
+the object_store crate's Python binding: conditional puts, server-side copies). The tasks
+reach S3 through pyarrow instead (S3Access.filesystem, task_files.py).
+
+S3 has no rename and no lock. A move is a server-side copy and a delete; the commit lock is
+an object created with `If-None-Match: *` (only one creator wins) and taken over with
+`If-Match: <etag>` (only one taker wins) when its holder is this same import rerun (the lock
+names the import's run) or holds it longer than LOCK_STALE_S.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from lagless.exceptions import BadInput, TransientError
+from lagless.first_line import first_line
+from lagless.sinks.base import check_writable_path
+from lagless.sinks.s3 import S3Access, S3Url
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    from obstore.store import S3Store
+
+# A commit holds the lock for seconds (a listing, copies, one small put); one held this long
+# belongs to a driver that died, and is taken over.
+LOCK_STALE_S = 600.0
+# How long one S3 request may take; the client retries a failed one within this.
+REQUEST_TIMEOUT_S = 30
+
+
+class LocalStorage:
+    """Folders on the driver's (and, for a cluster, a shared) disk."""
+
+    task_access: S3Access | None = None
+
+    def join(self, *parts: str) -> str:
+        return os.path.join(*parts)
+
+    def check_writable(self, path: str, what: str) -> None:
+        check_writable_path(path, what, folder=True)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def remove(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+    def move(self, source: str, destination: str) -> None:
+        os.replace(source, destination)
+
+    def names(self, folder: str) -> list[str]:
+        """Names in the folder (files and folders); none if it is missing."""
+        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+    def stat(self, path: str) -> tuple[int, int]:
+        """A file's size and modification time (ms since the epoch)."""
+        found = os.stat(path)
+        return found.st_size, int(found.st_mtime * 1000)
+
+    def parquet_metadata(self, path: str) -> pq.FileMetaData:
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path)
+
+    def client_options(self) -> dict[str, str] | None:
+        """delta-rs's / polars' storage_options: none for a local path."""
+        return None
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    @contextlib.contextmanager
+    def locked(self, path: str, run_id: str, wait_s: float) -> Iterator[None]:
+        """The lock file's flock: the kernel drops it with its holder."""
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class S3Storage:
+    """Folders under `s3://bucket/prefix`, through obstore."""
+
+    def __init__(self, url: S3Url) -> None:
+        self.url = url
+        self.task_access: S3Access | None = url.access
+        self._store: S3Store | None = None
+        self._filesystem: pafs.S3FileSystem | None = None
+
+    @property
+    def store(self) -> S3Store:
+        if self._store is None:
+            from obstore.store import S3Store
+
+            self._store = S3Store(
+                self.url.bucket,
+                config=cast(Any, self.url.access.object_store_config()),
+                client_options={"timeout": f"{REQUEST_TIMEOUT_S}s", "connect_timeout": "5s"},
+                retry_config={
+                    "max_retries": 3,
+                    "backoff": {"init_backoff": timedelta(milliseconds=200)},
+                    "retry_timeout": timedelta(seconds=REQUEST_TIMEOUT_S),
+                },
+            )
+        return self._store
+
+    def join(self, *parts: str) -> str:
+        return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts))
+
+    def key(self, path: str) -> str:
+        prefix = f"s3://{self.url.bucket}/"
+        if not path.startswith(prefix):
+            raise ValueError(f"{path!r} is not in bucket {self.url.bucket!r}")
+        return path[len(prefix) :]
+
+    def check_writable(self, path: str, what: str) -> None:
+        """A probe object is written and deleted under the path: the endpoint answers, the
+        bucket exists and these credentials may write there; else BadInput, before anything
+        is written (as a broker that never answered, an endpoint that does not is bad input)."""
+        import obstore as obs
+
+        probe = self.key(self.join(path, f".lagless-probe-{uuid.uuid4().hex}"))
+        with self.errors(f"{what} {self.url.shown}", unreachable=BadInput):
+            obs.put(self.store, probe, b"", mode="create")
+            obs.delete(self.store, probe)
+
+    @contextlib.contextmanager
+    def errors(self, what: str, unreachable: type[Exception] = TransientError) -> Iterator[None]:
+        """obstore's errors as lagless's, in one line (obstore's own tell the whole request):
+        a refusal or a missing bucket is BadInput, a server that does not answer (beyond the
+        client's retries) `unreachable`: TransientError, a rerun resumes."""
+        from obstore.exceptions import GenericError, PermissionDeniedError, UnauthenticatedError
+
+        try:
+            yield
+        except (PermissionDeniedError, UnauthenticatedError):
+            raise BadInput(
+                f"{what}: access denied (check AWS_ACCESS_KEY_ID and its secret)"
+            ) from None
+        except FileNotFoundError as exc:
+            if "NoSuchBucket" in str(exc):
+                raise BadInput(f"{what}: bucket {self.url.bucket!r} does not exist") from None
+            raise BadInput(f"{what}: not found ({_reason(exc)})") from None
+        except GenericError as exc:
+            endpoint = self.url.access.endpoint or "AWS"
+            raise unreachable(
+                f"{what}: S3 at {endpoint} does not answer ({_reason(exc)})"
+            ) from None
+
+    def makedirs(self, path: str) -> None:
+        """S3 has no folders: a key's prefix is one."""
+
+    def remove_tree(self, path: str) -> None:
+        import obstore as obs
+
+        listed = obs.list(self.store, self.key(path) + "/")
+        keys = [meta["path"] for chunk in listed for meta in chunk]
+        for start in range(0, len(keys), 1000):
+            obs.delete(self.store, keys[start : start + 1000])
+
+    def remove(self, path: str) -> None:
+        import obstore as obs
+
+        obs.delete(self.store, self.key(path))
+
+    def move(self, source: str, destination: str) -> None:
+        """A server-side copy and a delete."""
+        import obstore as obs
+
+        obs.rename(self.store, self.key(source), self.key(destination))
+
+    def names(self, folder: str) -> list[str]:
+        import obstore as obs
+
+        prefix = self.key(folder) + "/"
+        listed = obs.list_with_delimiter(self.store, prefix)
+        found = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]]
+        found += [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
+        return sorted(found)
+
+    def stat(self, path: str) -> tuple[int, int]:
+        import obstore as obs
+
+        meta = obs.head(self.store, self.key(path))
+        return int(meta["size"]), int(meta["last_modified"].timestamp() * 1000)
+
+    def parquet_metadata(self, path: str) -> pq.FileMetaData:
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path.removeprefix("s3://"), filesystem=self.filesystem)
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path.removeprefix("s3://"), filesystem=self.filesystem)
+
+    @property
+    def filesystem(self) -> pafs.S3FileSystem:
+        """pyarrow's, to read files' footers and rows on the driver."""
+        if self._filesystem is None:
+            self._filesystem = self.url.access.filesystem()
+        return self._filesystem
+
+    def client_options(self) -> dict[str, str]:
+        """delta-rs's / polars' storage_options (object_store's keys). Commits are conditional
+        puts (`If-None-Match: *` on the log's next entry), which SeaweedFS and AWS honour, so
+        two writers cannot both take one version of a Delta log."""
+        return {**self.url.access.object_store_config(), "conditional_put": "etag"}
+
+    def read_text(self, path: str) -> str | None:
+        import obstore as obs
+
+        try:
+            return bytes(obs.get(self.store, self.key(path)).bytes()).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        import obstore as obs
+
+        obs.put(self.store, self.key(path), text.encode("utf-8"))
+
+    @contextlib.contextmanager
+    def locked(self, path: str, run_id: str, wait_s: float) -> Iterator[None]:
+        """The lock object, created only if absent; one this import left (a crashed run of it)
+        or one older than LOCK_STALE_S is taken over, only if unchanged since read. Waits up to
+        wait_s for another import's, then TransientError."""
+        import obstore as obs
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        key = self.key(path)
+        mine = json.dumps({"run": run_id, "owner": uuid.uuid4().hex}).encode()
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                obs.put(self.store, key, mine, mode="create")
+                break
+            except AlreadyExistsError:
+                pass
+            try:
+                held = obs.get(self.store, key)
+                holder = json.loads(bytes(held.bytes()))
+                meta = held.meta
+            except (FileNotFoundError, ValueError):
+                continue
+            age = (datetime.now(UTC) - meta["last_modified"]).total_seconds()
+            if holder.get("run") == run_id or age > LOCK_STALE_S:
+                try:
+                    obs.put(self.store, key, mine, mode={"e_tag": meta["e_tag"]})
+                    break
+                except (PreconditionError, FileNotFoundError):
+                    continue
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"{path} is held by another import (for {age:.0f} s); if none runs, "
+                    "delete it, or wait: it is taken over after "
+                    f"{LOCK_STALE_S:.0f} s"
+                )
+            time.sleep(0.5)
+        try:
+            yield
+        finally:
+            obs.delete(self.store, key)
+
+
+Storage = LocalStorage | S3Storage
+
+
+def _reason(exc: Exception) -> str:
+    return first_line(exc)[:200]
