@@ -46,6 +46,7 @@ from lagless.kafka.config import KafkaConfig
 from lagless.sinks.postgresql import TASK_APPLICATION
 from tests.harness.executor_env import ALIAS, build_executor_env
 from tests.harness.postgres import PostgresServer
+from tests.integration.test_crash_safety import stored
 
 pytestmark = pytest.mark.spark
 
@@ -352,22 +353,31 @@ def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every
 
 @dataclass(frozen=True)
 class Store:
-    """A store the isolated cluster imports into: the fixtures it needs (its server), its sink
-    URL and how its rows' (partition, offset) pairs are read back, by the store's own reader."""
+    """A store the isolated cluster imports into: the fixtures it needs (its server) and its
+    sink URL; its rows are read back by the store's own reader (test_crash_safety.stored)."""
 
     fixtures: tuple[str, ...]
     url: Callable[[dict[str, Any], Path], str]
-    pairs: Callable[[dict[str, Any], Path, str], list[tuple[int, int]]]
 
 
-def postgresql_pairs(servers: dict[str, Any], _: Path, table: str) -> list[tuple[int, int]]:
-    with psycopg.connect(servers["postgres"].url) as conn:
-        return [(p, o) for p, o in conn.execute(f'SELECT "partition", "offset" FROM {table}')]
+def on_s3(kind: str) -> pytest.ParameterSet:
+    """A table on the `s3_env` server (SeaweedFS), whose AWS variables the import's driver gets
+    and the workers, started before, do not: the tasks' access travels with the job."""
+
+    def url(servers: dict[str, Any], tmp_path: Path) -> str:
+        found = servers["s3_env"].url(kind, f"cluster-{tmp_path.name}")
+        return f"{found}?catalog={tmp_path}/catalog.db" if kind == "iceberg" else found
+
+    return pytest.param(Store(("s3_env",), url), id=f"{kind}+s3", marks=pytest.mark.matrix)
 
 
-POSTGRESQL = Store(("postgres",), lambda servers, _: servers["postgres"].url, postgresql_pairs)
-# Adding a store the executors reach without the driver's disk is one entry here.
-STORES_WITHOUT_THE_DRIVERS_DISK = [pytest.param(POSTGRESQL, id="postgresql")]
+# Stores the executors reach without the driver's disk; adding one is one entry here.
+STORES_WITHOUT_THE_DRIVERS_DISK = [
+    pytest.param(Store(("postgres",), lambda servers, _: servers["postgres"].url), id="postgresql"),
+    on_s3("parquet"),
+    on_s3("delta"),
+    on_s3("iceberg"),
+]
 
 
 def executors_lagless(log: Path) -> list[str]:
@@ -383,18 +393,19 @@ def test_a_cluster_without_the_drivers_disk_or_lagless_imports_every_record_once
     isolated_cluster: Cluster, tmp_path: Path, store: Store, request: pytest.FixtureRequest
 ) -> None:
     servers = {name: request.getfixturevalue(name) for name in store.fixtures}
-    topic = f"isolated_{request.node.callspec.id}"
+    topic = "isolated_" + re.sub(r"\W", "_", request.node.callspec.id)
+    sink_url = store.url(servers, tmp_path)
     produced, summary = import_on_cluster(
         isolated_cluster,
         topic,
-        store.url(servers, tmp_path),
+        sink_url,
         tmp_path,
         "--max-records-per-batch",
         "1000",
     )
 
     assert summary["records"] == produced.records
-    every_record_once(produced, store.pairs(servers, tmp_path, topic))
+    every_record_once(produced, stored(sink_url, topic, ("partition", "offset")))
     ran_on_both_workers(isolated_cluster)
     # The executors ran lagless from the archive Spark unpacked into their own folders, not
     # from this source tree or this venv...
