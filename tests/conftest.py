@@ -73,6 +73,7 @@ def connect_server():  # type: ignore[no-untyped-def]
     server.destroy()
 
 
+@pytest.fixture(scope="session")
 def s3():  # type: ignore[no-untyped-def]
     """A real S3 server, SeaweedFS on loopback (tests/harness/s3.py): `.endpoint`, `.bucket`,
     `.env()` (the AWS variables a client needs), `.url(store, prefix)`."""

@@ -80,9 +80,9 @@ class ServerSideWriter:
         sink = sink_from_url(spec.sink_url).__enter__()
         sink.retry_s = spec.retry_seconds
         sink.prepare(self.target)  # idempotent: sets up what the sink keeps per target
-        broker = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-        checked = Checked(sink, self.target, broker, self.partitions, self.avro, None, self.lost)
-        committer = GroupCommitter(broker.groups, spec.group) if spec.group else None
+        reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
+        checked = Checked(sink, self.target, reader, self.partitions, self.avro, None, self.lost)
+        committer = GroupCommitter(reader.groups, spec.group) if spec.group else None
         dead_letter_topic = (
             DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
             if spec.dead_letter_topic
