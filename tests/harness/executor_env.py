@@ -47,6 +47,10 @@ def build_executor_env(folder: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test session of this checkout waits
         python = str(env / "bin" / "python")
         if not (env / "bin" / "venv-pack").exists():
+            # A new pyproject.toml: the environments of earlier ones (1.4 GB each) go.
+            for old in KEPT.iterdir():
+                if old != env.parent:
+                    shutil.rmtree(old, ignore_errors=True)
             shutil.rmtree(env, ignore_errors=True)
             run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(env)])
             # This venv's pip installs into the new one (Debian's venv lacks ensurepip).
