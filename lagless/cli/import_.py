@@ -148,6 +148,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: $LAGLESS_SPARK_MASTER, else local[*])",
     )
     parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeatable), e.g. spark.archives=ENV.tar.gz#env "
+        "to ship lagless to executors that lack it (README: Cluster deployment)",
+    )
+    parser.add_argument(
+        "--shared-disk",
+        action="store_true",
+        help="a cluster master's executors see this machine's disk at the same paths (workers "
+        "on this machine, a shared mount): SQLite's staging and local Parquet, Delta and "
+        "Iceberg folders are refused on a cluster without it",
+    )
+    parser.add_argument(
         "--explain", action="store_true", help="print the next batch's plan; import nothing"
     )
     parser.add_argument(
@@ -193,7 +208,18 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         schema_registry=args.schema_registry,
         key_fields=tuple(f.strip() for f in args.key_field.split(",")) if args.key_field else (),
         retry_seconds=args.retry_seconds,
+        spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
+        shared_disk=args.shared_disk,
     )
+
+
+def spark_setting(text: str) -> tuple[str, str]:
+    from lagless.exceptions import BadInput
+
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip().startswith("spark."):
+        raise BadInput(f"--spark-conf {text!r} is not KEY=VALUE with a key starting spark.")
+    return key.strip(), value
 
 
 def handle(args: argparse.Namespace) -> int:

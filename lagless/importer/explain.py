@@ -7,27 +7,28 @@ import re
 from typing import Any
 
 from lagless.importer.checkpoint import last_end_offsets
+from lagless.importer.cluster import master_url
 from lagless.importer.spec import ImportSpec, check, slots_for
 from lagless.source import to_json_offsets
 from lagless.source.datasource import KafkaStreamReader, RangePartition
 from lagless.source.options import SourceOptions
 
 
-def default_slots(master: str | None) -> int:
+def default_slots(master: str | None, conf: dict[str, str]) -> int:
     """Slots as a run would plan them, without starting Spark for a local master."""
-    master = master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]")
+    master = master_url(master)
     local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
     if local:
         cores = local.group(1)
         return slots_for(os.cpu_count() or 1 if cores in (None, "*") else int(cores))
     from lagless.importer.spark import parallelism, spark_session
 
-    return slots_for(parallelism(spark_session(master)))
+    return slots_for(parallelism(spark_session(master, conf=conf)))
 
 
 def explain(spec: ImportSpec) -> dict[str, Any]:
     checked = check(spec)
-    slots = spec.slots or default_slots(spec.master)
+    slots = spec.slots or default_slots(spec.master, dict(spec.spark_conf))
     with checked.sink, checked.reader:
         # As a run would: nothing the table holds already is planned (sinks/ledger.py).
         held = checked.sink.ledger(checked.target, checked.partitions)

@@ -64,7 +64,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             write_fit(spec.checkpoint, checked.fit)
         warm_up = None
         if spark is None:
-            spark = spark_session(spec.master)
+            spark = spark_session(spec.master, conf=dict(spec.spark_conf))
             if not is_remote(spark):  # a Connect server's workers are started already
                 warm_up = WarmUp(spark, _task_modules(spec))
                 opened.callback(warm_up.join)

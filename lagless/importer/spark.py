@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.first_line import first_line
+from lagless.importer.cluster import master_url
 from lagless.logs import child_output_to_log, log_file, spark_log_level
+from lagless.source.worker_python import ARCHIVES, EXECUTOR_PYTHON, archive_alias
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,7 +52,7 @@ CONNECT_SCHEME = "sc://"
 
 def is_connect(master: str | None) -> bool:
     """`sc://host:port`: a Spark Connect server runs the import (importer/connect_writer.py)."""
-    return (master or os.environ.get("LAGLESS_SPARK_MASTER", "")).startswith(CONNECT_SCHEME)
+    return master_url(master).startswith(CONNECT_SCHEME)
 
 
 def is_remote(spark: SparkSession) -> bool:
@@ -63,13 +65,20 @@ def spark_session(
     parallelism: int | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A session on `master` (default: LAGLESS_SPARK_MASTER, else local[*]); `conf` is set
-    after lagless's own settings, so it may override them."""
-    master = master or os.environ.get("LAGLESS_SPARK_MASTER")
+    """A session on `master` (cluster.master_url): a Spark Connect session for sc://; `conf`
+    is set after lagless's own settings, so it may override them."""
+    master = master_url(master)
     if is_connect(master):
-        assert master is not None
         return connect_session(master)
     require_java()
+    conf = dict(conf or {})
+    shipped = os.environ.get("PYSPARK_PYTHON")
+    if shipped and archive_alias(shipped, conf.get(ARCHIVES)) is not None:
+        # Spark's recipe for a packed environment (PYSPARK_PYTHON=./env/bin/python): that
+        # Python exists only in each executor's folder. Their tasks get it this way; the
+        # Python processes Spark starts on the driver (the source's planning) run this one.
+        conf.setdefault(EXECUTOR_PYTHON, shipped)
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     # Workers must run this interpreter, or they miss lagless and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -80,7 +89,7 @@ def spark_session(
 
     builder = (
         SparkSession.builder.appName("lagless")
-        .master(master or os.environ.get("LAGLESS_SPARK_MASTER", "local[*]"))
+        .master(master)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", os.environ.get("LAGLESS_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "false")
@@ -92,7 +101,7 @@ def spark_session(
     )
     if parallelism:
         builder = builder.config("spark.default.parallelism", str(parallelism))
-    for key, value in (conf or {}).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     with child_output_to_log(), _no_python_data_source_lookup():
         spark = builder.getOrCreate()

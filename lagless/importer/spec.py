@@ -11,6 +11,7 @@ from typing import Literal
 
 from lagless.exceptions import BadInput
 from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
+from lagless.importer.cluster import check_tasks_reach_store, master_url
 from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka import Offsets
@@ -72,6 +73,10 @@ class ImportSpec:
     key_fields: tuple[str, ...] = ()
     # How long a broker or database that is away is waited for (lagless/retry.py).
     retry_seconds: float = DEFAULT_RETRY_S
+    # Spark settings (--spark-conf), set after lagless's own: spark.archives ships lagless.
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    # The executors see the driver's filesystem at the same paths (--shared-disk).
+    shared_disk: bool = False
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         if self.table is None and len(self.topics) != 1:
@@ -175,6 +180,14 @@ def check(spec: ImportSpec) -> Checked:
         raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     table = spec.target().table  # the table name, before anything is asked of the broker
     sink = sink_from_url(spec.sink_url)
+    # Before the broker is asked anything: where the tasks write does not depend on the log.
+    check_tasks_reach_store(
+        master_url(spec.master),
+        spec.shared_disk,
+        sink,
+        spec.target(),
+        spec.executor_writer() is not None,
+    )
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     fit = Fit.of(spec.topics, sink.identity, table, spec.write, spec.value_format, spec.key_fields)
     new_fit = check_fit(spec.checkpoint, fit)

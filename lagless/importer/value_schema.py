@@ -90,7 +90,7 @@ def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructT
     assert text is not None
     if text.startswith("@"):
         text = _read_file(text[1:], "--value-schema")
-    spark = spark_session(spec.master)
+    spark = spark_session(spec.master, conf=dict(spec.spark_conf))
     if text == INFER:
         if is_remote(spark):
             raise BadInput(

@@ -170,7 +170,8 @@ class Sink(ABC):
     """A store the importer writes to, each batch's rows coming through Spark (the DataFrame
     foreachBatch hands over). The importer calls, in this order:
 
-    1. `table_name`, `identity`: while the import is specified, before anything is opened;
+    1. `table_name`, `identity`, `driver_folder_for_tasks`: while the import is specified,
+       before anything is opened;
     2. `check`: before anything is written anywhere;
     3. `prepare`: once every check passed;
     4. `ledger`: once, before the first batch: where each partition resumes;
@@ -236,6 +237,17 @@ class Sink(ABC):
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int | None:
         """Per batch, from write's before_commit, only when some record was rejected: store
         them (DEAD_LETTER_COLUMNS) idempotently."""
+
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Before anything is written: the folder of the driver's filesystem that Spark's tasks
+        write files into for target (tasks_write: the source's tasks write the records
+        themselves, TaskWrittenSink.executor_writer); None: they write nowhere on the driver's
+        disk (a database over the network). On a cluster whose executors do not see the
+        driver's disk, such a store is refused up front (importer/cluster.py)."""
+        return None
+
+    # What the refusal suggests instead, beside --shared-disk.
+    without_shared_disk: ClassVar[str] = "import into PostgreSQL or a table on S3"
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Last in the lifecycle, also when the import fails: release connections."""

@@ -54,6 +54,20 @@ def orders_broker():  # type: ignore[no-untyped-def]
         ({"--kafka-option": "novalue"}, "is not KEY=VALUE"),
         ({"--dead-letter-topic": "nowhere"}, "topic 'nowhere' does not exist"),
         ({"--dead-letter-topic": "orders"}, "--dead-letter-topic 'orders' is being imported"),
+        ({"--spark-conf": "archives=x.tar.gz"}, "is not KEY=VALUE with a key starting spark."),
+        # A cluster master, nothing listening: refused before Spark or the broker is asked.
+        *(
+            ({"--master": "spark://127.0.0.1:1", "--sink": sink}, says)
+            for sink, says in [
+                ("sqlite:///{tmp}/db.sqlite", "?write_from=driver to the sink URL, or pass"),
+                ("parquet:///{tmp}/lake", "which the executors of --master spark://127.0.0.1:1"),
+                ("delta:///{tmp}/lake", "pass --shared-disk if every executor sees"),
+                (
+                    "iceberg:///{tmp}/lake",
+                    "may not see; import into PostgreSQL or a table on S3, or pass",
+                ),
+            ]
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(orders_broker, tmp_path, over, says):

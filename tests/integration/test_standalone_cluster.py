@@ -3,6 +3,17 @@
 The cluster is started through pyspark's own `spark-class`, and the import runs as a
 `lagless import --master spark://...` subprocess: this test process already holds the local
 session of the other Spark tests, and a JVM has one SparkContext.
+
+Two clusters. `cluster` shares everything with the driver (its disk, its Python: the workers
+run this venv's python, lagless installed), as workers on the driver's machine would.
+`isolated_cluster` is as close to workers on other machines as one machine gets: the workers
+and their executors run as another user (nobody) in work folders of their own, so no path the
+driver wrote (under pytest's tmp_path, mode 0700: the checkpoint, the driver's temp files) is
+readable by them, and their Python is a packed environment shipped through spark.archives
+(tests/harness/executor_env.py, the README's recipe) over Spark's own file server, unpacked
+into each executor's folder. What one machine cannot give: another kernel, another network
+(everything is on loopback), or a Spark install of the workers' own (they run this venv's
+pyspark, which on a real cluster each worker machine has).
 """
 
 from __future__ import annotations
@@ -10,13 +21,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +44,9 @@ from lagless.gen import explicit, produce_profile
 from lagless.gen.produce import ProducedSummary
 from lagless.kafka.config import KafkaConfig
 from lagless.sinks.postgresql import TASK_APPLICATION
+from tests.harness.executor_env import ALIAS, build_executor_env
 from tests.harness.postgres import PostgresServer
+from tests.integration.test_crash_safety import stored
 
 pytestmark = pytest.mark.spark
 
@@ -38,7 +54,11 @@ SPARK_HOME = Path(pyspark.__file__).parent
 PYTHON = sys.executable
 WORKERS = 2
 STARTUP_TIMEOUT_S = 90.0
-IMPORT_TIMEOUT_S = 240.0  # a loaded 2-core machine took 90 s
+IMPORT_TIMEOUT_S = 300.0  # a loaded 2-core machine took 90 s; unpacking the archive adds
+# The executors' user on `isolated_cluster`: not the driver's (root), so it cannot read
+# what the driver wrote under tmp_path.
+NOBODY = 65534
+AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
 
 
 @dataclass
@@ -47,6 +67,9 @@ class Cluster:
     web_url: str
     worker_dirs: list[Path]
     logs: Path
+    # What `lagless import` adds to its command and environment for this cluster.
+    import_options: list[str] = field(default_factory=list)
+    import_env: dict[str, str] = field(default_factory=dict)
 
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as response:
@@ -74,11 +97,13 @@ def spark_env(tmp: Path) -> dict[str, str]:
     }
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    args: list[str], env: dict[str, str], log: Path, as_user: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """`spark-class` in its own process group, so teardown reaches the JVM it execs."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            [*as_user, str(SPARK_HOME / "bin" / "spark-class"), *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -140,8 +165,13 @@ def wait_for_master(log: Path, master: subprocess.Popen[bytes]) -> tuple[str, st
     raise AssertionError(f"the master did not start\n{log.read_text(errors='replace')[-3000:]}")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@contextmanager
+def running_cluster(
+    tmp_path: Path,
+    worker_root: Path,
+    as_user: tuple[str, ...] = (),
+    worker_env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
     logs = tmp_path / "spark-logs"
     logs.mkdir()
     env = spark_env(logs)
@@ -153,11 +183,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             logs / "master.log",
         )
     ]
-    worker_dirs = [tmp_path / f"worker-{n}" for n in range(WORKERS)]
+    worker_dirs = [worker_root / f"worker-{n}" for n in range(WORKERS)]
     try:
         master_url, web_url = wait_for_master(logs / "master.log", started[0])
         for n, work_dir in enumerate(worker_dirs):
             work_dir.mkdir()
+            if as_user:
+                os.chown(work_dir, NOBODY, NOBODY)
             started.append(
                 spawn(
                     [
@@ -166,8 +198,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                         *("--cores", "1", "--memory", "1g", "--work-dir", str(work_dir)),
                         master_url,
                     ],
-                    {**env, "SPARK_WORKER_DIR": str(work_dir)},
+                    {**env, **(worker_env or {}), "SPARK_WORKER_DIR": str(work_dir)},
                     logs / f"worker-{n}.log",
+                    as_user,
                 )
             )
         running = Cluster(master_url, web_url, worker_dirs, logs)
@@ -176,6 +209,45 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         for process in reversed(started):
             stop(process)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Workers that share the driver's disk and Python."""
+    with running_cluster(tmp_path, tmp_path) as running:
+        running.import_options = ["--shared-disk"]
+        yield running
+
+
+@pytest.fixture(scope="session")
+def executor_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packed environment the isolated cluster's executors run (built once per session:
+    about 40 s here, most of it pip installing from its cache)."""
+    return build_executor_env(tmp_path_factory.mktemp("executor-env"))
+
+
+@pytest.fixture
+def isolated_cluster(tmp_path: Path, executor_env: Path) -> Iterator[Cluster]:
+    """Workers that share neither the driver's disk nor its Python (see the module's doc)."""
+    assert os.geteuid() == 0, "the workers run as nobody: the test runs as root (CI does)"
+    # Outside tmp_path, whose 0700 parent keeps nobody out; the executors' folders are theirs.
+    worker_root = Path(tempfile.mkdtemp(prefix="lagless-workers-"))
+    worker_root.chmod(0o755)
+    home = worker_root / "home"
+    home.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    try:
+        with running_cluster(
+            tmp_path, worker_root, AS_NOBODY, {"HOME": str(home), "SPARK_CONF_DIR": str(home)}
+        ) as running:
+            running.import_options = [
+                "--spark-conf",
+                f"spark.archives={executor_env}#{ALIAS}",
+            ]
+            running.import_env = {"PYSPARK_PYTHON": f"./{ALIAS}/bin/python"}
+            yield running
+    finally:
+        shutil.rmtree(worker_root, ignore_errors=True)
 
 
 def import_on_cluster(
@@ -192,9 +264,14 @@ def import_on_cluster(
                 *("--bootstrap", broker.bootstrap, "--topic", topic),
                 *("--sink", sink_url, "--checkpoint", str(tmp_path / "ckpt")),
                 *options,
+                *cluster.import_options,
                 "--json",
             ],
-            env=spark_env(cluster.logs),
+            env={
+                **spark_env(cluster.logs),
+                **cluster.import_env,
+                "LAGLESS_LOG_FILE": str(tmp_path / "lagless.log"),
+            },
             capture_output=True,
             text=True,
             timeout=IMPORT_TIMEOUT_S,
@@ -235,6 +312,7 @@ def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
     ran_on_both_workers(cluster)
 
 
+@pytest.mark.matrix  # the isolated cluster's PostgreSQL case covers this in the default run
 def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every_record_once(
     cluster: Cluster, tmp_path: Path, postgres: PostgresServer
 ) -> None:
@@ -271,3 +349,70 @@ def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every
     task_sessions = logged.count(f"application_name={TASK_APPLICATION}")
     assert task_sessions >= summary["batches"] >= 4, logged[-3000:]
     ran_on_both_workers(cluster)
+
+
+@dataclass(frozen=True)
+class Store:
+    """A store the isolated cluster imports into: the fixtures it needs (its server) and its
+    sink URL; its rows are read back by the store's own reader (test_crash_safety.stored)."""
+
+    fixtures: tuple[str, ...]
+    url: Callable[[dict[str, Any], Path], str]
+
+
+def on_s3(kind: str) -> pytest.ParameterSet:
+    """A table on the `s3_env` server (SeaweedFS), whose AWS variables the import's driver gets
+    and the workers, started before, do not: the tasks' access travels with the job."""
+
+    def url(servers: dict[str, Any], tmp_path: Path) -> str:
+        found = servers["s3_env"].url(kind, f"cluster-{tmp_path.name}")
+        return f"{found}?catalog={tmp_path}/catalog.db" if kind == "iceberg" else found
+
+    return pytest.param(Store(("s3_env",), url), id=f"{kind}+s3", marks=pytest.mark.matrix)
+
+
+# Stores the executors reach without the driver's disk; adding one is one entry here.
+STORES_WITHOUT_THE_DRIVERS_DISK = [
+    pytest.param(Store(("postgres",), lambda servers, _: servers["postgres"].url), id="postgresql"),
+    on_s3("parquet"),
+    on_s3("delta"),
+    on_s3("iceberg"),
+]
+
+
+def executors_lagless(log: Path) -> list[str]:
+    """Where the executors' Python imported lagless from, as lagless's driver logged it
+    (source/worker_python.py asks them before the import starts)."""
+    found = re.findall(r"imports lagless from (.+)$", log.read_text(errors="replace"), re.M)
+    assert len(found) == 1, log.read_text(errors="replace")[-3000:]
+    return found[0].split(", ")
+
+
+@pytest.mark.parametrize("store", STORES_WITHOUT_THE_DRIVERS_DISK)
+def test_a_cluster_without_the_drivers_disk_or_lagless_imports_every_record_once(
+    isolated_cluster: Cluster, tmp_path: Path, store: Store, request: pytest.FixtureRequest
+) -> None:
+    servers = {name: request.getfixturevalue(name) for name in store.fixtures}
+    topic = "isolated_" + re.sub(r"\W", "_", request.node.callspec.id)
+    sink_url = store.url(servers, tmp_path)
+    produced, summary = import_on_cluster(
+        isolated_cluster,
+        topic,
+        sink_url,
+        tmp_path,
+        "--max-records-per-batch",
+        "1000",
+    )
+
+    assert summary["records"] == produced.records
+    every_record_once(produced, stored(sink_url, topic, ("partition", "offset")))
+    ran_on_both_workers(isolated_cluster)
+    # The executors ran lagless from the archive Spark unpacked into their own folders, not
+    # from this source tree or this venv...
+    places = executors_lagless(tmp_path / "lagless.log")
+    for place in places:
+        inside = [d for d in isolated_cluster.worker_dirs if Path(place).is_relative_to(d)]
+        assert inside and f"/{ALIAS}/lib/" in place, place
+    # ...and, as another user, could not have read what the driver wrote.
+    unreadable = subprocess.run([*AS_NOBODY, "test", "-r", str(tmp_path / "ckpt")])
+    assert unreadable.returncode == 1

@@ -114,6 +114,11 @@ class DeltaSink(TaskWrittenSink):
         columns of the rows it receives."""
         self.storage.makedirs(self.location)
 
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
         staging = self._staging(target, target.table)

@@ -178,6 +178,11 @@ class IcebergSink(TaskWrittenSink):
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
 
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write the files into the target's staging folder."""
         staging = self._staging(target, target.table)

@@ -124,6 +124,11 @@ class ParquetSink(TaskWrittenSink):
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         config, secret = staged.task_config(self._staging(target), self.storage.task_access)
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)

@@ -90,6 +90,12 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             return super().transported(name, data_type).cast("string").alias(name)
         return super().transported(name, data_type)
 
+    without_shared_disk = "add ?write_from=driver to the sink URL"
+
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """The tasks stage raw appends beside the database file, which the driver reads."""
+        return self._staging(target) if tasks_write else None
+
     def executor_writer(self, target: Target) -> TaskWriter | None:
         """Raw appends: the source's tasks write Arrow files into the staging folder."""
         if self.write_from == "driver":
