@@ -21,7 +21,6 @@ TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,21 +29,17 @@ import pyarrow.parquet as pq
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
+from lagless.sinks import staged_parquet as staged
 from lagless.sinks.base import (
     TOMBSTONE,
     Target,
-    TaskWriter,
-    TaskWrittenSink,
     WriteMode,
     check_writable_path,
 )
+from lagless.sinks.folder_table import FolderTableSink
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
-from lagless.sinks.parquet import staged
-from lagless.sinks.s3 import S3Url, is_s3, parse_s3
 from lagless.sinks.sql import newer
-from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
-from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -61,24 +56,8 @@ def _mode_description(mode: WriteMode) -> str:
     return f"lagless --write {mode}"
 
 
-class DeltaSink(TaskWrittenSink):
+class DeltaSink(FolderTableSink):
     scheme = "delta"
-
-    def __init__(self, url: str, location: str, s3: S3Url | None = None) -> None:
-        super().__init__(url, location)
-        self.s3 = s3
-        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
-
-    @classmethod
-    def from_url(cls, url: str) -> DeltaSink:
-        if is_s3(url):
-            s3 = parse_s3(url, cls.scheme)
-            return cls(url, s3.root, s3)
-        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
-
-    @property
-    def identity(self) -> str:
-        return self.s3.shown if self.s3 else super().identity
 
     def check(self, target: Target) -> None:
         """Before anything is written: the folder can be written and each table that exists is
@@ -113,21 +92,6 @@ class DeltaSink(TaskWrittenSink):
         """Before the first batch: the folder. A table is created by its first batch, in the
         columns of the rows it receives."""
         self.storage.makedirs(self.location)
-
-    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder: on the driver's disk
-        unless the table is on S3."""
-        return None if self.s3 else os.path.abspath(self.location)
-
-    def executor_writer(self, target: Target) -> TaskWriter | None:
-        """Raw appends: the source's tasks write the files into the target's staging folder."""
-        staging = self._staging(target, target.table)
-        config, secret = staged.task_config(staging, self.storage.task_access)
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
-
-    def discard_staged(self, target: Target) -> None:
-        """Before a batch's tasks run (executorWriter): drop what a crashed attempt staged."""
-        self.storage.remove_tree(self._staging(target, target.table))
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         from deltalake import DeltaTable
@@ -176,12 +140,6 @@ class DeltaSink(TaskWrittenSink):
         if target.mode == "upsert":
             tables.append((target.tombstone_table, "upsert"))
         return tables
-
-    def _staging(self, target: Target, table: str) -> str:
-        # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
-        # two imports may feed one table at once.
-        location = self.location if self.s3 else os.path.abspath(self.location)
-        return self.storage.join(location, table, staged.STAGING, target.run_id)
 
     def _append(self, table: str, files: list[str], batch: Batch) -> None:
         """Move the batch's files beside the table's and add them, with the batch's ranges, in

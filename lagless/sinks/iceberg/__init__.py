@@ -41,19 +41,16 @@ from lagless.sinks.base import (
     DEAD_LETTER_COLUMNS,
     TOMBSTONE,
     Target,
-    TaskWriter,
-    TaskWrittenSink,
     WriteMode,
     check_identifier,
     check_writable_path,
 )
+from lagless.sinks.folder_table import FolderTableSink
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
 from lagless.sinks.iceberg.summary import held_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
-from lagless.sinks.parquet import staged
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
-from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
@@ -99,15 +96,13 @@ def identifier(table: str) -> tuple[str, str]:
     return (namespace or NAMESPACE, name)
 
 
-class IcebergSink(TaskWrittenSink):
+class IcebergSink(FolderTableSink):
     scheme = "iceberg"
 
     def __init__(
         self, url: str, location: str, s3: S3Url | None = None, catalog: str | None = None
     ) -> None:
-        super().__init__(url, location)
-        self.s3 = s3
-        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
+        super().__init__(url, location, s3)
         # The SQL catalog's SQLite file: in the warehouse, or on the driver for one on S3.
         self.catalog_file = catalog or os.path.join(location, CATALOG_FILE)
         self._opened: SqlCatalog | None = None
@@ -177,20 +172,6 @@ class IcebergSink(TaskWrittenSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
-
-    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder: on the driver's disk
-        unless the table is on S3."""
-        return None if self.s3 else os.path.abspath(self.location)
-
-    def executor_writer(self, target: Target) -> TaskWriter | None:
-        """Raw appends: the source's tasks write the files into the target's staging folder."""
-        staging = self._staging(target, target.table)
-        config, secret = staged.task_config(staging, self.storage.task_access)
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
-
-    def discard_staged(self, target: Target) -> None:
-        self.storage.remove_tree(self._staging(target, target.table))
 
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
@@ -315,10 +296,8 @@ class IcebergSink(TaskWrittenSink):
             tables.append((target.tombstone_table, "upsert", graves))
         return tables
 
-    def _staging(self, target: Target, table: str) -> str:
-        # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
-        # two imports may feed one table at once.
-        return self.storage.join(self.location, *identifier(table), staged.STAGING, target.run_id)
+    def _table_folder(self, table: str) -> tuple[str, ...]:
+        return identifier(table)
 
     def _stage(self, rows: DataFrame, target: Target, table: str) -> list[str]:
         staging = self._staging(target, table)

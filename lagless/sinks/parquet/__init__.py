@@ -3,7 +3,7 @@
 Each micro-batch goes to its own folder `<dir>/<table>/batch=<digest>`, the digest of the
 offset ranges it holds, listed in the folder's `_ranges.json` (dead letters to
 `<dir>/<table>_dlq/batch=<digest>`). Raw values are written by the Kafka source's tasks
-themselves (staged.py): the files wait under `<table>/_staging/<run>`. Other rows are written
+themselves (sinks/staged_parquet.py): the files wait under `<table>/_staging/<run>`. Other rows are written
 by Spark into `<table>/_batch=<digest>.partial`. Either way the driver makes the batch visible
 by renaming one folder, files and ranges together, into place, so a reader listing the folder
 never sees part of a batch (names starting with `_` are hidden from pyarrow and Spark).
@@ -37,16 +37,12 @@ from lagless.failpoints import failpoint
 from lagless.sinks.base import (
     DEAD_LETTER_COLUMNS,
     Target,
-    TaskWriter,
-    TaskWrittenSink,
     check_writable_path,
 )
+from lagless.sinks.folder_table import FolderTableSink
 from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
-from lagless.sinks.parquet import staged
-from lagless.sinks.s3 import S3Url, is_s3, parse_s3
 from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
-from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,24 +63,8 @@ def _no_op() -> None:
 LOCK = "_lagless.lock"
 
 
-class ParquetSink(TaskWrittenSink):
+class ParquetSink(FolderTableSink):
     scheme = "parquet"
-
-    def __init__(self, url: str, location: str, s3: S3Url | None = None) -> None:
-        super().__init__(url, location)
-        self.s3 = s3
-        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
-
-    @classmethod
-    def from_url(cls, url: str) -> ParquetSink:
-        if is_s3(url):
-            s3 = parse_s3(url, cls.scheme)
-            return cls(url, s3.root, s3)
-        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
-
-    @property
-    def identity(self) -> str:
-        return self.s3.shown if self.s3 else super().identity
 
     def check(self, target: Target) -> None:
         if target.mode != "append":
@@ -124,18 +104,6 @@ class ParquetSink(TaskWrittenSink):
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
-    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
-        """Tasks stage every batch's files under the table's folder: on the driver's disk
-        unless the table is on S3."""
-        return None if self.s3 else os.path.abspath(self.location)
-
-    def executor_writer(self, target: Target) -> TaskWriter | None:
-        config, secret = staged.task_config(self._staging(target), self.storage.task_access)
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
-
-    def discard_staged(self, target: Target) -> None:
-        self.storage.remove_tree(self._staging(target))
-
     def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(receipts.column("file").to_pylist()))
@@ -149,12 +117,6 @@ class ParquetSink(TaskWrittenSink):
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
         _make_visible(table, batch)
-
-    def _staging(self, target: Target, table: str | None = None) -> str:
-        # Absolute: a task on a standalone worker runs in a folder of its own. One per import:
-        # two imports may feed one table at once.
-        location = self.location if self.s3 else os.path.abspath(self.location)
-        return self.storage.join(location, table or target.table, staged.STAGING, target.run_id)
 
     def _write(
         self,

@@ -1,9 +1,10 @@
-"""Parquet files written by the Kafka source's tasks themselves (its executorWriter option).
+"""Parquet files written by the Kafka source's tasks themselves (its executorWriter option),
+for the stores kept as folders (folder_table.py: Parquet, Delta, Iceberg).
 
 A task writes one file for its pieces into `<table>/_staging` (task_files.StagedFiles): a
 retried or replayed task replaces it with the same records. Nothing under `_staging` is visible
-to readers (pyarrow and Spark skip names that start with `_`); ParquetSink.commit_staged moves
-a batch's files into `batch=<digest>` at once.
+to readers (pyarrow and Spark skip names that start with `_`); each store's commit_staged takes
+a batch's files into its table at once.
 
 Runs on executors: imports nothing of lagless but the source's types and task_files.
 """

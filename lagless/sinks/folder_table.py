@@ -1,0 +1,62 @@
+"""What the stores kept as files in a folder share: Parquet, Delta and Iceberg.
+
+A folder on the driver's disk (`parquet:///dir`) or on S3 (`parquet+s3://bucket/prefix`,
+sinks/s3.py), reached through one Storage (sinks/storage.py). The tasks stage a batch's files
+under `<table>/_staging/<run>` (one folder per import: two imports may feed one table at once)
+and the driver commits them; how it commits is each store's own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lagless.sinks import staged_parquet as staged
+from lagless.sinks.base import Target, TaskWriter, TaskWrittenSink
+from lagless.sinks.s3 import S3Url, is_s3, parse_s3
+from lagless.sinks.storage import LocalStorage, S3Storage, Storage
+from lagless.sinks.url import parse_local
+
+
+class FolderTableSink(TaskWrittenSink):
+    """A TaskWrittenSink whose tables are folders: the URL, the storage, and the staging the
+    source's tasks write raw appends into. The rest of the lifecycle is the store's."""
+
+    def __init__(self, url: str, location: str, s3: S3Url | None = None) -> None:
+        super().__init__(url, location)
+        self.s3 = s3
+        self.storage: Storage = S3Storage(s3) if s3 else LocalStorage()
+
+    @classmethod
+    def from_url(cls, url: str) -> FolderTableSink:
+        if is_s3(url):
+            s3 = parse_s3(url, cls.scheme)
+            return cls(url, s3.root, s3)
+        return cls(url, os.path.abspath(parse_local(url, cls.scheme).path))
+
+    @property
+    def identity(self) -> str:
+        return self.s3.shown if self.s3 else super().identity
+
+    def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
+        """Tasks stage every batch's files under the table's folder: on the driver's disk
+        unless the table is on S3."""
+        return None if self.s3 else os.path.abspath(self.location)
+
+    def executor_writer(self, target: Target) -> TaskWriter | None:
+        """Raw appends: the source's tasks write the files into the target's staging folder."""
+        config, secret = staged.task_config(self._staging(target), self.storage.task_access)
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
+
+    def discard_staged(self, target: Target) -> None:
+        """Before a batch's tasks run: drop what a crashed attempt staged."""
+        self.storage.remove_tree(self._staging(target))
+
+    def _staging(self, target: Target, table: str | None = None) -> str:
+        # Absolute: a task on a standalone worker runs in a folder of its own.
+        location = self.location if self.s3 else os.path.abspath(self.location)
+        folder = self._table_folder(table or target.table)
+        return self.storage.join(location, *folder, staged.STAGING, target.run_id)
+
+    def _table_folder(self, table: str) -> tuple[str, ...]:
+        """A table's folder under the location, as path parts."""
+        return (table,)
