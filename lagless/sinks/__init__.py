@@ -15,10 +15,13 @@ ON_S3 = ("parquet", "delta", "iceberg")
 def sink_from_url(url: str) -> Sink:
     """sqlite:///path.db, parquet:///dir, delta:///dir, iceberg:///dir,
     postgresql://user@host:port/db (read by sinks/url.py); parquet+s3://bucket/prefix,
-    delta+s3://..., iceberg+s3://... (sinks/s3.py). Touches nothing."""
+    delta+s3://..., iceberg+s3://... (sinks/s3.py); iceberg+rest://host:port/warehouse
+    (sinks/iceberg/rest.py). Touches nothing."""
     scheme = urlsplit(url).scheme
     if scheme.removesuffix("+s3") in ON_S3:
         scheme = scheme.removesuffix("+s3")
+    if scheme == "iceberg+rest":
+        scheme = "iceberg"
     if scheme == "sqlite":
         from lagless.sinks.sqlite import SqliteSink
 

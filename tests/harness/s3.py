@@ -6,6 +6,7 @@
         s3.env()                            # AWS_* variables for a client (lagless, pyarrow,
                                             # delta-rs, pyiceberg) to reach it
         s3.url("parquet", "some/prefix")    # "parquet+s3://BUCKET/some/prefix"
+        s3.iceberg_rest_url()               # "iceberg+rest://127.0.0.1:PORT/TABLE_BUCKET?tls=false"
 
 Every port `weed mini` opens (master, volume, filer, S3, their gRPC ports, the Iceberg REST
 catalog, the admin server) is a free one, so two test runs coexist; the Lance, WebDAV and
@@ -75,6 +76,8 @@ class SeaweedS3:
     s3_port: int
     iceberg_port: int
     bucket: str = "lagless"
+    # An S3 table bucket: the Iceberg REST catalog's warehouse.
+    table_bucket: str = "lagless-tables"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -95,6 +98,10 @@ class SeaweedS3:
             "AWS_REGION": REGION,
             "AWS_ALLOW_HTTP": "true",
         }
+
+    def iceberg_rest_url(self) -> str:
+        """A lagless sink URL for the REST catalog's warehouse (the table bucket)."""
+        return f"iceberg+rest://127.0.0.1:{self.iceberg_port}/{self.table_bucket}?tls=false"
 
     def url(self, store: str, prefix: str) -> str:
         """A lagless sink URL for a table folder under this bucket."""
@@ -133,6 +140,7 @@ class SeaweedS3:
             # As AWS: a missing bucket is an error, not made by the first upload.
             "-s3.autoCreateBucket=false",
             f"-bucket={bucket}",
+            f"-tableBucket={server.table_bucket}",
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         with open(os.path.join(folder, "weed.log"), "wb") as log:

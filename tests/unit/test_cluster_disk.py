@@ -83,6 +83,7 @@ def test_spark_settings_are_key_value_pairs() -> None:
         "parquet+s3://bucket/lake",
         "delta+s3://bucket/lake",
         "iceberg+s3://bucket/warehouse?catalog=/tmp/catalog.db",  # the catalog: the driver's
+        "iceberg+rest://catalog:8181/warehouse",
     ],
 )
 def test_tables_on_s3_are_written_from_any_cluster(url: str) -> None:

@@ -82,3 +82,36 @@ def test_a_url_that_cannot_work_is_refused_before_anything_is_touched(
     with pytest.raises(BadInput, match=re.escape(message)) as refused:
         sink_from_url(url)
     assert "secret" not in str(refused.value).replace("AWS_SECRET_ACCESS_KEY", "")
+
+
+def test_a_rest_catalog_s_url_names_its_address_warehouse_and_bucket(aws: None) -> None:
+    sink = sink_from_url("iceberg+rest://catalog.example:8181/tables?tls=false")
+    rest = sink.rest  # type: ignore[attr-defined]
+    assert (rest.uri, rest.warehouse, sink.identity) == (
+        "http://catalog.example:8181",
+        "tables",
+        "iceberg+rest://catalog.example:8181/tables",
+    )
+    assert (sink.location, sink.s3.access.endpoint) == (  # type: ignore[attr-defined]
+        "s3://tables",
+        "http://127.0.0.1:8333",
+    )
+    assert sink_from_url("iceberg+rest://c:1/w").rest.uri == "https://c:1"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("iceberg+rest://key:secret@c:8181/w", "credentials go in AWS_ACCESS_KEY_ID"),
+        ("iceberg+rest://c:8181/w?catalog=x", "unknown option 'catalog'"),
+        ("iceberg+rest://c:8181/w?tls=maybe", "tls is true or false"),
+        ("iceberg+rest://c:8181/", "expected iceberg+rest://HOST:PORT/WAREHOUSE"),
+        ("iceberg+rest://c:8181/w/sub", "expected iceberg+rest://HOST:PORT/WAREHOUSE"),
+    ],
+)
+def test_a_rest_catalog_url_that_cannot_work_is_refused_before_anything_is_touched(
+    aws: None, url: str, message: str
+) -> None:
+    with pytest.raises(BadInput, match=re.escape(message)) as refused:
+        sink_from_url(url)
+    assert "secret" not in str(refused.value).replace("AWS_SECRET_ACCESS_KEY", "")

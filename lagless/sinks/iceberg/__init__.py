@@ -5,7 +5,8 @@ batch's files to the table in one Iceberg commit.
 catalog name `lagless`), tables `default.<table>` at `<dir>/default/<table>` (`--table ns.name`
 picks another namespace). `iceberg+s3://bucket/warehouse?catalog=PATH` is a warehouse on S3
 (sinks/s3.py) whose SQL catalog is the SQLite file PATH on the driver (it is where commits
-are decided, so it needs no shared disk); `<table>_dlq` (dead letters) and, in upsert mode,
+are decided, so it needs no shared disk). `iceberg+rest://HOST:PORT/WAREHOUSE` is a REST
+catalog's warehouse, its tables on S3 (rest.py). `<table>_dlq` (dead letters) and, in upsert mode,
 `<table>_tombstones` beside it. Tasks write into `<table>/_staging/<run>` (raw appends through
 the source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves
 the files into the table's `data` folder and adds them as they are (add_files reads only their
@@ -48,6 +49,8 @@ from lagless.sinks.base import (
 from lagless.sinks.folder_table import FolderTableSink
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
+from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
+from lagless.sinks.iceberg.rest import errors as rest_errors
 from lagless.sinks.iceberg.summary import held_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
@@ -55,7 +58,7 @@ from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
@@ -100,15 +103,25 @@ class IcebergSink(FolderTableSink):
     scheme = "iceberg"
 
     def __init__(
-        self, url: str, location: str, s3: S3Url | None = None, catalog: str | None = None
+        self,
+        url: str,
+        location: str,
+        s3: S3Url | None = None,
+        catalog: str | None = None,
+        rest: RestUrl | None = None,
     ) -> None:
         super().__init__(url, location, s3)
         # The SQL catalog's SQLite file: in the warehouse, or on the driver for one on S3.
         self.catalog_file = catalog or os.path.join(location, CATALOG_FILE)
-        self._opened: SqlCatalog | None = None
+        # Else a REST catalog's.
+        self.rest = rest
+        self._opened: Catalog | None = None
 
     @classmethod
     def from_url(cls, url: str) -> IcebergSink:
+        if is_rest(url):
+            rest = parse_rest(url)
+            return cls(url, rest.s3.root, rest.s3, rest=rest)
         if is_s3(url):
             s3 = parse_s3(url, cls.scheme, extra_options=("catalog",))
             catalog = dict(s3.options).get("catalog")
@@ -122,6 +135,8 @@ class IcebergSink(FolderTableSink):
 
     @property
     def identity(self) -> str:
+        if self.rest:
+            return self.rest.shown
         if self.s3:
             return f"{self.s3.shown}?catalog={self.catalog_file}"
         return super().identity
@@ -138,10 +153,12 @@ class IcebergSink(FolderTableSink):
         """Before anything is written: the folder can be written, and each table that exists is
         a lagless table of this write mode whose columns the target's schema keeps (it may add
         columns, and widen types as Iceberg allows)."""
-        if self.s3:
+        # A REST catalog's table bucket takes objects only in its tables' folders: no probe at
+        # its root; opening the catalog (below) checks the sign-in.
+        if self.s3 and not self.rest:
             self.storage.check_writable(self.location, "Iceberg warehouse")
             check_writable_path(self.catalog_file, "Iceberg catalog", folder=False)
-        else:
+        elif not self.s3:
             check_writable_path(self.location, "directory", folder=True)
         with self._catalog_errors():
             catalog = self._catalog(create=False)
@@ -155,16 +172,18 @@ class IcebergSink(FolderTableSink):
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
         brought to them (a field the schema added becomes a column); safe to repeat."""
-        os.makedirs(os.path.dirname(self.catalog_file), exist_ok=True)
+        if not self.rest:
+            os.makedirs(os.path.dirname(self.catalog_file), exist_ok=True)
         with self._catalog_errors():
             catalog = self._catalog(create=True)
             assert catalog is not None
             for table, mode, schema in self._tables(target):
                 ident = identifier(table)
                 catalog.create_namespace_if_not_exists(ident[0])
-                catalog.create_table_if_not_exists(
+                made = catalog.create_table_if_not_exists(
                     ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
                 )
+                self._check_location(table, made)
                 self._evolve(table, mode, schema)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
@@ -199,16 +218,21 @@ class IcebergSink(FolderTableSink):
             self._add_files(table, files, batch)
 
     def close(self) -> None:
-        if self._opened is not None:
-            self._opened.engine.dispose()
-            self._opened = None
+        from pyiceberg.catalog.sql import SqlCatalog
 
-    def _catalog(self, *, create: bool) -> SqlCatalog | None:
+        if isinstance(self._opened, SqlCatalog):
+            self._opened.engine.dispose()
+        self._opened = None
+
+    def _catalog(self, *, create: bool) -> Catalog | None:
         """The warehouse's catalog, made if `create`; else None while there is none (then
-        nothing is written, not even an empty catalog file)."""
+        nothing is written, not even an empty catalog file). A REST catalog is always there."""
         from pyiceberg.catalog.sql import SqlCatalog
 
         if self._opened is not None:
+            return self._opened
+        if self.rest:
+            self._opened = open_catalog(self.rest, CATALOG_NAME)
             return self._opened
         path = self.catalog_file
         if not create and not _holds_a_catalog(path):
@@ -236,6 +260,10 @@ class IcebergSink(FolderTableSink):
         a rerun may pass."""
         from sqlalchemy.exc import OperationalError
 
+        if self.rest:
+            with rest_errors(self.rest):
+                yield
+            return
         try:
             yield
         except OperationalError as exc:
@@ -244,7 +272,7 @@ class IcebergSink(FolderTableSink):
                 f"the Iceberg catalog {path!r} could not be read or written: {first_line(exc)}"
             ) from None
 
-    def _load(self, catalog: SqlCatalog, table: str) -> Table | None:
+    def _load(self, catalog: Catalog, table: str) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -273,6 +301,16 @@ class IcebergSink(FolderTableSink):
             f"Iceberg table {table!r} of {self.url}: its schema could not be updated, "
             f"{COMMIT_ATTEMPTS} commits lost to other writers in a row; rerun"
         )
+
+    def _check_location(self, table: str, found: Table) -> None:
+        """The table lies in the warehouse's bucket, where the tasks stage its files (a REST
+        catalog places tables itself)."""
+        location = _local_path(found.location())
+        if self.s3 and not location.startswith(f"s3://{self.s3.bucket}/"):
+            raise BadInput(
+                f"Iceberg table {table!r} of {self.url} lies at {location!r}, outside the "
+                f"bucket {self.s3.bucket!r} the sink stages its files in"
+            )
 
     def _table(self, table: str) -> Table:
         catalog = self._catalog(create=True)
