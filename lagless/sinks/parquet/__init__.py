@@ -3,10 +3,11 @@
 Each micro-batch goes to its own folder `<dir>/<table>/batch=<digest>`, the digest of the
 offset ranges it holds, listed in the folder's `_ranges.json` (dead letters to
 `<dir>/<table>_dlq/batch=<digest>`). Raw values are written by the Kafka source's tasks
-themselves (sinks/staged_parquet.py): the files wait under `<table>/_staging/<run>`. Other
-rows are written by Spark into `<table>/_batch=<digest>.partial`. Either way the driver makes the batch visible
-by renaming one folder, files and ranges together, into place, so a reader listing the folder
-never sees part of a batch (names starting with `_` are hidden from pyarrow and Spark).
+themselves (sinks/staged_parquet.py): the files wait under `<table>/_staging/<run>`. Other rows
+are written by Spark into `<table>/_batch=<digest>.partial`. Either way the driver makes the
+batch visible by renaming one folder, files and ranges together, into place, so a reader
+listing the folder never sees part of a batch (names starting with `_` are hidden from pyarrow
+and Spark).
 
 The folders' `_ranges.json` are the table's ledger (sinks/ledger.py): a batch whose offsets the
 table holds already (a replay, or the same offsets imported again from another checkpoint) is
