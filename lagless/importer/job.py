@@ -60,14 +60,17 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         if held:
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
-        if checked.fit is not None:  # every check passed: the checkpoint is this import's
-            write_fit(spec.checkpoint, checked.fit)
         warm_up = None
         if spark is None:
             spark = spark_session(spec.master, conf=dict(spec.spark_conf))
             if not is_remote(spark):  # a Connect server's workers are started already
                 warm_up = WarmUp(spark, _task_modules(spec))
                 opened.callback(warm_up.join)
+        # Every check passed and Spark answers (a Connect server may not): the checkpoint is
+        # this import's. Not before: a failed start must leave no checkpoint that refuses the
+        # next import's other arguments.
+        if checked.fit is not None:
+            write_fit(spec.checkpoint, checked.fit)
         slots = spec.slots or slots_for(parallelism(spark))
         checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)

@@ -192,6 +192,7 @@ def test_bad_input_over_spark_connect_is_one_line_and_exit_2(
         code, line = one_line_exit([*base, "--master", nobody], tmp_path)
     assert code == 2 and f"the Spark Connect server at {nobody} does not answer" in line, line
     assert not (tmp_path / "out.db").exists()
+    assert not (tmp_path / "ck").exists()  # no checkpoint that would refuse other arguments
 
 
 @pytest.mark.matrix
