@@ -3,8 +3,19 @@
 import importlib
 from types import ModuleType
 
-COMMANDS = ("broker", "gen", "import_", "demo", "lag", "doctor", "serve", "simulate")
+# Command name: its module. A command's module imports what it runs (Spark, pyarrow, matplotlib,
+# database drivers): only the one asked for is imported (main.build_parser).
+COMMANDS = {
+    "broker": "broker",
+    "gen": "gen",
+    "import": "import_",
+    "demo": "demo",
+    "lag": "lag",
+    "doctor": "doctor",
+    "serve": "serve",
+    "simulate": "simulate",
+}
 
 
-def commands() -> list[ModuleType]:
-    return [importlib.import_module(f"lagless.cli.{name}") for name in COMMANDS]
+def command_module(name: str) -> ModuleType:
+    return importlib.import_module(f"lagless.cli.{COMMANDS[name]}")

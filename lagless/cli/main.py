@@ -35,8 +35,11 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"lagless: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from lagless.cli import commands
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command about to run, its subparser only is real, the
+    others are names (a command's module takes up to a second to import: Spark, pandas,
+    matplotlib), so `lagless import` does not wait for `demo`'s imports."""
+    from lagless.cli import COMMANDS, command_module
 
     parser = OneLineParser(
         prog="lagless",
@@ -56,9 +59,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for module in commands():
-        module.register(sub)
+    for name in COMMANDS:
+        if command in (None, name):
+            command_module(name).register(sub)
+        else:
+            sub.add_parser(name)
     return parser
+
+
+def command_in(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is neither an option of lagless's own
+    nor an option's value. None when it names none lagless has (then every command is
+    registered, for the help or the error)."""
+    from lagless.cli import COMMANDS
+
+    options = build_parser(command="")._option_string_actions
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            word = next(words, "")
+        elif word.startswith("-"):
+            option = options.get(word)
+            if option is not None and option.nargs != 0:
+                next(words, None)  # its value
+            continue
+        return word if word in COMMANDS else None
+    return None
 
 
 def exit_code(exc: BaseException) -> int:
@@ -93,11 +119,12 @@ def one_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_in(argv))
     args = parser.parse_args(argv)
     where = logs.configure(args.log_level, args.log_file, args.log_json)
     interrupt_on_sigterm()
-    log.debug("lagless %s", " ".join(sys.argv[1:] if argv is None else argv))
+    log.debug("lagless %s", " ".join(argv))
     try:
         return int(args.func(args) or 0)
     except (Exception, KeyboardInterrupt) as exc:

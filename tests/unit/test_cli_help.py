@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
-from lagless.cli.main import build_parser
+from lagless.cli.main import build_parser, command_in
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -37,3 +39,26 @@ def test_an_option_several_commands_take_says_the_same_everywhere() -> None:
                 helps.setdefault(option, set()).add(action.help)
     shared = ("--bootstrap", "--kafka-option", "--cluster-name", "--retention-warning")
     assert {option: len(helps[option]) for option in shared} == dict.fromkeys(shared, 1)
+
+
+def test_the_command_is_found_past_lagless_own_options() -> None:
+    assert command_in(["import", "--topic", "demo"]) == "import"
+    assert command_in(["--log-level", "debug", "--log-file", "lag", "doctor"]) == "doctor"
+    assert command_in(["--log-json", "--", "lag"]) == "lag"
+    assert command_in(["--log-file=x", "serve", "--help"]) == "serve"
+    assert command_in(["--help"]) is None
+    assert command_in(["imprt"]) is None  # argparse names the choices
+
+
+def test_a_command_imports_what_it_runs_only() -> None:
+    """`lagless import` does not wait for the demo's and the simulator's imports (matplotlib,
+    pandas: half a second before anything else happens)."""
+    probe = (
+        "import sys; from lagless.cli.main import build_parser, command_in; "
+        "build_parser(command_in(['import', '--topic', 't'])); print(*sys.modules)"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.split()
+    )
+    assert "lagless.cli.import_" in loaded
+    assert not loaded & {"matplotlib", "pandas", "lagless.cli.demo", "lagless.scenarios"}

@@ -129,7 +129,7 @@ def test_main_prints_one_line_and_logs_the_trace(
         raise ZeroDivisionError("boom")
 
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda command=None: parser)
     real_parse = parser.parse_args
 
     def parse(argv: object = None) -> object:
