@@ -149,6 +149,8 @@ class SinkWatcher(threading.Thread):
     def _parquet_poller(self) -> Any:
         import pyarrow.parquet as pq
 
+        from lagless.sinks.parquet import RANGES
+
         folder = Path(sink_path(self.url)) / self.table
         done: set[str] = set()
 
@@ -157,7 +159,10 @@ class SinkWatcher(threading.Thread):
             if not folder.exists():
                 return found
             for batch in folder.iterdir():
-                if batch.name in done or not (batch / "_SUCCESS").exists():
+                # A batch's folder is committed once it is renamed into place holding its ledger
+                # entry (_-prefixed folders are a commit in progress).
+                committed = batch.name.startswith("batch=") and (batch / RANGES).exists()
+                if batch.name in done or not committed:
                     continue
                 done.add(batch.name)
                 files = [f for f in batch.iterdir() if f.suffix == ".parquet"]

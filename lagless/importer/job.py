@@ -62,7 +62,11 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         warm_up = None
         if spark is None:
-            spark = spark_session(spec.master, conf=dict(spec.spark_conf))
+            spark = spark_session(
+                spec.master,
+                conf=dict(spec.spark_conf),
+                records_in_jvm=spec.executor_writer() is None,
+            )
             if not is_remote(spark):  # a Connect server's workers are started already
                 warm_up = WarmUp(spark, _task_modules(spec))
                 opened.callback(warm_up.join)

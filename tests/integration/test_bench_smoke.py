@@ -132,13 +132,15 @@ def test_script_peer_reads_with_laglesss_own_reader_settings() -> None:
 
 
 # Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+# Parquet's: a batch shows once its folder's ledger entry is written (the poller must know).
 @pytest.mark.matrix
-def test_latency_reports_percentiles_and_draws_its_chart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sink", ["sqlite", "parquet"])
+def test_latency_reports_percentiles_and_draws_its_chart(tmp_path: Path, sink: str) -> None:
     png = tmp_path / "latency.png"
     figures, _ = run_bench(
         "latency.py",
         *("--rates", "200", "--seconds", "2", "--settle-seconds", "1", "--partitions", "2"),
-        *("--png", str(png)),
+        *("--sink", sink, "--png", str(png)),
     )
     assert figures["exit_code"] == 0 and figures["seen"] == figures["produced"] > 0
     assert between(figures["first_row_s"], 0.1, 300)
