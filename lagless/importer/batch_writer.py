@@ -238,8 +238,15 @@ def _sql_string(text: str) -> str:
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates."""
+    """Records per partition, then per rejection reason, as SQL aggregates. Each is evaluated
+    on every row: with one topic, the partition's number alone tells them apart."""
+    one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
-        [f"count_if(topic = {_sql_string(t)} AND partition = {p})" for t, p in partitions]
+        [
+            f"count_if(partition = {p})"
+            if one_topic
+            else f"count_if(topic = {_sql_string(t)} AND partition = {p})"
+            for t, p in partitions
+        ]
         + [f"count_if({ERROR} = {_sql_string(r)})" for r in reasons]
     )
