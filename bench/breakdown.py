@@ -158,6 +158,7 @@ def child(args: argparse.Namespace) -> int:
     from lagless.importer.job import run_import
     from lagless.importer.warm_up import WarmUp
     from lagless.progress import Collector, Summary
+    from lagless.progress.collector import RecentRate
 
     marks: dict[str, float] = {"python up": STARTED, "imports done": time.time()}
     work = args.work
@@ -167,7 +168,9 @@ def child(args: argparse.Namespace) -> int:
     sessions: list[Any] = []
     real_session = spark_module.spark_session
 
-    def spark_session(master: Any = None, parallelism: Any = None, conf: Any = None) -> Any:
+    def spark_session(
+        master: Any = None, parallelism: Any = None, conf: Any = None, **given: Any
+    ) -> Any:
         logged = {
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": events.as_uri(),
@@ -175,9 +178,9 @@ def child(args: argparse.Namespace) -> int:
             "spark.eventLog.rolling.enabled": "false",
         }
         if sessions:  # asked again (a typed import's checks ask first): the same session
-            return real_session(master, parallelism, {**logged, **(conf or {})})
+            return real_session(master, parallelism, {**logged, **(conf or {})}, **given)
         marks["spark session asked"] = time.time()
-        spark = real_session(master, parallelism, {**logged, **(conf or {})})
+        spark = real_session(master, parallelism, {**logged, **(conf or {})}, **given)
         marks["spark session ready"] = time.time()
         spark.streams.addListener(listener)
         sessions.append(spark)
@@ -192,14 +195,18 @@ def child(args: argparse.Namespace) -> int:
 
     records_by_batch: list[int] = []
 
+    bar: list[float] = []  # what the import's bar shows after each batch (RecentRate)
+
     class Times(Collector):
         def start(self, lag: int) -> None:
             marks["query asked to start"] = time.time()
+            self.rate = RecentRate(time.time())
 
         def batch(self, summary: Summary, lag: int) -> None:
             marks.setdefault("first batch done", time.time())
             marks["last batch done"] = time.time()
             records_by_batch.append(summary.records - sum(records_by_batch))
+            bar.append(self.rate.add(time.time(), summary.records, summary.bytes)[0])
 
     summary = run_import(import_spec(args, work), Times())
     marks["run_import returned"] = time.time()
@@ -222,6 +229,7 @@ def child(args: argparse.Namespace) -> int:
         "marks": marks,
         "batches": listener.progress,
         "records_by_batch": records_by_batch,
+        "bar": bar,
         "tasks": tasks,
     }
     print(json.dumps(out), flush=True)
@@ -413,17 +421,21 @@ def report(found: dict[str, Any], launched: float, exited: float, title: str) ->
             f"{sum(t[1] - t[0] for t in inside):.2f}",
         )
     out.print(batches)
-    # The import's progress bar (progress.RichCollector) shows records over the seconds since
-    # the collector's start: its last figure is this one.
+    # The import's progress bar (progress.RichCollector) shows RecentRate: its last figure. And
+    # the whole run's, from the collector's start (Spark's query start included).
     noted = found["marks"]
-    bar_s = noted.get("last batch done", 0.0) - noted["query asked to start"]
-    bar = found["records"] / bar_s if bar_s > 0 else 0.0
+    bar = found["bar"][-1] if found["bar"] else 0.0
+    since_s = noted.get("last batch done", 0.0) - noted["query asked to start"]
+    overall = found["records"] / since_s if since_s > 0 else 0.0
     out.print(
-        f"the import's bar ends at {bar:,.0f} records/s ({found['records']:,} in {bar_s:.1f} s)"
+        f"the import's bar ends at {bar:,.0f} records/s (its last batches); "
+        f"{overall:,.0f} records/s since the query was asked to start "
+        f"({found['records']:,} in {since_s:.1f} s)"
     )
     return {
         "records": found["records"],
         "bar_records_per_s": round(bar),
+        "records_per_s_since_query_start": round(overall),
         "launch_to_exit_s": round(total, 3),
         "where": [{"phase": name, "s": round(s, 3)} for name, s in where],
         "phases": [{"phase": name, "at_s": round(at - launched, 3)} for name, at in marks],
