@@ -8,13 +8,16 @@ A truncated archive stops the JVM from starting at all, so an archive is dumped 
 own, checked by starting a session on it, and only then renamed into place: whatever lies at
 the final path is whole. The name carries a digest of the Java binary and of Spark's jars and
 their folder, so an upgrade or another installation never meets an archive of another.
-`LAGLESS_CLASS_ARCHIVE=off` turns it off.
+`LAGLESS_CLASS_ARCHIVE=off` turns it off. A session that maps an archive marks it used (its
+mtime); building one removes the archives no session mapped for UNUSED_FOR_S (~160 MB each:
+every venv and every Spark upgrade makes one, and this machine's cache had grown to 3.6 GB).
 
     python -m lagless.importer.class_archive    # build it when missing (scripts/setup does)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -35,6 +38,7 @@ SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 JVM_EXIT_WAIT_S = 180.0
 # What the dump runs (_session): another recipe is another archive.
 RECIPE = "2: batch read, mapInArrow, a stream through foreachBatch"
+UNUSED_FOR_S = 14 * 24 * 3600.0
 
 
 def enabled() -> bool:
@@ -68,7 +72,20 @@ def java_options() -> str:
     path = archive_path() if enabled() else None
     if path is None or not path.is_file():
         return ""
+    with contextlib.suppress(OSError):  # a read-only cache keeps its archives
+        os.utime(path)  # used now: see remove_unused
     return f"-XX:SharedArchiveFile={path} {SILENT}"
+
+
+def remove_unused(kept: Path, now: float) -> list[Path]:
+    """The other archives beside `kept` that no session mapped for UNUSED_FOR_S, removed."""
+    removed = []
+    for other in kept.parent.glob("spark-driver-*.jsa"):
+        with contextlib.suppress(OSError):
+            if other != kept and now - other.stat().st_mtime > UNUSED_FOR_S:
+                other.unlink()
+                removed.append(other)
+    return removed
 
 
 def build() -> Path | None:
@@ -76,6 +93,8 @@ def build() -> Path | None:
     path = archive_path()
     if path is None:
         return None
+    if path.parent.is_dir():
+        remove_unused(path, time.time())
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
