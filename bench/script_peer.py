@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 # KafkaConfig.reader()'s settings, copied as a user would copy them.
 READER_SETTINGS: dict[str, Any] = {
-    "fetch.wait.max.ms": 100,
+    "fetch.wait.max.ms": 10,
     "queued.min.messages": 200_000,
     "queued.max.messages.kbytes": 16 * 1024,
     "fetch.max.bytes": 8 * 1024 * 1024,
