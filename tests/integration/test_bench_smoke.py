@@ -157,8 +157,11 @@ def test_memory_reports_the_peak_of_each_kind_of_process() -> None:
     )
     assert figures["exit_code"] == 0 and figures["imported"] == figures["records"] > 0
     assert {"driver python", "jvm", "python worker"} <= set(figures["kinds"]), figures["kinds"]
-    for kind in figures["kinds"].values():
-        assert between(kind["max_hwm_mib"], 1, 24 * 1024), kind
+    for name, kind in figures["kinds"].items():
+        # A process sampled between its fork and its exec (a shell Spark starts, a worker the
+        # daemon forks) may show 0.2 MiB and never more: only the main kinds are sure to grow.
+        least = 1 if name in ("driver python", "jvm", "python worker") else 0.01
+        assert between(kind["max_hwm_mib"], least, 24 * 1024), (name, kind)
     assert between(figures["max_total_rss_mib"], 10, 24 * 1024)
 
 
