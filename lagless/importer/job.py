@@ -25,6 +25,7 @@ from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
+from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.options import LOG_TO
@@ -62,13 +63,12 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
         warm_up = None
         if spark is None:
+            task_writer = spec.executor_writer()
             spark = spark_session(
-                spec.master,
-                conf=dict(spec.spark_conf),
-                records_in_jvm=spec.executor_writer() is None,
+                spec.master, conf=dict(spec.spark_conf), records_in_jvm=task_writer is None
             )
             if not is_remote(spark):  # a Connect server's workers are started already
-                warm_up = WarmUp(spark, _task_modules(spec))
+                warm_up = WarmUp(spark, _task_modules(task_writer))
                 opened.callback(warm_up.join)
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
@@ -154,9 +154,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     return writer.summary
 
 
-def _task_modules(spec: ImportSpec) -> tuple[str, ...]:
+def _task_modules(task_writer: TaskWriter | None) -> tuple[str, ...]:
     """What the source's tasks import: the source, and the store's writer when they write."""
-    task_writer = spec.executor_writer()
     return SOURCE_MODULES + ((task_writer.name.partition(":")[0],) if task_writer else ())
 
 

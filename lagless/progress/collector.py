@@ -111,14 +111,13 @@ class RecentRate:
         """Records and bytes done by `at`: (records/s, bytes/s)."""
         self._marks.append((at, records, size))
         first = 1 if len(self._marks) > 2 else 0  # the first batch's end, once it is not the last
-        since = self._marks[first]
-        for mark in self._marks[first:-1]:
-            if mark[0] <= at - RATE_WINDOW_S:
-                since = mark
+        keep = first
+        for index in range(first, len(self._marks) - 1):
+            if self._marks[index][0] <= at - RATE_WINDOW_S:
+                keep = index
+        since = self._marks[keep]
         # Marks older than `since` are never needed again (but the first batch's end).
-        keep = self._marks.index(since)
-        if keep > first + 1:
-            del self._marks[first + 1 : keep]
+        del self._marks[first + 1 : keep]
         seconds = max(at - since[0], 1e-9)
         return (records - since[1]) / seconds, (size - since[2]) / seconds
 
