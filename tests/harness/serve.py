@@ -72,7 +72,15 @@ def lagless_serve(bootstrap: str, *args: str) -> Iterator[str]:
             if not url.startswith("http://127.0.0.1:"):
                 stderr.seek(0)
                 raise AssertionError(f"lagless serve did not start: {url!r} {stderr.read()}")
-            yield url
+            try:
+                yield url
+            except BaseException as failure:
+                # The test failed: say whether the server was still there, with its last words.
+                stderr.seek(0)
+                tail = "".join(stderr.readlines()[-40:])
+                code = process.poll()
+                failure.add_note(f"lagless serve: exit code {code}; stderr's end:\n{tail}")
+                raise
         finally:
             process.terminate()
             code = process.wait(timeout=15)
