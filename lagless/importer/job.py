@@ -29,6 +29,7 @@ from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.options import LOG_TO
+from lagless.source.sampling import sample_meanwhile
 from lagless.source.warmup import SOURCE_MODULES
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,14 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         if held:
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
+        done = last_end_offsets(spec.checkpoint)
+        # Bytes per record where the first batch starts, read while Spark starts: planning the
+        # first batch would otherwise read them after, on a slow broker for seconds.
+        sizes = sample_meanwhile(
+            checked.reader.records,
+            {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low},
+            high,
+        )
         warm_up = None
         if spark is None:
             task_writer = spec.executor_writer()
@@ -78,7 +87,6 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         slots = spec.slots or slots_for(parallelism(spark))
         checked.sink.retry_s = spec.retry_seconds
         checked.sink.prepare(checked.target)
-        done = last_end_offsets(spec.checkpoint)
         target_end = dict(high) if spec.mode == "bulk" else None
         if target_end is not None and spec.ending_timestamp is not None:
             target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
@@ -115,7 +123,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
         )
 
-        options = spec.source_options(slots, held)
+        options = spec.source_options(slots, held, sizes())
         if is_remote(spark):  # the server's workers log into this import's log too
             options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -14,7 +16,7 @@ from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
 from lagless.importer.cluster import check_tasks_reach_store, master_url
 from lagless.importer.decode import AvroDecoding
 from lagless.importer.value_schema import ValueSchema, resolve
-from lagless.kafka import Offsets
+from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.retry import DEFAULT_RETRY_S
@@ -90,7 +92,12 @@ class ImportSpec:
             run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
         )
 
-    def source_options(self, slots: int, held: Offsets | None = None) -> dict[str, str]:
+    def source_options(
+        self,
+        slots: int,
+        held: Offsets | None = None,
+        bytes_per_record: Mapping[TP, float] | None = None,
+    ) -> dict[str, str]:
         options = self.kafka.source_options()
         options.update(
             {
@@ -122,6 +129,9 @@ class ImportSpec:
                 options[o.EXECUTOR_WRITER_SECRET] = writer.secret.reveal()
         if held:
             options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(held))
+        if bytes_per_record:
+            sizes = {tp: math.ceil(size) for tp, size in bytes_per_record.items()}
+            options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
         options.update(self.extra_source_options)
         return options
 

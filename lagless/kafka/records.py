@@ -22,6 +22,13 @@ class RecordInfo:
     size_bytes: int
 
 
+# A few records of each partition, all partitions in one fetch: with the reader's 1 MiB per
+# partition, a fetch of 24 partitions filled 8 MiB from 8 of them and the rest waited for the
+# next (Tansu: 3.2 s to sample 24 partitions, 0.6 s with this). A larger record still comes
+# whole: a broker returns a partition's first record batch whatever this limit (KIP-74).
+FEW_RECORDS = {"max.partition.fetch.bytes": 4096}
+
+
 class Records:
     def __init__(self, config: KafkaConfig) -> None:
         self._config = config
@@ -40,7 +47,7 @@ class Records:
         starts = {tp: offset for tp, offset in starts.items() if wanted[tp] > 0}
         if not starts:
             return seen
-        consumer = Consumer(self._config.reader())
+        consumer = Consumer({**self._config.reader(), **FEW_RECORDS})
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
             deadline = time.monotonic() + timeout_s

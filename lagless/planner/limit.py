@@ -93,3 +93,17 @@ def rate_limit(start: Mapping[Key, int], latest: Mapping[Key, int], limit: int) 
         share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
         end[key] = min(latest[key], start[key] + share)
     return end
+
+
+def fewest_partitions(
+    start: Mapping[Key, int], latest: Mapping[Key, int], count: int
+) -> dict[Key, int]:
+    """latest for the `count` partitions with the most records left (ties by key), start for
+    the others: a query's small first batch reads from few partitions, as each range a task
+    starts costs a fetch at a new offset (a quarter second on some brokers), while a few
+    partitions bring its rows as soon as all would. The batches after it read them all."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count}")
+    backlog = {key: latest[key] - offset for key, offset in start.items() if latest[key] > offset}
+    chosen = sorted(backlog, key=lambda key: (-backlog[key], key))[:count]
+    return {key: latest[key] if key in chosen else offset for key, offset in start.items()}

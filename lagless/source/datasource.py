@@ -32,7 +32,7 @@ from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_
 from lagless.kafka import TP, Offsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.logs import configure_from_environment
-from lagless.planner import limit_batch, plan_tasks, rate_limit
+from lagless.planner import fewest_partitions, limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
 from lagless.source.data_loss import lost_offsets, resumed
@@ -130,7 +130,9 @@ class _Planning:
         configure_from_environment(options.log_to)
         self.options = options
         self._reader: OffsetReader | None = None
-        self._bytes_per_record: dict[TP, float] = {}
+        self._bytes_per_record: dict[TP, float] = {
+            tp: float(size) for tp, size in from_json_offsets(options.bytes_per_record).items()
+        }
         self._held = from_json_offsets(options.held)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -397,6 +399,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_bytes = options.max_bytes_per_batch
         if max_bytes is not None and options.first_batch_max_bytes and not self._planned_a_batch:
             max_bytes = min(max_bytes, options.first_batch_max_bytes)
+            latest = fewest_partitions(begun, latest, options.slots)
         ranges = [OffsetRange(t, p, begun[(t, p)], latest[(t, p)]) for t, p in latest]
         end = limit_batch(
             begun,

@@ -108,6 +108,10 @@ AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
 # JSON {"topic": {"0": 42}}: the store already holds every offset below these (its ledger, as
 # lagless import reads it at the start), so no batch reads them, whatever the checkpoint says.
 HELD_OFFSETS = "heldOffsets"
+# JSON {"topic": {"0": 104}}: bytes per record of these partitions, measured by lagless import
+# while Spark started (importer/job.py), so planning the first batch does not read them again
+# (on a broker slow to answer a fetch at a new offset, that read took seconds).
+BYTES_PER_RECORD = "bytesPerRecord"
 # Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
 # not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
 LOG_TO = "logTo"
@@ -147,6 +151,7 @@ KNOWN = (
     EXECUTOR_WRITER_SECRET,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
+    BYTES_PER_RECORD,
     LOG_TO,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
@@ -188,6 +193,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     held: PartitionMap = field(default_factory=dict)
+    bytes_per_record: PartitionMap = field(default_factory=dict)
     slots: int = 2
     min_task_records: int = 1
     # A batch lighter than this per task is packed into fewer tasks (planner/pack.py).
@@ -314,6 +320,11 @@ class SourceOptions:
             held=(
                 _partition_map(raw_held, HELD_OFFSETS, 'JSON like {"topic": {"0": 42}}')
                 if (raw_held := _raw(lowered, HELD_OFFSETS))
+                else {}
+            ),
+            bytes_per_record=(
+                _partition_map(raw_sizes, BYTES_PER_RECORD, 'JSON like {"topic": {"0": 104}}')
+                if (raw_sizes := _raw(lowered, BYTES_PER_RECORD))
                 else {}
             ),
             slots=_positive(lowered, SLOTS) or cls.slots,

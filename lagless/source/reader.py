@@ -41,34 +41,45 @@ WARN_EVERY_S = 10.0
 Headers = list[tuple[str, bytes]]
 log = logging.getLogger(__name__)
 
-# One idle consumer per configuration in this process. Spark reuses its Python workers
-# between tasks, so a task borrows the consumer (and its broker connections) that the last
-# task left, as Spark's own Kafka source keeps a consumer pool per executor.
-_idle: dict[tuple[tuple[str, str], ...], Consumer] = {}
+# A task reads its ranges in turn, the next range's consumer assigned while the current one
+# drains: a broker slow to answer a fetch at a new offset (Tansu takes ~0.25 s on a large
+# partition, whatever the fetch asks for) answers it in the background, and the task finds
+# the next range's records waiting. Two consumers: more would only prefetch further ahead.
+READ_AHEAD = 2
+
+# Idle consumers per configuration in this process. Spark reuses its Python workers between
+# tasks, so a task borrows the consumers (and their broker connections) that the last task
+# left, as Spark's own Kafka source keeps a consumer pool per executor.
+_idle: dict[tuple[tuple[str, str], ...], list[Consumer]] = {}
 
 
 @contextmanager
-def pooled_consumer(config: KafkaConfig) -> Iterator[Consumer]:
-    """A reader consumer with nothing assigned; returned to the pool unless the task failed."""
+def pooled_consumers(config: KafkaConfig, count: int) -> Iterator[list[Consumer]]:
+    """`count` reader consumers with nothing assigned; returned to the pool unless the task
+    failed (or stopped half way: what they prefetched must not reach the next task)."""
     settings = config.reader()
     key = tuple(sorted((k, str(v)) for k, v in settings.items()))
-    consumer = _idle.pop(key, None) or Consumer(settings)
+    idle = _idle.setdefault(key, [])
+    consumers = [idle.pop() if idle else Consumer(settings) for _ in range(count)]
     try:
-        yield consumer
+        yield consumers
     except BaseException:
-        consumer.close()
+        for consumer in consumers:
+            consumer.close()
         raise
-    consumer.unassign()
-    stale = _idle.pop(key, None)
-    _idle[key] = consumer
-    if stale is not None:
-        stale.close()
+    for consumer in consumers:
+        consumer.unassign()
+    idle = _idle.setdefault(key, [])
+    idle.extend(consumers)
+    while len(idle) > READ_AHEAD:
+        idle.pop(0).close()
 
 
 @atexit.register
 def _close_idle() -> None:
     while _idle:
-        _idle.popitem()[1].close()
+        for consumer in _idle.popitem()[1]:
+            consumer.close()
 
 
 def read_ranges(
@@ -79,21 +90,27 @@ def read_ranges(
     poll_timeout_s: float = 60.0,
     retry_s: float = DEFAULT_RETRY_S,
 ) -> Iterator[pa.RecordBatch]:
-    """Read each piece in turn with one pooled consumer. A piece that brings no record for
-    poll_timeout_s (at most WARN_EVERY_S) is logged as a broker away, and waited for up to
-    retry_s (librdkafka reconnects by itself): then a TransientError."""
+    """Read each piece in turn, the next one's consumer assigned ahead (READ_AHEAD). A piece
+    that brings no record for poll_timeout_s (at most WARN_EVERY_S) is logged as a broker away,
+    and waited for up to retry_s (librdkafka reconnects by itself): then a TransientError."""
     pieces = [piece for piece in pieces if piece.start < piece.end]
     if not pieces:
         return
-    with pooled_consumer(config) as consumer:
-        for piece in pieces:
-            consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
+    with pooled_consumers(config, min(len(pieces), READ_AHEAD)) as consumers:
+        _assign(consumers[0], pieces[0])
+        for index, piece in enumerate(pieces):
+            if index + 1 < len(pieces):
+                _assign(consumers[(index + 1) % len(consumers)], pieces[index + 1])
             yield from _drain(
-                consumer,
+                consumers[index % len(consumers)],
                 piece,
                 fail_on_data_loss,
                 _Patience(config.bootstrap, min(poll_timeout_s, WARN_EVERY_S), retry_s),
             )
+
+
+def _assign(consumer: Consumer, piece: OffsetRange) -> None:
+    consumer.assign([TopicPartition(piece.topic, piece.partition, piece.start)])
 
 
 class _Patience:

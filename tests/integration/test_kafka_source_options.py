@@ -177,14 +177,26 @@ def test_include_headers(broker, kafka, topic_name, spark):
 
 def micro_batch_sizes(spark, kafka, topic: str, tmp_path: Path, **more: str) -> list[int]:  # type: ignore[no-untyped-def]
     """Records per micro-batch of a stream under the availableNow trigger."""
-    sizes: list[int] = []
+    return [sum(counts.values()) for counts in micro_batches(spark, kafka, topic, tmp_path, **more)]
+
+
+def micro_batches(spark, kafka, topic: str, tmp_path: Path, **more: str) -> list[dict[int, int]]:  # type: ignore[no-untyped-def]
+    """Records per partition of each micro-batch of a stream under the availableNow trigger."""
+    sizes: list[dict[int, int]] = []
     stream = (
         spark.readStream.format(SOURCE_NAME)
         .options(**options(kafka, topic, startingOffsets="earliest", **more))
         .load()
     )
     query = (
-        stream.writeStream.foreachBatch(lambda frame, _: sizes.append(frame.count()))
+        stream.writeStream.foreachBatch(
+            lambda frame, _: sizes.append(
+                {
+                    row.partition: row["count"]
+                    for row in frame.groupBy("partition").count().collect()
+                }
+            )
+        )
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
         .start()
@@ -205,20 +217,26 @@ def test_max_offsets_per_trigger_caps_each_micro_batch(broker, kafka, topic_name
 def test_first_batch_max_bytes_caps_only_the_first_micro_batch(
     broker, kafka, topic_name, spark, tmp_path
 ):
-    """lagless's firstBatchMaxBytes: the first batch is small, the next ones use
-    maxBytesPerBatch (here: everything left)."""
-    broker.create_topic(topic_name, 2)
-    produce_timed(kafka, topic_name, 2, 250)
-    sizes = micro_batch_sizes(
+    """lagless's firstBatchMaxBytes: the first batch is small and reads from as many partitions
+    as there are slots (each range a task starts costs a fetch at a new offset), those with the
+    most records left; the next ones use maxBytesPerBatch (here: everything left)."""
+    broker.create_topic(topic_name, 4)
+    produce_timed(kafka, topic_name, 4, 250)
+    produce_timed(kafka, topic_name, 1, 50)  # partition 0 has the most left
+    batches = micro_batches(
         spark,
         kafka,
         topic_name,
         tmp_path,
+        slots="2",
         maxBytesPerBatch=str(1 << 30),
         firstBatchMaxBytes="1000",  # ~100 of these ~10-byte records
     )
 
-    assert len(sizes) == 2 and 0 < sizes[0] < 250 and sum(sizes) == 500, sizes
+    sizes = [sum(counts.values()) for counts in batches]
+    assert len(sizes) == 2 and 0 < sizes[0] < 250 and sum(sizes) == 1050, batches
+    assert sorted(batches[0]) == [0, 1], batches  # 300 left, then the first of the 250s
+    assert sorted(batches[1]) == [0, 1, 2, 3], batches
 
 
 def test_min_partitions_and_max_records_per_partition_shape_the_tasks(

@@ -25,11 +25,15 @@ def _offsets(batches: list[pa.RecordBatch]) -> list[tuple[int, int]]:
 def test_one_task_reads_its_pieces_in_turn_and_nothing_else(broker, kafka, topic_name):
     broker.create_topic(topic_name, 3)
     produce_profile(kafka, topic_name, explicit([500, 500, 500]), keys=10)
+    # Each piece's consumer is assigned while the one before drains (two consumers taking
+    # turns): pieces of one partition next to each other, and one already read, too.
     pieces = [
         OffsetRange(topic_name, 2, 100, 130),
         OffsetRange(topic_name, 0, 0, 10),
         OffsetRange(topic_name, 2, 400, 405),
+        OffsetRange(topic_name, 2, 405, 450),
         OffsetRange(topic_name, 1, 499, 500),
+        OffsetRange(topic_name, 2, 100, 102),
     ]
 
     got = _offsets(list(read_ranges(kafka, pieces)))
@@ -48,12 +52,20 @@ def test_the_consumer_is_reused_by_the_next_task_without_stale_records(broker, k
     first = read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 2000)])
     next(first)
     first.close()
-    list(read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 10)]))
-    pooled = next(iter(reader._idle.values()))
-    got = _offsets(list(read_ranges(kafka, [OffsetRange(topic_name, 1, 1500, 1600)])))
+    list(read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 10), OffsetRange(topic_name, 1, 0, 5)]))
+    pooled = list(next(iter(reader._idle.values())))
+    assert len(pooled) == reader.READ_AHEAD
+    got = _offsets(
+        list(
+            read_ranges(
+                kafka,
+                [OffsetRange(topic_name, 1, 1500, 1600), OffsetRange(topic_name, 0, 5, 20)],
+            )
+        )
+    )
 
-    assert got == [(1, o) for o in range(1500, 1600)]
-    assert next(iter(reader._idle.values())) is pooled
+    assert got == [(1, o) for o in range(1500, 1600)] + [(0, o) for o in range(5, 20)]
+    assert sorted(map(id, next(iter(reader._idle.values())))) == sorted(map(id, pooled))
 
 
 def test_batches_stay_within_the_byte_cap_for_large_records(broker, kafka, topic_name):

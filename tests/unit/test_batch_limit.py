@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagless.planner import limit_batch, record_sizes
+from lagless.planner import fewest_partitions, limit_batch, record_sizes
 
 Key = tuple[str, int]
 A, B, C = ("t", 0), ("t", 1), ("t", 2)
@@ -246,3 +246,33 @@ def test_every_sink_starts_with_a_small_first_batch() -> None:
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt")
         options = spec.source_options(slots=4)
         assert int(options["firstBatchMaxBytes"]) < int(options["maxBytesPerBatch"]), sink_url
+
+
+@given(batches(), st.integers(1, 40))
+def test_the_first_batch_reads_from_the_partitions_with_most_left(
+    batch: tuple[dict[Key, int], dict[Key, int], int | None, int | None, dict[Key, float]],
+    count: int,
+) -> None:
+    start, latest, *_ = batch
+
+    end = fewest_partitions(start, latest, count)
+
+    assert end.keys() == start.keys()
+    moved = {key for key in end if end[key] != start[key]}
+    assert all(end[key] == latest[key] for key in moved), "a chosen partition keeps its latest"
+    left = {key: latest[key] - start[key] for key in start}
+    assert len(moved) == min(count, sum(1 for n in left.values() if n > 0))
+    if moved:
+        assert min(left[key] for key in moved) >= max(
+            (left[key] for key in start if key not in moved), default=0
+        ), "none left out has more records left than one chosen"
+
+
+def test_the_first_batch_chooses_by_records_left_then_by_partition() -> None:
+    start = {A: 0, B: 10, C: 0}
+    latest = {A: 50, B: 60, C: 40}
+
+    assert fewest_partitions(start, latest, 1) == {A: 50, B: 10, C: 0}
+    assert fewest_partitions(start, latest, 2) == {A: 50, B: 60, C: 0}
+    with pytest.raises(ValueError, match="count must be at least 1"):
+        fewest_partitions(start, latest, 0)

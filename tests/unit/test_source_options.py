@@ -186,6 +186,8 @@ def test_planning_and_reading_options() -> None:
     assert options.include_headers and not options.fail_on_data_loss
     assert options.poll_timeout_s == 1.5
     assert parse(**{"kafkaConsumer.pollTimeoutMs": "2000"}).poll_timeout_s == 2.0
+    sized = parse(bytesPerRecord='{"t": {"0": 104, "3": 800000}}')
+    assert sized.bytes_per_record == {"t": {"0": 104, "3": 800000}}
 
 
 @pytest.mark.parametrize(
@@ -195,6 +197,7 @@ def test_planning_and_reading_options() -> None:
         ({"maxRecordsPerPartition": "ten"}, "maxRecordsPerPartition must be a whole number"),
         ({"includeHeaders": "maybe"}, "includeHeaders must be true or false"),
         ({"failOnDataLoss": "sometimes"}, "failOnDataLoss must be true or false"),
+        ({"bytesPerRecord": '{"t": {"0": 1.5}}'}, "bytesPerRecord must be JSON like"),
     ],
 )
 def test_bad_planning_and_reading_options(given: dict[str, str], says: str) -> None:
