@@ -1,6 +1,9 @@
 """Named points where a test can have the import killed with SIGKILL, to prove a crash at any
 of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set.
 
+`describe-group` is in the child process that asks DescribeGroups (kafka/group_describer.py):
+it stands for librdkafka's abort there.
+
 `mid-write` counts sink writes, not batches: a SQL store reaches it once for the target and
 once more for the dead-letter table when a batch has dead letters."""
 
@@ -10,7 +13,7 @@ import os
 import signal
 from collections import Counter
 
-NAMES = ("before-write", "mid-write", "after-write", "after-group-commit")
+NAMES = ("before-write", "mid-write", "after-write", "after-group-commit", "describe-group")
 _reached: Counter[str] = Counter()
 
 

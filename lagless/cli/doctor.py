@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         exam = examine(args.group, source, membership, args.seconds, interval_s)
     finally:
         source.close()
+        membership.close()
     findings = diagnose(exam, args.fetch_bytes)
     if args.json:
         body = {

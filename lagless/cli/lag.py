@@ -93,8 +93,13 @@ def run(args: argparse.Namespace) -> int:
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
         if args.prometheus:
             membership = KafkaMembership(config)
-            cluster = cluster_name(args)
-            print(prometheus_once(args.group, source, membership, window_s, cluster, args), end="")
+            try:
+                text = prometheus_once(
+                    args.group, source, membership, window_s, cluster_name(args), args
+                )
+            finally:
+                membership.close()
+            print(text, end="")
             return 0
         history = History(keep_s=window_s)
         collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
@@ -13,6 +14,7 @@ from confluent_kafka.admin import ConfigResource
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection, reason
+from lagless.kafka.group_describer import GroupDescriber
 
 # Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
 # hold such a request for its whole timeout: a short one keeps callers responsive.
@@ -39,6 +41,11 @@ class GroupDescription:
 class ClusterInfo:
     def __init__(self, connection: KafkaConnection) -> None:
         self._connection = connection
+        self._describer: GroupDescriber | None = None
+
+    def close(self) -> None:
+        if self._describer is not None:
+            self._describer.close()
 
     def partitions(
         self,
@@ -108,30 +115,47 @@ class ClusterInfo:
 
     def describe_group(self, group: str) -> GroupDescription | None:
         """The group's state, assignor, members and their partitions (DescribeGroups); None
-        when the broker does not tell."""
-        future = self._connection.admin.describe_consumer_groups(
-            [group], request_timeout=_DESCRIBE_TIMEOUT_S
-        )
-        try:
-            found = future[group].result()
-        except KafkaException:
+        when the broker does not tell. Asked from a child process (group_describer.py): a
+        connection dropping during the request aborts librdkafka's process."""
+        if self._describer is None:
+            self._describer = GroupDescriber(self._connection.config.admin())
+        found = self._describer.describe(group, _DESCRIBE_TIMEOUT_S)
+        if found is None:
             return None
         return GroupDescription(
-            group=group,
-            assignor=found.partition_assignor or "",
-            state=str(getattr(found.state, "name", found.state)),
+            group=found["group"],
+            assignor=found["assignor"],
+            state=found["state"],
             members=tuple(
                 GroupMember(
-                    member_id=member.member_id,
-                    client_id=member.client_id,
-                    partitions=tuple(
-                        sorted(
-                            (tp.topic, tp.partition)
-                            for tp in (member.assignment.topic_partitions or [])
-                        )
-                    ),
-                    group_instance_id=member.group_instance_id,
+                    member_id=member["member_id"],
+                    client_id=member["client_id"],
+                    partitions=tuple((topic, part) for topic, part in member["partitions"]),
+                    group_instance_id=member["group_instance_id"],
                 )
-                for member in found.members
+                for member in found["members"]
             ),
         )
+
+
+def describe_found(group: str, found: Any) -> GroupDescription:
+    """A DescribeGroups answer (confluent-kafka's ConsumerGroupDescription) as lagless's."""
+    return GroupDescription(
+        group=group,
+        assignor=found.partition_assignor or "",
+        state=str(getattr(found.state, "name", found.state)),
+        members=tuple(
+            GroupMember(
+                member_id=member.member_id,
+                client_id=member.client_id,
+                partitions=tuple(
+                    sorted(
+                        (tp.topic, tp.partition)
+                        for tp in (member.assignment.topic_partitions or [])
+                    )
+                ),
+                group_instance_id=member.group_instance_id,
+            )
+            for member in found.members
+        ),
+    )

@@ -62,3 +62,4 @@ class OffsetReader:
 
     def close(self) -> None:
         self.groups.close()
+        self.cluster.close()

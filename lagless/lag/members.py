@@ -57,18 +57,26 @@ class MembershipSource(Protocol):
         """
         ...
 
+    def close(self) -> None:
+        """Last: closes what the source opened (DescribeGroups' child process)."""
+        ...
+
 
 class KafkaMembership:
     """ListGroups and DescribeGroups, asked through the broker-access module."""
 
     def __init__(self, config: KafkaConfig) -> None:
-        self._cluster = OffsetReader(config).cluster
+        self._reader = OffsetReader(config)
+        self._cluster = self._reader.cluster
 
     def describe(self, group: str) -> GroupDescription | None:
         return self._cluster.describe_group(group)
 
     def list_groups(self) -> list[str] | None:
         return self._cluster.list_groups()
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 __all__ = [

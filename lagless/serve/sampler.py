@@ -207,6 +207,7 @@ class Sampler:
     def close(self) -> None:
         for watch in self._watches.values():
             watch.close()
+        self._membership.close()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -272,3 +272,32 @@ def test_serve_without_groups_named_watches_every_group_the_broker_lists(
                 lambda: (s := get_json(f"{url}/api/groups/{group}")["status"])["partitions"] and s,
             )
     assert status["totallag"] == RECORDS - 4
+
+
+def test_describing_a_group_survives_the_process_that_asks_being_killed(
+    noida: NoidaKafka, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """librdkafka aborts its process when a connection drops during DescribeGroups (issue 4605;
+    it killed `lagless serve` when the broker came back): the request runs in a child process.
+    Here the child is killed at the request (the describe-group failpoint stands for the
+    abort): the caller hears "not told" and a warning, and the next request starts a new child
+    that answers."""
+    topic, group = names("describer")
+    create_topic(noida.bootstrap, topic, 2, RECORDS)
+    with live_group(noida.bootstrap, group, topic) as members:
+        members.join("range")
+        members.settle(2)
+        membership = KafkaMembership(KafkaConfig(bootstrap=noida.bootstrap))
+        try:
+            monkeypatch.setenv("LAGLESS_FAILPOINT", "describe-group")
+            with caplog.at_level("WARNING", logger="lagless.kafka.group_describer"):
+                assert membership.describe(group) is None
+            assert "its process ended (exit -9)" in caplog.text
+
+            monkeypatch.delenv("LAGLESS_FAILPOINT")
+            described = membership.describe(group)
+        finally:
+            membership.close()
+    assert described is not None
+    assert (described.state, len(described.members)) == ("STABLE", 1)
+    assert sorted(described.members[0].partitions) == [(topic, 0), (topic, 1)]

@@ -70,6 +70,9 @@ class Membership:
     def list_groups(self) -> list[str] | None:
         return self.groups
 
+    def close(self) -> None:
+        pass
+
 
 def run_rounds(sampler: Sampler, clock: Clock, rounds: int) -> None:
     for _ in range(rounds):
