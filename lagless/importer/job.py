@@ -123,7 +123,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
         )
 
-        options = spec.source_options(slots, held, sizes())
+        options = spec.source_options(slots, held, sizes(), checked.json_fields_tasks_decode)
         if is_remote(spark):  # the server's workers log into this import's log too
             options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()

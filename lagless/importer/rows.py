@@ -1,12 +1,15 @@
 """What a batch of Kafka records becomes before a sink sees it: typed columns, the reason a
 record is rejected, and, in upsert mode, one row per key. All of it runs in the JVM, but the
-decoding of Avro values (importer/decode.py: Arrow batches in the executors' Python workers)."""
+decoding of Avro values (importer/decode.py: Arrow batches in the executors' Python workers)
+and of the typed JSON values the source's tasks decode (source/json_values.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
+from lagless.source.json_values import COLUMN as DECODED
+from lagless.source.json_values import CORRUPT as _CORRUPT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -22,7 +25,7 @@ TOMBSTONE_WITHOUT_KEY_FIELDS = "tombstone whose Kafka key does not give the --ke
 VALIDATE = "validate"
 # Internal columns of a shaped batch, named so that no value field can take their name.
 RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
-_PARSED, _TEXTS, _CORRUPT = "_lagless_parsed", "_lagless_texts", "_lagless_corrupt"
+_PARSED, _TEXTS = "_lagless_parsed", "_lagless_texts"
 _RANK = "_lagless_rank"
 
 
@@ -130,14 +133,20 @@ def _parse_json(records: DataFrame, fields: StructType) -> DataFrame:
     not JSON, not an object, or has a field of another type. Only those are parsed again as
     texts, which tells which of these it is (rejection reasons); a value the typed parse took
     has no field of another type and is an object, so _TEXTS stays NULL for it and no reason
-    read from _TEXTS holds, as it would not with _TEXTS parsed."""
+    read from _TEXTS holds, as it would not with _TEXTS parsed.
+
+    Values the source's tasks decoded (DECODED, where they decode alike: json_values.py) are
+    taken as they are; from_json parses the others."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     text = F.col("value").cast("string")
     corrupt = {"columnNameOfCorruptRecord": _CORRUPT}
     noted = StructType([*fields, StructField(_CORRUPT, StringType())])
-    parsed = records.withColumn(_PARSED, F.from_json(text, noted, corrupt))
+    typed = F.from_json(text, noted, corrupt)
+    if DECODED in records.columns:
+        typed = F.coalesce(F.col(DECODED), typed)  # from_json runs only where it is NULL
+    parsed = records.withColumn(_PARSED, typed)
     # A projection of its own: the texts' parse is evaluated once per row, and only where the
     # typed parse failed (Spark does not inline an expensive expression used several times).
     return parsed.withColumn(

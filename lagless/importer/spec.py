@@ -32,6 +32,7 @@ from lagless.sinks.url import absolute
 from lagless.source import options as o
 from lagless.source import to_json_offsets
 from lagless.source.data_loss import Lost, lost_offsets
+from lagless.source.json_values import decodable
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class ImportSpec:
         slots: int,
         held: Offsets | None = None,
         bytes_per_record: Mapping[TP, float] | None = None,
+        json_fields: str | None = None,
     ) -> dict[str, str]:
         options = self.kafka.source_options()
         options.update(
@@ -132,6 +134,8 @@ class ImportSpec:
         if bytes_per_record:
             sizes = {tp: math.ceil(size) for tp, size in bytes_per_record.items()}
             options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
+        if json_fields is not None and writer is None:
+            options[o.DECODE_JSON_VALUES] = json_fields
         options.update(self.extra_source_options)
         return options
 
@@ -182,6 +186,15 @@ class Checked:
     def where(self) -> str:
         """The target as messages name it: the store (no password) and the table."""
         return f"table {self.target.table!r} of {self.sink.url}"
+
+    @property
+    def json_fields_tasks_decode(self) -> str | None:
+        """Typed JSON values the source's tasks can decode (source/json_values.py): the
+        value schema as JSON, else None (from_json decodes every value)."""
+        fields = self.target.fields
+        if self.target.value_format != "json" or fields is None or self.avro is not None:
+            return None
+        return fields.json() if decodable(fields.json()) else None
 
 
 def check(spec: ImportSpec) -> Checked:

@@ -35,6 +35,7 @@ from lagless.logs import configure_from_environment
 from lagless.planner import fewest_partitions, limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
+from lagless.source import json_values
 from lagless.source.data_loss import lost_offsets, resumed
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.options import (
@@ -106,12 +107,13 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> str:
         # Spark calls this at load(): bad options fail there, as Spark's Kafka source's do.
-        SourceOptions.parse(self.options, batch=None)
+        fields = SourceOptions.parse(self.options, batch=None).decode_json_values
         if EXECUTOR_WRITER in self.options:  # Spark's options: names in any case
             return RECEIPT_SCHEMA
-        if include_headers(self.options):
-            return SPARK_SCHEMA_WITH_HEADERS
-        return SPARK_SCHEMA
+        schema = SPARK_SCHEMA_WITH_HEADERS if include_headers(self.options) else SPARK_SCHEMA
+        if fields is not None:
+            schema += f", {json_values.COLUMN} {json_values.spark_type(fields)}"
+        return schema
 
     @crosses_spark
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -305,9 +307,11 @@ class _Planning:
             poll_timeout_s=self.options.poll_timeout_s,
             retry_s=self.options.retry_s,
         )
-        if self.options.include_headers:
-            return batches
-        return (batch.remove_column(_HEADERS) for batch in batches)
+        if not self.options.include_headers:
+            batches = (batch.remove_column(_HEADERS) for batch in batches)
+        if self.options.decode_json_values is not None:
+            batches = json_values.JsonValues(self.options.decode_json_values).added_to(batches)
+        return batches
 
 
 # includeHeaders=false (Spark's default): no headers column, as in Spark's schema.

@@ -22,6 +22,7 @@ from lagless.exceptions import BadInput
 from lagless.kafka.config import KafkaConfig
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
+from lagless.source.json_values import decodable
 
 EARLIEST = -2
 LATEST = -1
@@ -112,6 +113,9 @@ HELD_OFFSETS = "heldOffsets"
 # while Spark started (importer/job.py), so planning the first batch does not read them again
 # (on a broker slow to answer a fetch at a new offset, that read took seconds).
 BYTES_PER_RECORD = "bytesPerRecord"
+# A Spark schema (StructType JSON): the tasks add the values decoded into it as a column
+# (json_values.py), where that gives what from_json would (lagless import's typed JSON).
+DECODE_JSON_VALUES = "decodeJsonValues"
 # Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
 # not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
 LOG_TO = "logTo"
@@ -152,6 +156,7 @@ KNOWN = (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
     BYTES_PER_RECORD,
+    DECODE_JSON_VALUES,
     LOG_TO,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
@@ -205,6 +210,7 @@ class SourceOptions:
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
     log_to: str | None = None
+    decode_json_values: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
@@ -338,6 +344,7 @@ class SourceOptions:
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
             log_to=_raw(lowered, LOG_TO) or None,
+            decode_json_values=_json_fields(lowered),
         )
 
 
@@ -502,6 +509,22 @@ def _partition_map(raw: str, name: str, example: str) -> PartitionMap:
         return out
     except ValueError:
         raise BadInput(f"option {name} must be {example}, not {raw!r}") from None
+
+
+def _json_fields(lowered: Mapping[str, str]) -> str | None:
+    """decodeJsonValues: a schema whose columns the tasks can decode (json_values.py)."""
+    raw = _raw(lowered, DECODE_JSON_VALUES)
+    if not raw:
+        return None
+    try:
+        if decodable(raw):
+            return raw
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    raise BadInput(
+        f"option {DECODE_JSON_VALUES} must be a Spark schema (StructType JSON) of INT, BIGINT, "
+        f"DOUBLE, BOOLEAN and STRING columns, not {raw!r}"
+    )
 
 
 _WHOLE_TOPIC = {"earliest": EARLIEST, "latest": LATEST}

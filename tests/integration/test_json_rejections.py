@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import sqlite3
 from typing import Any
 
 import pytest
@@ -84,3 +86,147 @@ def test_one_parse_rejects_and_keeps_what_two_parses_did(spark, monkeypatch, see
     # The values reach every kind of reason, so the comparison covers each.
     assert {None, rows.NOT_AN_OBJECT, rows.missing("id"), rows.too_large(LIMIT)} <= reasons
     assert sum(1 for r in reasons if r and r.startswith("field ")) >= 5, reasons
+
+
+# Columns the source's tasks decode (source/json_values.py), and values made to find where
+# pyarrow's JSON reader and Spark's from_json part: numbers at and past each type's range,
+# fractions and exponents in whole-number columns, non-numbers, strings and objects for
+# numbers and the reverse, escapes, a key given twice, other spellings JSON does not allow.
+DECODED_SCHEMA = "id BIGINT NOT NULL, n INT, x DOUBLE, ok BOOLEAN, name STRING"
+ODD_TEXTS = [
+    b'{"id": 1, "n": 2147483647}', b'{"id": 1, "n": 2147483648}', b'{"id": 1, "n": -2147483649}',
+    b'{"id": 9223372036854775807}', b'{"id": 9223372036854775808}', b'{"id": 1.0}',
+    b'{"id": 1e2}', b'{"id": -0}', b'{"id": 01}', b'{"id": +1}', b'{"id": 1, "x": .5}',
+    b'{"id": 1, "x": 5.}', b'{"id": 1, "x": 1e400}', b'{"id": 1, "x": 1e-400}',
+    b'{"id": 1, "x": 0.1000000000000000055511151231257827}', b'{"id": 1, "x": NaN}',
+    b'{"id": 1, "x": -Infinity}', b'{"id": 1, "x": "NaN"}', b'{"id": 1, "u": Inf}',
+    b'{"id": 1, "x": 9007199254740993}', b'{"id": 1, "ok": 1}', b'{"id": 1, "ok": "true"}',
+    b'{"id": 1, "name": 5}', b'{"id": 1, "name": {"a": 1}}',
+    b'{"id": 1, "name": "\\u00e9\\ud83d\\ude00"}', b'{"id": 1, "name": "\\ud800"}',
+    b'{"id": 1, "name": "a\\u0000b"}', b'{"id": 1, "name": "tab\tin"}',
+    b'{"id": 1, "id": 2}', b"{'id': 1}", b'{id: 1}', b'{"id": 1,}', b'{"id": 1} {"id": 2}',
+    b'{"id": 1}{"id": 2}', b'{"id": 1} x', b'{"ID": 1}', b'\xef\xbb\xbf{"id": 1}', b' {"id": 1} ',
+    b'{"id": 1, "u": [1, {"v": [true, null]}]}', b'{"id": 1 /* c */}', b'{"id":\n1}', b"   ",
+    b'{"id": 1, "name": "info: nan"}', b'{"id": null}', b"{}",
+]  # fmt: skip
+
+
+def decoded_values(count: int, seed: int, odd: float = 0.15) -> list[bytes | None]:
+    """Documents of DECODED_SCHEMA's fields, most of them plain (so that whole batches
+    decode), a share `odd` of them odd."""
+    chance = random.Random(seed)
+    made: list[bytes | None] = []
+    for _ in range(count):
+        if chance.random() < odd:
+            made.append(chance.choice([*ODD_TEXTS, None]))
+            continue
+        document: dict[str, Any] = {"id": chance.randrange(-(2**63), 2**63)}
+        if chance.random() < 0.5:
+            document["n"] = chance.randrange(-(2**31), 2**31)
+        if chance.random() < 0.5:
+            document["x"] = chance.choice([chance.uniform(-1e9, 1e9), chance.random() * 1e-300])
+        if chance.random() < 0.5:
+            document["ok"] = chance.random() < 0.5
+        if chance.random() < 0.5:
+            document["name"] = "".join(chance.choice('aé😀"\\/ x') for _ in range(8))
+        made.append(json.dumps(document, ensure_ascii=chance.random() < 0.5).encode())
+    return made
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_values_the_tasks_decode_are_those_from_json_gives(spark, seed: int) -> None:
+    """Values decoded in the source's tasks (the column json_values.COLUMN, NULL for a batch
+    it leaves to from_json) give the same rows and the same rejection reasons as from_json
+    alone, batch by batch, odd values among them."""
+    import pyarrow as pa
+    from pyspark.sql.types import _parse_datatype_string
+
+    from lagless.source import json_values
+
+    fields = _parse_datatype_string(DECODED_SCHEMA)
+    assert json_values.decodable(fields.json())
+    target = Target("t", "append", "json", fields)
+    given = decoded_values(600, seed)
+    decoder = json_values.JsonValues(fields.json())
+    decoded, batches_decoded = [], 0
+    for start in range(0, len(given), 8):  # batches of 8: some with an odd value, some not
+        values = pa.array(given[start : start + 8], pa.binary())
+        column = decoder.add_column(pa.RecordBatch.from_arrays([values], ["value"]))
+        decoded.append(column.column(json_values.COLUMN))
+        batches_decoded += column.column(json_values.COLUMN).null_count < len(values)
+    table = pa.table(
+        {
+            "topic": ["t"] * len(given),
+            "partition": pa.array([0] * len(given), pa.int32()),
+            "offset": pa.array(range(len(given)), pa.int64()),
+            "key": pa.nulls(len(given), pa.binary()),
+            "value": pa.array(given, pa.binary()),
+            "ts": pa.array([0] * len(given), pa.int64()),
+            json_values.COLUMN: pa.concat_arrays(decoded),
+        }
+    )
+    records = spark.createDataFrame(table).selectExpr("*", "timestamp_millis(ts) AS timestamp")
+    columns = ["offset", rows.ERROR, *fields.names]
+
+    def shaped(frame: Any) -> list[Any]:
+        out = rows.shape(frame, target, max_record_bytes=LIMIT)
+        return out.select(*columns).orderBy("offset").collect()
+
+    with_decoded = shaped(records)
+    from_json_alone = shaped(records.drop(json_values.COLUMN))
+
+    assert [repr(tuple(r)) for r in with_decoded] == [repr(tuple(r)) for r in from_json_alone]
+    # Not vacuous: many batches were decoded in the tasks, and some were left to from_json.
+    assert 20 <= batches_decoded < len(decoded), batches_decoded
+    assert {row[rows.ERROR] for row in with_decoded} > {None}
+
+
+def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
+    broker, kafka, topic_name, tmp_path, spark, monkeypatch
+) -> None:
+    """Through the whole import (the source's option, its tasks, the batch writer, SQLite):
+    plain values decoded in the tasks, batches with an odd value left to from_json, and the
+    same rows and dead letters as an import where from_json decodes every value."""
+    from confluent_kafka import Producer
+
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import Checked, ImportSpec
+
+    broker.create_topic(topic_name, 2)
+    producer = Producer(kafka.producer())
+    # Partition 0's values all plain (its batches decode in the tasks), partition 1's mixed.
+    given = decoded_values(1500, seed=3, odd=0) + decoded_values(1500, seed=4, odd=0.15)
+    for index, value in enumerate(given):
+        producer.produce(topic_name, value, str(index % 50).encode(), partition=index // 1500)
+    assert producer.flush(30) == 0
+    tasks_log = tmp_path / "tasks.log"
+
+    def imported(name: str) -> tuple[list[Any], list[Any]]:
+        spec = ImportSpec(
+            kafka=kafka,
+            topics=(topic_name,),
+            sink_url=f"sqlite:///{tmp_path}/{name}.db",
+            checkpoint=str(tmp_path / name),
+            value_format="json",
+            value_schema=DECODED_SCHEMA,
+            max_record_bytes=LIMIT,
+            extra_source_options={
+                "logTo": json.dumps({"level": "debug", "file": str(tasks_log), "json": False})
+            },
+        )
+        summary = run_import(spec, spark=spark)
+        assert summary.records == len(given)
+        with sqlite3.connect(tmp_path / f"{name}.db") as db:
+            stored = db.execute(f'SELECT * FROM "{topic_name}" ORDER BY 2, 3').fetchall()
+            dead = db.execute(f'SELECT * FROM "{topic_name}_dlq" ORDER BY 2, 3').fetchall()
+        return stored, dead
+
+    decoded_in_tasks = imported("tasks")
+    told = re.findall(r"(\d+) values decoded in the task, (\d+) left", tasks_log.read_text())
+    monkeypatch.setattr(Checked, "json_fields_tasks_decode", property(lambda self: None))
+    by_from_json = imported("from_json")
+
+    assert decoded_in_tasks == by_from_json
+    stored, dead = decoded_in_tasks
+    assert len(stored) > 2000 and len(dead) > 50  # both kinds of record reached the store
+    assert sum(int(d) for d, _ in told) > 1000 and sum(int(n) for _, n in told) > 0, told

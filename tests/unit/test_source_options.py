@@ -188,6 +188,8 @@ def test_planning_and_reading_options() -> None:
     assert parse(**{"kafkaConsumer.pollTimeoutMs": "2000"}).poll_timeout_s == 2.0
     sized = parse(bytesPerRecord='{"t": {"0": 104, "3": 800000}}')
     assert sized.bytes_per_record == {"t": {"0": 104, "3": 800000}}
+    fields = '{"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": true}]}'
+    assert parse(decodeJsonValues=fields).decode_json_values == fields
 
 
 @pytest.mark.parametrize(
@@ -198,6 +200,12 @@ def test_planning_and_reading_options() -> None:
         ({"includeHeaders": "maybe"}, "includeHeaders must be true or false"),
         ({"failOnDataLoss": "sometimes"}, "failOnDataLoss must be true or false"),
         ({"bytesPerRecord": '{"t": {"0": 1.5}}'}, "bytesPerRecord must be JSON like"),
+        ({"decodeJsonValues": "id BIGINT"}, "decodeJsonValues must be a Spark schema"),
+        (
+            {"decodeJsonValues": '{"type": "struct", "fields": [{"name": "d", "type": "date"}]}'},
+            "of INT, BIGINT, DOUBLE, BOOLEAN and STRING columns",
+        ),
+        ({"decodeJsonValues": '{"type": "struct", "fields": []}'}, "decodeJsonValues must be"),
     ],
 )
 def test_bad_planning_and_reading_options(given: dict[str, str], says: str) -> None:
