@@ -57,9 +57,9 @@ class GroupDescriber:
                 ready, _, _ = select.select([process.stdout], [], [], timeout_s + ANSWER_MARGIN_S)
                 line = process.stdout.readline() if ready else ""
             except OSError:  # the child is gone: its stdin closed
-                line = ""
+                ready, line = [process.stdout], ""
             if not line:
-                self._ended(group)
+                self._ended(group, hung=not ready)
                 return None
             answer: dict[str, Any] | None = json.loads(line)
             return answer
@@ -84,13 +84,18 @@ class GroupDescriber:
             self._process.stdin.flush()
         return self._process
 
-    def _ended(self, group: str) -> None:
+    def _ended(self, group: str, hung: bool) -> None:
+        """The child gave no answer: it ended (its stdout closed: it may not be reaped yet,
+        so it is waited for) or, hung, is ended."""
         process = self._process
         assert process is not None
-        hung = process.poll() is None
         if hung:
             process.kill()
-        code = process.wait()
+        try:
+            code = process.wait(timeout=ANSWER_MARGIN_S)
+        except subprocess.TimeoutExpired:  # its stdout closed, yet it lives on
+            process.kill()
+            code = process.wait()
         said = ""
         if self._stderr is not None:
             self._stderr.seek(0)
