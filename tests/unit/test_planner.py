@@ -379,3 +379,23 @@ def test_plan_tasks_caps_properties(
     )
     order = [(-t.records * sizes[t.key], t.topic, t.partition, t.start) for t in tasks]
     assert order == sorted(order)
+
+
+def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
+    """The small first batch of a 30M-record import on Tansu (4 slots on 2 cores): four
+    partitions of ~79.5k records, three of whose records weigh a little more than the mean;
+    with pieces of any size, three remainders of 375 records each started a fetch at a new
+    offset (packed into one task, they held the batch for 2.4 s). lagless import plans with
+    MIN_TASK_RECORDS, so a remainder that small joins its piece."""
+    from lagless.importer.spec import MIN_TASK_RECORDS, ImportSpec
+    from lagless.kafka.config import KafkaConfig
+
+    ranges = [OffsetRange("bench", p, 0, 79513 if p < 3 else 79512) for p in range(4)]
+    sizes = {("bench", 0): 105.0, **{("bench", p): 105.5 for p in (1, 2, 3)}}
+
+    any_size = plan_tasks(ranges, 4, sizes)
+    assert min(piece.records for piece in any_size) < 1000  # what the import used to run
+    planned = plan_tasks(ranges, 4, sizes, min_task_records=MIN_TASK_RECORDS)
+    assert sorted(planned) == sorted(ranges)  # a piece per partition, nothing cut off
+    options = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), "parquet:///lake", "/tmp/c")
+    assert options.source_options(slots=2)["minTaskRecords"] == str(MIN_TASK_RECORDS)
