@@ -32,7 +32,7 @@ READER_SETTINGS: dict[str, Any] = {
     "fetch.wait.max.ms": 10,
     "queued.min.messages": 200_000,
     "queued.max.messages.kbytes": 16 * 1024,
-    "fetch.max.bytes": 8 * 1024 * 1024,
+    "fetch.max.bytes": 1024 * 1024,
     "fetch.queue.backoff.ms": 10,
     "group.id": "lagless-range-reader",
     "enable.auto.commit": False,
