@@ -15,9 +15,10 @@ event log on (for each task's launch and finish). Printed:
 - the same as marks in time, and each batch's Spark durationMs and its tasks.
 
 The backlog: a topic of a running broker (--bootstrap, --topic), or one it fills on an
-embedded broker: --records of 100 B (--sink parquet|sqlite), or the demo's (--demo: seed 000
-at `lagless demo`'s default scale into SQLite with the demo's group; --demo typed: the deals
-into a typed SQLite table, as `lagless demo --typed`).
+embedded broker: --records of 100 B (--sink parquet|sqlite; --value-schema: their JSON values
+into typed columns, as `lagless import --value-format json --value-schema`), or the demo's
+(--demo: seed 000 at `lagless demo`'s default scale into SQLite with the demo's group;
+--demo typed: the deals into a typed SQLite table, as `lagless demo --typed`).
 
     .venv/bin/python bench/breakdown.py [--records 1000000] [--sink sqlite] [--demo [typed]]
 """
@@ -55,6 +56,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=1_000_000, help="embedded: records")
     parser.add_argument("--partitions", type=int, default=24, help="embedded: partitions")
     parser.add_argument("--sink", choices=("parquet", "sqlite"), default="parquet")
+    parser.add_argument(
+        "--value-schema",
+        help="JSON values into these typed columns (e.g. 'seq BIGINT NOT NULL, pad STRING')",
+    )
     parser.add_argument(
         "--demo",
         nargs="?",
@@ -147,8 +152,14 @@ def import_spec(args: argparse.Namespace, work: Path) -> Any:
             master=args.master,
         )
     url = f"sqlite:///{work}/bench.db" if args.sink == "sqlite" else f"parquet:///{work}/lake"
+    typed = {"value_format": "json", "value_schema": args.value_schema} if args.value_schema else {}
     return ImportSpec(
-        kafka=kafka, topics=(args.topic,), sink_url=url, checkpoint=checkpoint, master=args.master
+        kafka=kafka,
+        topics=(args.topic,),
+        sink_url=url,
+        checkpoint=checkpoint,
+        master=args.master,
+        **typed,
     )
 
 
@@ -303,6 +314,7 @@ def launch_child(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], 
         *("--work", str(work)),
         *(["--demo", args.demo] if args.demo else []),
         *(["--master", args.master] if args.master else []),
+        *(["--value-schema", args.value_schema] if args.value_schema else []),
     ]
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     launched = time.time()
@@ -468,7 +480,7 @@ def main() -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     what = f"lagless demo{' --typed' if args.demo == 'typed' else ''}" if args.demo else None
-    title = what or f"a bulk import into {args.sink}"
+    title = what or f"a bulk import into {args.sink}{' (typed JSON)' if args.value_schema else ''}"
     figures = report(found, launched, exited, f"{title} ({found['records']:,} records)")
     figures |= {"sink": args.sink, "demo": args.demo, "cores": os.cpu_count(), "launched": launched}
     figures |= {"load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()]}

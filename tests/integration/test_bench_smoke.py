@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -199,3 +200,20 @@ def test_connect_start_compares_a_local_session_with_a_warm_connect_server() -> 
     ratio = figures["local"]["first_row_s"] / figures["connect_warm"]["first_row_s"]
     assert figures["local_over_warm_connect"] == pytest.approx(ratio, abs=0.002)
     assert f"{figures['local_over_warm_connect']:.2f}x" in printed
+
+
+# Half a minute of CI for a flag of a script CI runs already: scripts/test runs it.
+@pytest.mark.matrix
+def test_breakdown_of_a_typed_json_import(tmp_path: Path) -> None:
+    figures, printed = run_bench(
+        "breakdown.py",
+        *("--records", "3000", "--partitions", "2", "--sink", "sqlite"),
+        *("--value-schema", "seq BIGINT NOT NULL, pad STRING", "--work", str(tmp_path)),
+    )
+    assert figures["records"] == 3000
+    assert "a bulk import into sqlite (typed JSON)" in printed
+    with sqlite3.connect(tmp_path / "bench.db") as db:
+        columns = [row[1] for row in db.execute('PRAGMA table_info("bench")')]
+        typed = db.execute('SELECT count(*) FROM "bench" WHERE "seq" IS NOT NULL').fetchone()[0]
+    assert {"seq", "pad"} <= set(columns) and "value" not in columns, columns
+    assert typed == 3000
