@@ -75,6 +75,10 @@ TYPED = {
         "sqlite",
         ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
     ),
+    "parquet+json-schema": (
+        "parquet",
+        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+    ),
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
 SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)
