@@ -34,7 +34,7 @@ from lagless.sinks.base import TaskWrittenSink
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Observation
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class BatchWriter:
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         # The store, when the source's tasks write the records; None: rows come through Spark.
-        self.task_written = spec.task_written(checked.sink)
+        self.task_written = spec.task_written(checked.sink, checked.target)
         self.target = checked.target
         # Set by the run loop: after a stop request, the batch in flight is finished and the
         # next one refused (job.py).
@@ -161,59 +161,94 @@ class BatchWriter:
             self.summary.skipped += skipped
 
     def _commit_task_files(self, sink: TaskWrittenSink, receipts: DataFrame, batch: Batch) -> None:
-        """The source's tasks wrote the records (executorWriter); `receipts` says what."""
+        """The source's tasks wrote the records (executorWriter); `receipts` says what, and
+        which files hold the records they left to Spark's rows."""
         target = self.target
         sink.discard_staged(target)
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
-        sink.commit_staged(collected, target, batch)
+        files = collected.column("file").to_pylist()
+        left = sorted({path for path in collected.column("left").to_pylist() if path})
+        dead: dict[str, int] = {}
+        if left:
+            records = sink.left_records(receipts.sparkSession, left)
+            shaped, observation, reasons = self._shaped(records, batch, [])
+            files += sink.stage_rows(accepted(shaped, target), target)
+            counts = observation.get["counts"]
+            by_reason = dict(zip(reasons, counts, strict=True))
+            self._store_dead_letters(records, shaped, batch, by_reason, dead)
+            log.info("batch %d: %d files of records left to Spark's rows", batch.id, len(left))
+        sink.commit_staged(files, target, batch)
         failpoint("after-write")
+        if left:
+            sink.discard_staged(target)  # the left files, read
         by_partition: Counter[tuple[str, int]] = Counter()
         for topic, partition, records in zip(
             *(collected.column(c).to_pylist() for c in ("topic", "partition", "records")),
             strict=True,
         ):
             by_partition[(topic, partition)] += records
-        read = sum(by_partition.values())
+        written = sum(by_partition.values()) - sum(dead.values())
         size = pc.sum(collected.column("bytes")).as_py() or 0
-        self.summary.add_batch({tp: n for tp, n in by_partition.items() if n}, size, read, {})
+        self.summary.add_batch({tp: n for tp, n in by_partition.items() if n}, size, written, dead)
 
-    def _write_rows(
+    def _shaped(
         self, records: DataFrame, batch: Batch, partitions: list[tuple[str, int]]
-    ) -> None:
+    ) -> tuple[DataFrame, Observation, list[str]]:
+        """The records as rows (rows.shape), observed while they stream into the sink: their
+        bytes, then records per partition and per rejection reason; and the reasons."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         target = self.target
-        sink = self.checked.sink
         avro = self.checked.avro
         reasons = rejection_reasons(target, self.spec.max_record_bytes, avro)
-        # Counted while the rows stream into the sink: one pass over the batch, not three.
-        # Two SQL expressions rather than a Column per partition: building Columns costs a
-        # JVM round trip each, which on 24 partitions was half a second of every batch.
+        # One pass over the batch, not three. Two SQL expressions rather than a Column per
+        # partition: building Columns costs a JVM round trip each, which on 24 partitions was
+        # half a second of every batch.
         observation = Observation(f"lagless_batch_{batch.id}")
         shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
             observation,
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
         )
+        return shaped, observation, reasons
+
+    def _store_dead_letters(
+        self,
+        records: DataFrame,
+        shaped: DataFrame,
+        batch: Batch,
+        rejected_by_reason: dict[str, int],
+        dead: dict[str, int],
+    ) -> None:
+        """Once the rows are staged, before they commit with the batch's ranges: a crash after
+        the commit cannot lose a dead letter, whatever becomes of the checkpoint. `dead`
+        takes the counts by reason once they are stored."""
+        if dead or not any(rejected_by_reason.values()):
+            return  # none, or stored by an earlier try of a retried commit
+        # Rare: read the batch again rather than cache every batch for it.
+        rejected = dead_letters(shaped)
+        if self.dead_letter_topic is not None:
+            collected = rejected.toArrow()  # once, for the topic and the table both
+            self.dead_letter_topic.send(collected)
+            rejected = records.sparkSession.createDataFrame(collected)
+        self.checked.sink.write_dead_letters(rejected, self.target, batch)
+        dead.update({r: n for r, n in rejected_by_reason.items() if n})
+
+    def _write_rows(
+        self, records: DataFrame, batch: Batch, partitions: list[tuple[str, int]]
+    ) -> None:
+        target = self.target
+        sink = self.checked.sink
+        shaped, observation, reasons = self._shaped(records, batch, partitions)
         failpoint("before-write")
         dead: dict[str, int] = {}
 
         def store_dead_letters() -> None:
-            """Once the rows are staged, before they commit with the batch's ranges: a crash
-            after the commit cannot lose a dead letter, whatever becomes of the checkpoint."""
             counts = observation.get["counts"][len(partitions) :]
-            if dead or not any(counts):
-                return  # none, or stored by an earlier try of a retried commit
-            # Rare: read the batch again rather than cache every batch for it.
-            rejected = dead_letters(shaped)
-            if self.dead_letter_topic is not None:
-                collected = rejected.toArrow()  # once, for the topic and the table both
-                self.dead_letter_topic.send(collected)
-                rejected = records.sparkSession.createDataFrame(collected)
-            sink.write_dead_letters(rejected, target, batch)
-            dead.update({r: n for r, n in zip(reasons, counts, strict=True) if n})
+            by_reason = dict(zip(reasons, counts, strict=True))
+            self._store_dead_letters(records, shaped, batch, by_reason, dead)
 
         written = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
         observed = observation.get

@@ -72,7 +72,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         warm_up = None
         if spark is None:
-            task_writer = spec.executor_writer()
+            task_writer = spec.executor_writer(checked.target)
             spark = spark_session(
                 spec.master, conf=dict(spec.spark_conf), records_in_jvm=task_writer is None
             )
@@ -123,7 +123,9 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
         )
 
-        options = spec.source_options(slots, held, sizes(), checked.json_fields_tasks_decode)
+        options = spec.source_options(
+            slots, held, sizes(), checked.json_fields_tasks_decode, checked.target
+        )
         if is_remote(spark):  # the server's workers log into this import's log too
             options[LOG_TO] = logs.settings()
         stream = spark.readStream.format(SOURCE_NAME).options(**options).load()

@@ -29,8 +29,8 @@ from lagless.sinks.base import (
     check_writable_path,
 )
 from lagless.sinks.url import absolute
+from lagless.source import json_values, to_json_offsets
 from lagless.source import options as o
-from lagless.source import to_json_offsets
 from lagless.source.data_loss import Lost, lost_offsets
 from lagless.source.json_values import decodable
 
@@ -105,7 +105,10 @@ class ImportSpec:
         held: Offsets | None = None,
         bytes_per_record: Mapping[TP, float] | None = None,
         json_fields: str | None = None,
+        target: Target | None = None,
     ) -> dict[str, str]:
+        """The lagless-kafka source's options for this import (target: as the checks resolved
+        it; json_fields: Checked.json_fields_tasks_decode)."""
         options = self.kafka.source_options()
         options.update(
             {
@@ -118,7 +121,7 @@ class ImportSpec:
                 o.RETRY_SECONDS: str(self.retry_seconds),
             }
         )
-        writer = self.executor_writer()
+        writer = self.executor_writer(target)
         if self.max_records_per_batch:
             options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
         else:
@@ -141,7 +144,7 @@ class ImportSpec:
         if bytes_per_record:
             sizes = {tp: math.ceil(size) for tp, size in bytes_per_record.items()}
             options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
-        if json_fields is not None and writer is None:
+        if json_fields is not None:
             options[o.DECODE_JSON_VALUES] = json_fields
         options.update(self.extra_source_options)
         return options
@@ -152,27 +155,42 @@ class ImportSpec:
             self, checkpoint=os.path.abspath(self.checkpoint), sink_url=absolute(self.sink_url)
         )
 
-    def executor_writer(self) -> TaskWriter | None:
+    def executor_writer(self, target: Target | None = None) -> TaskWriter | None:
         """The store's writer for the source's tasks, when they write this import's records
-        (task_written); else None."""
-        sink = self.task_written(sink_from_url(self.sink_url))
-        return sink.executor_writer(self.target()) if sink is not None else None
+        (task_written); else None. target: as the checks resolved it (a typed one's fields)."""
+        target = target or self.target()
+        sink = self.task_written(sink_from_url(self.sink_url), target)
+        return sink.executor_writer(target, _decoded(target)) if sink is not None else None
 
-    def task_written(self, sink: Sink) -> TaskWrittenSink | None:
-        """The sink, when the source's tasks write this import's records themselves: no record
-        can be rejected (raw values, no size limit), none goes to a dead-letter topic, nothing
-        needs Spark's rows (append), and the store takes them so for this target. Else None:
-        rows go through Spark (Sink.write)."""
-        target = self.target()
+    def task_written(self, sink: Sink, target: Target | None = None) -> TaskWrittenSink | None:
+        """The sink, when the source's tasks write this import's records themselves: an append
+        without a size limit, of raw values (none can be rejected, none goes to a dead-letter
+        topic) or of typed JSON values the tasks decode as Spark would (json_values.decodable;
+        the others they leave to Spark's rows), into a store that takes them so for this
+        target. Else None: rows go through Spark (Sink.write). target: as the checks resolved
+        it; a typed one is known only then."""
+        target = target or self.target()
         if (
             not isinstance(sink, TaskWrittenSink)
-            or target.value_format != "raw"
             or target.mode != "append"
             or self.max_record_bytes is not None
-            or self.dead_letter_topic is not None
         ):
             return None
-        return sink if sink.executor_writer(target) is not None else None
+        if target.value_format == "raw":
+            if self.dead_letter_topic is not None:
+                return None
+        elif (
+            target.value_format != "json"
+            or target.fields is None
+            or not decodable(target.fields.json())
+        ):
+            return None
+        return sink if sink.executor_writer(target, _decoded(target)) is not None else None
+
+
+def _decoded(target: Target) -> str | None:
+    """The source's column of typed values decoded in its tasks, for a typed target."""
+    return json_values.COLUMN if target.fields is not None else None
 
 
 @dataclass

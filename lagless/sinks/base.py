@@ -24,7 +24,7 @@ from lagless.sinks.ledger import TP, Batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 WriteMode = Literal["append", "upsert"]
@@ -261,21 +261,24 @@ class Sink(ABC):
 
 class TaskWrittenSink(Sink):
     """A store the source's tasks may write records into themselves, for a batch that needs
-    nothing of Spark's rows (a raw append: importer/spec.py decides): no record crosses into
-    the JVM. The lifecycle is Sink's, with these in place of `write` and `write_dead_letters`
-    (no record is rejected on this path):
+    nothing of Spark's rows (an append: importer/spec.py decides): no record crosses into the
+    JVM. The lifecycle is Sink's, with these in place of `write` and `write_dead_letters`:
 
     1. `executor_writer`: once, before the query starts: the writer the tasks run, or None
        when this target goes through Spark's rows after all (`write`);
     2. per batch, before its tasks run: `discard_staged`;
     3. `run_tasks`: Spark runs the batch's tasks, which write;
-    4. `commit_staged`: the batch becomes visible with its ranges in the ledger.
+    4. only when the tasks left records to Spark's rows (typed values they did not decode):
+       `left_records`, then `stage_rows` with the rows importer/rows.py made of them (their
+       rejected records go to `write_dead_letters` before the commit);
+    5. `commit_staged`: the batch becomes visible with its ranges in the ledger.
     """
 
     @abstractmethod
-    def executor_writer(self, target: Target) -> TaskWriter | None:
+    def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
         """Once, before the query starts: where the source's tasks write accepted records
-        (source/executor_write.py); None: this target's rows come through Spark (write)."""
+        (source/executor_write.py); typed values come decoded in the source's column `decoded`.
+        None: this target's rows come through Spark (write)."""
 
     @abstractmethod
     def discard_staged(self, target: Target) -> None:
@@ -286,10 +289,21 @@ class TaskWrittenSink(Sink):
         receipts (source.executor_write.RECEIPT_SCHEMA)."""
         return receipts.toArrow()
 
+    def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:
+        """Per batch, when the tasks' receipts name `left` files: their records, in the
+        source's columns. Only a store whose writer leaves records implements it."""
+        raise NotImplementedError(f"{type(self).__name__}'s tasks leave no records")
+
+    def stage_rows(self, rows: DataFrame, target: Target) -> list[str]:
+        """Per batch, after `left_records`: the rows made of them, staged where commit_staged
+        takes them; returns the files."""
+        raise NotImplementedError(f"{type(self).__name__}'s tasks leave no records")
+
     @abstractmethod
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
-        """Per batch, after the tasks wrote: make the batch visible with its ranges in the
-        ledger, in one atomic step, unless the ledger holds them already."""
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+        """Per batch, after the tasks wrote (files: theirs, and stage_rows'): make the batch
+        visible with its ranges in the ledger, in one atomic step, unless the ledger holds
+        them already."""
 
 
 class DriverSink(Sink):

@@ -9,12 +9,18 @@ and the driver commits them; how it commits is each store's own.
 from __future__ import annotations
 
 import os
+from functools import partial
+from typing import TYPE_CHECKING
 
 from lagless.sinks import staged_parquet as staged
 from lagless.sinks.base import Target, TaskWriter, TaskWrittenSink
 from lagless.sinks.s3 import S3Url, is_s3, parse_s3
 from lagless.sinks.storage import LocalStorage, S3Storage, Storage
+from lagless.sinks.task_files import Conform, stage_rows
 from lagless.sinks.url import parse_local
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class FolderTableSink(TaskWrittenSink):
@@ -42,14 +48,39 @@ class FolderTableSink(TaskWrittenSink):
         unless the table is on S3."""
         return None if self.s3 else os.path.abspath(self.location)
 
-    def executor_writer(self, target: Target) -> TaskWriter | None:
-        """Raw appends: the source's tasks write the files into the target's staging folder."""
-        config, secret = staged.task_config(self._staging(target), self.storage.task_access)
+    def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
+        """Appends: the source's tasks write the files into the target's staging folder, raw
+        values as read, typed values from the source's `decoded` column (staged_parquet.py)."""
+        typed = None
+        if target.fields is not None:
+            if decoded is None or target.mode != "append":
+                return None
+            required = [f.name for f in target.fields if not f.nullable]
+            typed = {"fields": target.fields.json(), "required": required, "decoded": decoded}
+        config, secret = staged.task_config(self._staging(target), self.storage.task_access, typed)
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run: drop what a crashed attempt staged."""
         self.storage.remove_tree(self._staging(target))
+
+    def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:
+        """The records the tasks left in `_left` files, read by Spark's tasks."""
+        names = spark.createDataFrame([(path,) for path in files], "file string")
+        task = partial(staged.read_left, self.storage.task_access)
+        return names.repartition(len(files)).mapInArrow(task, staged.LEFT_SPARK_SCHEMA)
+
+    def stage_rows(self, rows: DataFrame, target: Target) -> list[str]:
+        """Rows (the target's row_columns) written by Spark's tasks into files of the target's
+        staging folder, where commit_staged takes them with the tasks' own."""
+        folder = self.storage.join(self._staging(target), "_rows")
+        access = self.storage.task_access
+        return stage_rows(rows, folder, self.conform, clear=self.storage.remove_tree, s3=access)
+
+    @property
+    def conform(self) -> Conform | None:
+        """What a task does to its rows' batches before they are written (Iceberg's types)."""
+        return None
 
     def _staging(self, target: Target, table: str | None = None) -> str:
         # Absolute: a task on a standalone worker runs in a folder of its own.

@@ -71,7 +71,9 @@ class StagedFiles:
         self.open_writer = open_writer
         self.s3 = s3
 
-    def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
+    def write(
+        self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
+    ) -> tuple[str, None]:
         digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
         name = f"part-{digest}{self.suffix}"
         with output_file(self.folder, name, self.s3) as sink:
@@ -81,7 +83,7 @@ class StagedFiles:
                     writer.write_batch(stored_columns(batch))
             finally:
                 writer.close()
-        return f"{self.folder}/{name}"
+        return f"{self.folder}/{name}", None
 
 
 @contextmanager

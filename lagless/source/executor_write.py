@@ -10,6 +10,10 @@ exactly-once holds as long as the writer's output for a task depends only on the
 (a retried or replayed task replaces it, or finds it there) and readers see either none of a
 batch before the driver's commit or rows a replay cannot double.
 
+A writer may leave records to Spark's rows (typed values it cannot decode as Spark would: the
+driver decides them as importer/rows.py does, and commits them with the task's own): it writes
+them, as read, into a file the receipt names (`left`).
+
 The writer is named as "module:function" (the source never imports a store, as Spark's sources
 name classes in options); function(config, secret) returns an ExecutorWriter. The secret (a
 store's password) comes in an option of its own, whose name Spark redacts wherever it shows
@@ -31,11 +35,13 @@ from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 
 RECEIPT_SCHEMA = (
-    "file string, topic string, partition int, start long, end long, records long, bytes long"
+    "file string, left string, topic string, partition int, start long, end long, "
+    "records long, bytes long"
 )
 RECEIPT_ARROW_SCHEMA = pa.schema(
     [
         ("file", pa.string()),
+        ("left", pa.string()),
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("start", pa.int64()),
@@ -47,10 +53,13 @@ RECEIPT_ARROW_SCHEMA = pa.schema(
 
 
 class ExecutorWriter(Protocol):
-    def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
+    def write(
+        self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
+    ) -> tuple[str, str | None]:
         """Store every batch (a task's records, in source.schema.ARROW_SCHEMA) for the task of
-        these pieces; returns where they went, as the receipts name it. Runs again for the same
-        pieces when a task is retried or a batch replayed: the outcome must be the same."""
+        these pieces; returns where they went, as the receipts name it, and the file of those
+        it left to Spark's rows (None: it wrote them all). Runs again for the same pieces when
+        a task is retried or a batch replayed: the outcome must be the same."""
         ...
 
 
@@ -81,9 +90,9 @@ def write_task(
                 counts[1] += _payload_bytes(batch)
                 yield batch
 
-    where = writer.write(pieces, batches())
+    written = writer.write(pieces, batches())
     rows = [
-        (where, *_where(piece), records, size)
+        (*written, *_where(piece), records, size)
         for piece, (records, size) in zip(pieces, counted, strict=True)
     ]
     yield pa.RecordBatch.from_pylist(

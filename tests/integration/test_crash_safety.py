@@ -10,6 +10,7 @@ lagless run.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -399,6 +400,41 @@ def cli_args(spec: ImportSpec) -> list[str]:
     return args + [part for k, v in options.items() if v is not None for part in (k, str(v))]
 
 
+# A rerun on the test session's Spark that takes longer is stopped: see rerun().
+RERUN_TIMEOUT_S = 240.0
+
+
+def rerun(spec: ImportSpec, spark: Any) -> Summary:
+    """run_import on the test run's shared Spark session, stopped if it takes longer than
+    RERUN_TIMEOUT_S: every thread's stack goes to stderr, the session's queries and jobs are
+    stopped, and the import's error fails this test alone. (Once, a rerun after kill -9 hung
+    for 10 minutes until pytest-timeout ended it, and every later test of the run failed on
+    the session it left busy.)"""
+    import faulthandler
+
+    done, fired = threading.Event(), threading.Event()
+
+    def watchdog() -> None:
+        if done.wait(RERUN_TIMEOUT_S):
+            return
+        fired.set()
+        print(f"the rerun took over {RERUN_TIMEOUT_S:.0f} s; stopping it", file=sys.stderr)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for query in spark.streams.active:
+            with suppress(Exception):
+                query.stop()
+        spark.sparkContext.cancelAllJobs()
+
+    threading.Thread(target=watchdog, name="rerun-watchdog", daemon=True).start()
+    try:
+        summary = run_import(spec, spark=spark)
+    finally:
+        done.set()
+        if fired.is_set():
+            pytest.fail(f"the rerun took over {RERUN_TIMEOUT_S:.0f} s (stacks on stderr)")
+    return summary
+
+
 def run_import_process(
     args: list[str], folder: Path, failpoint: str | None = None
 ) -> tuple[int, str, str]:
@@ -592,10 +628,10 @@ def test_kill_9_at_a_failpoint_then_a_rerun_ends_like_a_clean_run(
     assert at_crash == (batch_end_offsets(checkpoint, in_group - 1) if in_group else {})
 
     if crash.sink.startswith("parquet"):  # a replay swaps a batch's folder: a sample could miss it
-        run_import(spec, spark=spark)
+        rerun(spec, spark)
     else:
         with GroupSampler(kafka, group, topic_name, url) as sampler:
-            run_import(spec, spark=spark)
+            rerun(spec, spark)
         sampler.check(records, crash.write, floor=at_crash)
 
     assert sink_tables(url, topic_name) == expected
@@ -765,8 +801,8 @@ def test_the_broker_down_for_seconds_mid_import_loses_and_doubles_nothing(
     except LaglessError as failure:
         assert "\n" not in str(failure)
         assert came_back.wait(DOWN_S + 5)
-        rerun = run_import(spec, spark=spark)
-        outcome = f"stopped ({failure}); the rerun completed {rerun.batches} batches"
+        again = rerun(spec, spark)
+        outcome = f"stopped ({failure}); the rerun completed {again.batches} batches"
     finally:
         back_up.cancel()  # only matters if the import failed before the first batch ended
     request.node.user_properties.append(("outcome", outcome))
@@ -826,9 +862,71 @@ def test_records_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     left = stored(url, topic_name, TARGET_COLUMNS)
     assert left == rows(in_batches(records, spec.checkpoint, 0, visible_through, topic_name))
 
-    run_import(spec, spark=spark)
+    rerun(spec, spark)
 
     assert stored(url, topic_name, TARGET_COLUMNS) == rows(records)
     left_over = [p for p in tmp_path.rglob("*") if "partial" in p.name or p.suffix == ".replaced"]
     assert not left_over
     assert not list(tmp_path.rglob("*.arrow"))
+
+
+TYPED_SCHEMA = "seq BIGINT NOT NULL, pad STRING"
+
+
+def json_object(value: bytes | None) -> dict[str, Any] | None:
+    """The value as the typed import reads it: a JSON object, else None (poison)."""
+    try:
+        parsed = json.loads(value.decode()) if value is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+@pytest.mark.parametrize(
+    ("sink", "failpoint"),
+    [
+        ("delta", "mid-write:2"),
+        pytest.param("parquet", "after-write:1", marks=pytest.mark.matrix),
+        pytest.param("iceberg", "before-write:2", marks=pytest.mark.matrix),
+        pytest.param("parquet+s3", "mid-write:2", marks=pytest.mark.matrix),
+    ],
+)
+def test_typed_rows_the_source_tasks_write_survive_kill_9(
+    sink, failpoint, request, broker, kafka, topic_name, tmp_path, spark, caplog
+):
+    """Typed JSON values the source's tasks decode and write themselves, and the poison among
+    them, which they leave to Spark's rows (dead letters, committed with the same batch): the
+    rerun after a kill ends with every good record once as its row, every poison record once
+    as a dead letter, and nothing staged left."""
+    broker.create_topic(topic_name, PARTITIONS)
+    explicit_counts = explicit([RECORDS_PER_PARTITION] * PARTITIONS)
+    produce_profile(kafka, topic_name, explicit_counts, keys=12, poison=0.02)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    url = sink_url(sink, tmp_path, request)
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(topic_name,),
+        sink_url=url,
+        checkpoint=str(tmp_path / "ckpt"),
+        max_records_per_batch=BATCH_RECORDS,
+        value_format="json",
+        value_schema=TYPED_SCHEMA,
+    )
+    args = [*cli_args(spec), "--value-schema", TYPED_SCHEMA]
+
+    code, _, stderr = run_import_process(args, tmp_path, failpoint)
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):
+        summary = rerun(spec, spark)
+
+    good = {(r.partition, r.offset): json_object(r.value) for r in records}
+    poison = sorted(tp for tp, value in good.items() if value is None)
+    rows = sorted((p, o, v["seq"], v["pad"]) for (p, o), v in good.items() if v is not None)
+    assert len(poison) == 8  # 12 poison records: 4 each of bad UTF-8, bad JSON, null key
+    assert stored(url, topic_name, ("partition", "offset", "seq", "pad")) == rows
+    assert stored(url, f"{topic_name}_dlq", ("partition", "offset")) == poison
+    # The path under test: the rerun's tasks wrote, and left the poison to Spark's rows.
+    assert summary.records > 0 and "records left to Spark's rows" in caplog.text
+    staged = [p for p in tmp_path.rglob("*.parquet") if "/_staging/" in str(p)]
+    assert not staged

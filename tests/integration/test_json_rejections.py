@@ -6,11 +6,13 @@ the same columns for each."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import sqlite3
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from lagless.importer import rows
@@ -230,3 +232,84 @@ def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
     stored, dead = decoded_in_tasks
     assert len(stored) > 2000 and len(dead) > 50  # both kinds of record reached the store
     assert sum(int(d) for d, _ in told) > 1000 and sum(int(n) for _, n in told) > 0, told
+
+
+TYPED_COLUMNS = ("topic", "partition", "offset", "key", "timestamp", "id", "n", "x", "ok", "name")
+
+
+@pytest.mark.parametrize("store", ["parquet", "delta", "iceberg", "parquet+s3"])
+def test_a_typed_import_the_tasks_write_stores_what_spark_rows_store(
+    broker, kafka, topic_name, tmp_path, spark, monkeypatch, request, caplog, store: str
+) -> None:
+    """Typed JSON into a folder store: the source's tasks write the rows of the values they
+    decode and leave the others (odd values, missing required fields, in whole batches) to
+    Spark's rows, all committed as one batch. The same table, the same dead letters and the
+    same column types as an import whose rows all come through Spark."""
+    from confluent_kafka import Producer
+
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import ImportSpec
+    from lagless.sinks.base import DEAD_LETTER_COLUMNS
+    from tests.integration.test_crash_safety import sink_url, stored
+
+    broker.create_topic(topic_name, 2)
+    producer = Producer(kafka.producer())
+    given = decoded_values(1500, seed=5, odd=0) + decoded_values(1500, seed=6, odd=0.15)
+    for index, value in enumerate(given):
+        producer.produce(topic_name, value, str(index % 50).encode(), partition=index // 1500)
+    assert producer.flush(30) == 0
+    tasks_log = tmp_path / "import.log"
+    types: list[tuple[tuple[str, str], ...]] = []
+
+    def imported(name: str) -> tuple[Any, ...]:
+        folder = tmp_path / name
+        folder.mkdir()
+        url = sink_url(store, folder, request)
+        spec = ImportSpec(
+            kafka=kafka,
+            topics=(topic_name,),
+            sink_url=url,
+            checkpoint=str(folder / "ckpt"),
+            value_format="json",
+            value_schema=DECODED_SCHEMA,
+            extra_source_options={
+                "logTo": json.dumps({"level": "debug", "file": str(tasks_log), "json": False})
+            },
+        )
+        summary = run_import(spec, spark=spark)
+        table = stored(url, topic_name, TYPED_COLUMNS)
+        dead = stored(url, f"{topic_name}_dlq", DEAD_LETTER_COLUMNS)
+        if "+s3" not in store:  # every file of the table, in the same column types
+            files = [
+                path
+                for path in folder.rglob("*.parquet")
+                if f"/{topic_name}/" in str(path) and "/_" not in str(path)
+            ]
+            schemas = {tuple((f.name, str(f.type)) for f in pq.read_schema(p)) for p in files}
+            assert len(schemas) == 1, schemas
+            types.append(schemas.pop())
+        counts = (
+            summary.records,
+            summary.imported,
+            summary.written,
+            summary.bytes,
+            dict(summary.dead_lettered_by_reason),
+        )
+        return counts, [repr(row) for row in table], [repr(row) for row in dead]
+
+    with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):
+        by_tasks = imported("tasks")
+    told = tasks_log.read_text()
+    tasks_log.unlink()
+    monkeypatch.setattr(ImportSpec, "task_written", lambda self, sink, target=None: None)
+    by_rows = imported("rows")
+
+    assert by_tasks == by_rows
+    assert "+s3" in store or (len(types) == 2 and types[0] == types[1]), types
+    (records, imported_rows, *_), table, dead_letters = by_tasks
+    assert len(table) == imported_rows
+    assert records == len(given) and imported_rows > 2000 and len(dead_letters) > 50
+    # Not vacuous: the tasks wrote partition 0's rows, and left partition 1's to Spark's rows.
+    decoded = sum(int(n) for n in re.findall(r"(\d+) values decoded in the task", told))
+    assert decoded >= 1500, told[-2000:]
+    assert "files of records left to Spark's rows" in caplog.text

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, batch_ranges
-from lagless.source.executor_write import RECEIPT_ARROW_SCHEMA, load_writer
+from lagless.source.executor_write import load_writer
 from lagless.source.schema import ARROW_SCHEMA
 
 TOPIC = "orders"
@@ -108,21 +108,18 @@ def iceberg_rows(warehouse: str, table: str) -> list[tuple[str, int, int]]:
 
 def commit(sink: Sink, target: Target, batch: Batch) -> None:
     """A batch as batch_writer.py commits it when the source's tasks write: staged files of
-    each partition's piece (the store's own task writer), receipts, commit_staged."""
+    each partition's piece (the store's own task writer), the files, commit_staged."""
     writer_spec = sink.executor_writer(target)
     assert writer_spec is not None
     writer = load_writer(writer_spec.name, writer_spec.config, writer_spec.secret)
     sink.discard_staged(target)
-    receipts = []
+    files = []
     for tp, (start, end) in batch.covered.items():
         piece = OffsetRange(tp[0], tp[1], start, end)
-        where = writer.write([piece], iter([records(tp, start, end)]))
-        receipts.append((where, tp[0], tp[1], start, end, end - start, 0))
-    table = pa.Table.from_pylist(
-        [dict(zip(RECEIPT_ARROW_SCHEMA.names, r, strict=True)) for r in receipts],
-        schema=RECEIPT_ARROW_SCHEMA,
-    )
-    sink.commit_staged(table, target, batch)
+        where, left = writer.write([piece], iter([records(tp, start, end)]))
+        assert left is None  # raw values: the tasks write them all
+        files.append(where)
+    sink.commit_staged(files, target, batch)
 
 
 @dataclass

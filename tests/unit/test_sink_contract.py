@@ -5,6 +5,7 @@ that type and the target, nothing else."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -57,6 +58,41 @@ def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> Non
     assert spec(url, max_record_bytes=10).task_written(sink) is None
 
 
+@pytest.mark.parametrize("url", ["parquet:///lake", "delta:///lake", "iceberg:///lake"])
+def test_the_tasks_write_a_typed_json_append_into_a_folder_store(url: str) -> None:
+    """Where the tasks decode the value's fields as Spark would (json_values.decodable): they
+    write the rows, a dead-letter topic or not (what they cannot decode they leave to Spark's
+    rows). Not an upsert, not a size limit, not other field types, not Avro, not SQLite."""
+    from pyspark.sql.types import (
+        BooleanType,
+        DateType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    sink = sink_from_url(url)
+    types = [LongType(), StringType(), DoubleType(), BooleanType(), IntegerType()]
+    plain = StructType([StructField(f"f{i}", t, i > 0) for i, t in enumerate(types)])
+    typed = replace(spec(url).target(), value_format="json", fields=plain)
+    json_spec = spec(url, value_format="json")
+    assert json_spec.task_written(sink, typed) is sink
+    assert json_spec.executor_writer(typed) is not None
+    assert spec(url, value_format="json", dead_letter_topic="dlt").task_written(sink, typed)
+    assert spec(url, value_format="json", max_record_bytes=10).task_written(sink, typed) is None
+    upsert = replace(typed, mode="upsert")
+    assert spec(url, value_format="json", write="upsert").task_written(sink, upsert) is None
+    dated = replace(typed, fields=StructType([*plain.fields, StructField("day", DateType())]))
+    assert json_spec.task_written(sink, dated) is None
+    avro = replace(typed, value_format="avro")
+    assert spec(url, value_format="avro").task_written(sink, avro) is None
+    sqlite = sink_from_url("sqlite:///x.db")
+    assert json_spec.task_written(sqlite, replace(typed, table="t")) is None
+
+
 def test_a_store_without_the_task_path_takes_every_batch_through_spark() -> None:
     assert spec("sqlite:///x.db").task_written(RowsOnlySink("rows:///x", "x")) is None
 
@@ -71,7 +107,7 @@ def test_a_task_written_store_must_commit_what_the_tasks_staged() -> None:
     """The task path's methods are abstract: a store missing one cannot be made."""
 
     class Half(RowsOnlySink, TaskWrittenSink):
-        def executor_writer(self, target: Target) -> None:
+        def executor_writer(self, target: Target, decoded: str | None = None) -> None:
             return None
 
         def discard_staged(self, target: Target) -> None:

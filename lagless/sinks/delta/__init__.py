@@ -21,6 +21,7 @@ TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -106,10 +107,9 @@ class DeltaSink(FolderTableSink):
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): commit its files in one transaction."""
-        files = sorted(set(receipts.column("file").to_pylist()))
-        self._append(target.table, files, batch)
+        self._append(target.table, sorted(set(files)), batch)
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
@@ -353,15 +353,21 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
 
 def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
     """Delta file statistics (numRecords, nullCount; minValues and maxValues for numbers, whose
-    bounds are exact) from the row groups' statistics in a Parquet footer."""
+    bounds are exact) from the row groups' statistics in a Parquet footer. A column with an
+    infinite bound has none: JSON cannot hold it, and the log's readers refuse "Infinity"."""
     nulls: dict[str, int] = {}
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
+    unbounded = set()
     for column, stats in _column_stats(metadata):
         nulls[column] = nulls.get(column, 0) + stats.null_count
         if stats.has_min_max and stats.physical_type in ("INT32", "INT64", "FLOAT", "DOUBLE"):
+            if not (math.isfinite(stats.min) and math.isfinite(stats.max)):
+                unbounded.add(column)
             low[column] = min(low.get(column, stats.min), stats.min)
             high[column] = max(high.get(column, stats.max), stats.max)
+    for column in unbounded:
+        del low[column], high[column]
     return {
         "numRecords": metadata.num_rows,
         "minValues": low,

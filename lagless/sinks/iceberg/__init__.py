@@ -54,7 +54,7 @@ from lagless.sinks.iceberg.rest import errors as rest_errors
 from lagless.sinks.iceberg.summary import held_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
-from lagless.sinks.task_files import stage_rows
+from lagless.sinks.task_files import Conform, stage_rows
 from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
@@ -192,11 +192,15 @@ class IcebergSink(FolderTableSink):
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
-        files = sorted(set(receipts.column("file").to_pylist()))
         with self._catalog_errors():
-            self._add_files(target.table, files, batch)
+            self._add_files(target.table, sorted(set(files)), batch)
+
+    @property
+    def conform(self) -> Conform:
+        """Rows Spark's tasks write are cast to the Iceberg columns' types."""
+        return conformed
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]

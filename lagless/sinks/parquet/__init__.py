@@ -46,7 +46,6 @@ from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 # Offsets, timestamps and values are nearly all distinct: trying a dictionary for them cost a
@@ -105,9 +104,9 @@ class ParquetSink(FolderTableSink):
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
-        files = sorted(set(receipts.column("file").to_pylist()))
+        files = sorted(set(files))
         table = self.storage.join(self.location, target.table)
         if isinstance(self.storage, S3Storage):
             _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)

@@ -122,7 +122,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
 
         self._retried(attempt)
 
-    def executor_writer(self, target: Target) -> TaskWriter | None:
+    def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
         """Raw appends: the source's tasks COPY the records they read into the table."""
         table = _copies_into(target)
         if self.write_from == "driver" or table is None:
@@ -160,7 +160,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             found = conn.execute(held_offsets(layout)).fetchall()
         return {(topic, int(p)): int(end) for topic, p, end in found}
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """The tasks committed their records themselves; the batch's ranges follow in a
         transaction of their own (a crash between leaves rows the ledger does not list: the
         unique key makes their replay add nothing)."""

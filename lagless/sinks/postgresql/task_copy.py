@@ -41,7 +41,9 @@ class TaskCopy:
         self.merge = merge
         self.uri = uri
 
-    def write(self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]) -> str:
+    def write(
+        self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
+    ) -> tuple[str, None]:
         import adbc_driver_postgresql.dbapi as adbc_pg
 
         rows = pa.RecordBatchReader.from_batches(FILE_SCHEMA, map(stored_columns, batches))
@@ -56,7 +58,7 @@ class TaskCopy:
                 conn.commit()
         except adbc_pg.OperationalError as exc:
             raise TransientError(f"PostgreSQL is away: {first_line(exc)}") from None
-        return f"postgresql:{self.table}"
+        return f"postgresql:{self.table}", None
 
 
 def holds_any(table: str, pieces: Sequence[OffsetRange]) -> str:

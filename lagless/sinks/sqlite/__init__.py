@@ -96,9 +96,9 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         """The tasks stage raw appends beside the database file, which the driver reads."""
         return self._staging(target) if tasks_write else None
 
-    def executor_writer(self, target: Target) -> TaskWriter | None:
+    def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
         """Raw appends: the source's tasks write Arrow files into the staging folder."""
-        if self.write_from == "driver":
+        if self.write_from == "driver" or target.fields is not None:
             return None
         config = {"folder": self._staging(target)}
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
@@ -109,10 +109,10 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         with suppress(OSError):  # not empty: another table of the database is staging
             os.rmdir(os.path.dirname(self._staging(target)))
 
-    def commit_staged(self, receipts: pa.Table, target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch: its files into the table in one transaction (rows
         a replayed batch stored before are left as they are), then the files are dropped."""
-        files = sorted(set(receipts.column("file").to_pylist()))
+        files = sorted(set(files))
         unseen = [path for path in files if not os.path.exists(path)]
         if unseen:
             raise TerminalError(
