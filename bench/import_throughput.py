@@ -79,6 +79,14 @@ TYPED = {
         "parquet",
         ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
     ),
+    "delta+json-schema": (
+        "delta",
+        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+    ),
+    "iceberg+json-schema": (
+        "iceberg",
+        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+    ),
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
 SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)
