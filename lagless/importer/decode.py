@@ -1,8 +1,8 @@
 """Avro values: the Confluent wire format (magic byte 0, a 4-byte schema id, then Avro binary)
 with a Schema Registry, or plain Avro binary of one schema file. Decoded with fastavro in the
-executors' Python workers, a batch of records into one Arrow struct column (Spark's
-mapInArrow), against the reader schema the table's columns come from: a record written with
-another registered schema is resolved to it by Avro's rules.
+executors' Python workers (source/avro_values.py), a batch of records into one Arrow struct
+column, against the reader schema the table's columns come from: a record written with another
+registered schema is resolved to it by Avro's rules.
 
 The columns come from the reader schema (`avro_fields`): records become structs, unions with
 null nullable fields, enums strings, logical decimals, dates and timestamps their Spark types.
@@ -10,26 +10,18 @@ null nullable fields, enums strings, logical decimals, dates and timestamps thei
 
 from __future__ import annotations
 
-import io
 import json
-import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lagless.exceptions import BadInput, TransientError
+from lagless.exceptions import BadInput
 from lagless.first_line import first_line
+from lagless.source import avro_values
+from lagless.source.avro_values import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
-
-NOT_CONFLUENT = "value is not in the Confluent Avro wire format (magic byte 0, schema id)"
-UNKNOWN_SCHEMA_ID = "value's schema id is not in the schema registry"
-UNDECODABLE = "value does not decode with its Avro schema"
-_MAGIC = 0
-_HEADER = struct.Struct(">bI")
 
 
 def parse_avro_schema(text: str, where: str) -> dict[str, Any]:
@@ -124,7 +116,7 @@ class AvroDecoding:
     reader_schema: str
     registry_url: str | None = None
     # The column holding the reason a value does not decode (one of `reasons`), else NULL.
-    ERROR: ClassVar[str] = "_lagless_avro_error"
+    ERROR: ClassVar[str] = avro_values.ERROR
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -139,95 +131,12 @@ class AvroDecoding:
         fields = avro_fields(parse_avro_schema(self.reader_schema, "the reader schema"))
         added = [StructField(column, fields), StructField(self.ERROR, StringType())]
         schema = StructType([*records.schema.fields, *added])
-        return records.mapInArrow(_Decoder(self, fields.json(), column), schema)
+        return records.mapInArrow(self.values(fields.json(), column), schema)
 
-
-class _Decoder:
-    """The function mapInArrow runs in the executors (pickled with its settings)."""
-
-    def __init__(self, decoding: AvroDecoding, fields_json: str, column: str) -> None:
-        self.decoding = decoding
-        self.fields_json = fields_json
-        self.column = column
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import fastavro
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_type
-        from pyspark.sql.types import StructType
-
-        reader: dict[str, Any] = fastavro.parse_schema(json.loads(self.decoding.reader_schema))  # type: ignore[assignment]
-        arrow_type = to_arrow_type(StructType.fromJson(json.loads(self.fields_json)))
-        writers = _WriterSchemas(self.decoding.registry_url)
-        for batch in batches:
-            decoded: list[dict[str, Any] | None] = []
-            errors: list[str | None] = []
-            for value in batch.column("value").to_pylist():
-                record, error = None, None
-                if value is not None:
-                    record, error = _decode_one(value, reader, writers)
-                decoded.append(record)
-                errors.append(error)
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, pa.array(decoded, arrow_type), pa.array(errors, pa.string())],
-                names=[*batch.schema.names, self.column, AvroDecoding.ERROR],
-            )
-
-
-def _decode_one(
-    value: bytes, reader: dict[str, Any], writers: _WriterSchemas
-) -> tuple[dict[str, Any] | None, str | None]:
-    import fastavro
-
-    body = io.BytesIO(value)
-    writer = reader
-    if writers.registry_url is not None:
-        if len(value) < _HEADER.size or value[0] != _MAGIC:
-            return None, NOT_CONFLUENT
-        writer_or_none = writers.get(_HEADER.unpack_from(value)[1])
-        if writer_or_none is None:
-            return None, UNKNOWN_SCHEMA_ID
-        writer = writer_or_none
-        body.seek(_HEADER.size)
-    try:
-        record = fastavro.schemaless_reader(body, writer, reader)
-    except Exception:
-        return None, UNDECODABLE
-    if body.tell() != len(value):  # bytes left over: not a value of this schema
-        return None, UNDECODABLE
-    return record, None  # type: ignore[return-value]
-
-
-class _WriterSchemas:
-    """Writer schemas by id, fetched once per Python worker and id."""
-
-    _cache: ClassVar[dict[tuple[str, int], dict[str, Any] | None]] = {}
-
-    def __init__(self, registry_url: str | None) -> None:
-        self.registry_url = registry_url
-
-    def get(self, schema_id: int) -> dict[str, Any] | None:
-        import fastavro
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        assert self.registry_url is not None
-        cached = (self.registry_url, schema_id)
-        if cached not in self._cache:
-            client = SchemaRegistryClient({"url": self.registry_url})
-            try:
-                text = client.get_schema(schema_id).schema_str
-            except SchemaRegistryError as exc:
-                if exc.http_status_code != 404:
-                    raise TransientError(f"schema registry: {first_line(exc)}") from None
-                self._cache[cached] = None
-            except Exception as exc:
-                raise TransientError(
-                    f"cannot reach the schema registry at {self.registry_url}: {first_line(exc)}"
-                ) from None
-            else:
-                self._cache[cached] = fastavro.parse_schema(json.loads(text or "null"))  # type: ignore[assignment]
-        return self._cache[cached]
+    def values(self, fields_json: str, column: str = avro_values.COLUMN) -> avro_values.AvroValues:
+        """The decoder the executors run, into `column` (a struct of the Spark schema
+        `fields_json`); as the source's option decodeAvroValues: `.option()`."""
+        return avro_values.AvroValues(self.reader_schema, self.registry_url, fields_json, column)
 
 
 def latest_registered(registry_url: str, subject: str) -> str:

@@ -124,7 +124,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
 
         options = spec.source_options(
-            slots, held, sizes(), checked.json_fields_tasks_decode, checked.target
+            slots, held, sizes(), checked.json_fields_tasks_decode, checked.target, checked.avro
         )
         if is_remote(spark):  # the server's workers log into this import's log too
             options[LOG_TO] = logs.settings()

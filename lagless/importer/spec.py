@@ -29,7 +29,7 @@ from lagless.sinks.base import (
     check_writable_path,
 )
 from lagless.sinks.url import absolute
-from lagless.source import json_values, to_json_offsets
+from lagless.source import avro_values, json_values, to_json_offsets
 from lagless.source import options as o
 from lagless.source.data_loss import Lost, lost_offsets
 from lagless.source.json_values import decodable
@@ -106,9 +106,10 @@ class ImportSpec:
         bytes_per_record: Mapping[TP, float] | None = None,
         json_fields: str | None = None,
         target: Target | None = None,
+        avro: AvroDecoding | None = None,
     ) -> dict[str, str]:
         """The lagless-kafka source's options for this import (target: as the checks resolved
-        it; json_fields: Checked.json_fields_tasks_decode)."""
+        it; json_fields: Checked.json_fields_tasks_decode; avro: Checked.avro)."""
         options = self.kafka.source_options()
         options.update(
             {
@@ -146,6 +147,8 @@ class ImportSpec:
             options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
         if json_fields is not None:
             options[o.DECODE_JSON_VALUES] = json_fields
+        if avro is not None and writer is not None and target and target.fields is not None:
+            options[o.DECODE_AVRO_VALUES] = avro.values(target.fields.json()).option()
         options.update(self.extra_source_options)
         return options
 
@@ -165,8 +168,9 @@ class ImportSpec:
     def task_written(self, sink: Sink, target: Target | None = None) -> TaskWrittenSink | None:
         """The sink, when the source's tasks write this import's records themselves: an append
         without a size limit, of raw values (none can be rejected, none goes to a dead-letter
-        topic) or of typed JSON values the tasks decode as Spark would (json_values.decodable;
-        the others they leave to Spark's rows), into a store that takes them so for this
+        topic) or of typed values in columns of INT, BIGINT, DOUBLE, BOOLEAN and STRING
+        (json_values.decodable), JSON or Avro, which the tasks decode (the values they do not
+        decode, they leave to Spark's rows), into a store that takes them so for this
         target. Else None: rows go through Spark (Sink.write). target: as the checks resolved
         it; a typed one is known only then."""
         target = target or self.target()
@@ -179,18 +183,16 @@ class ImportSpec:
         if target.value_format == "raw":
             if self.dead_letter_topic is not None:
                 return None
-        elif (
-            target.value_format != "json"
-            or target.fields is None
-            or not decodable(target.fields.json())
-        ):
+        elif target.fields is None or not decodable(target.fields.json()):
             return None
         return sink if sink.executor_writer(target, _decoded(target)) is not None else None
 
 
 def _decoded(target: Target) -> str | None:
     """The source's column of typed values decoded in its tasks, for a typed target."""
-    return json_values.COLUMN if target.fields is not None else None
+    if target.fields is None:
+        return None
+    return avro_values.COLUMN if target.value_format == "avro" else json_values.COLUMN
 
 
 @dataclass

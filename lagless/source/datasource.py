@@ -35,7 +35,7 @@ from lagless.logs import configure_from_environment
 from lagless.planner import fewest_partitions, limit_batch, plan_tasks, rate_limit
 from lagless.planner.pack import pack_tasks
 from lagless.planner.ranges import OffsetRange
-from lagless.source import json_values
+from lagless.source import avro_values, json_values
 from lagless.source.data_loss import lost_offsets, resumed
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.options import (
@@ -311,6 +311,8 @@ class _Planning:
             batches = (batch.remove_column(_HEADERS) for batch in batches)
         if self.options.decode_json_values is not None:
             batches = json_values.JsonValues(self.options.decode_json_values).added_to(batches)
+        if self.options.decode_avro_values is not None:
+            batches = avro_values.AvroValues.from_option(self.options.decode_avro_values)(batches)
         return batches
 
 

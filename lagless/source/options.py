@@ -116,6 +116,8 @@ BYTES_PER_RECORD = "bytesPerRecord"
 # A Spark schema (StructType JSON): the tasks add the values decoded into it as a column
 # (json_values.py), where that gives what from_json would (lagless import's typed JSON).
 DECODE_JSON_VALUES = "decodeJsonValues"
+# Avro values decoded by the tasks for their executorWriter (avro_values.AvroValues.option()).
+DECODE_AVRO_VALUES = "decodeAvroValues"
 # Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
 # not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
 LOG_TO = "logTo"
@@ -157,6 +159,7 @@ KNOWN = (
     HELD_OFFSETS,
     BYTES_PER_RECORD,
     DECODE_JSON_VALUES,
+    DECODE_AVRO_VALUES,
     LOG_TO,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
@@ -211,6 +214,7 @@ class SourceOptions:
     retry_s: float = DEFAULT_RETRY_S
     log_to: str | None = None
     decode_json_values: str | None = None
+    decode_avro_values: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
@@ -345,6 +349,7 @@ class SourceOptions:
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
             log_to=_raw(lowered, LOG_TO) or None,
             decode_json_values=_json_fields(lowered),
+            decode_avro_values=_avro_values(lowered),
         )
 
 
@@ -509,6 +514,25 @@ def _partition_map(raw: str, name: str, example: str) -> PartitionMap:
         return out
     except ValueError:
         raise BadInput(f"option {name} must be {example}, not {raw!r}") from None
+
+
+def _avro_values(lowered: Mapping[str, str]) -> str | None:
+    """decodeAvroValues: how the tasks decode Avro values for the writer that takes them."""
+    raw = _raw(lowered, DECODE_AVRO_VALUES)
+    if not raw:
+        return None
+    if not _raw(lowered, EXECUTOR_WRITER):
+        raise BadInput(f"option {DECODE_AVRO_VALUES} needs option {EXECUTOR_WRITER}")
+    try:
+        given = json.loads(raw)
+        if isinstance(given["reader_schema"], str) and decodable(given["fields"]):
+            return raw
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    raise BadInput(
+        f"option {DECODE_AVRO_VALUES} must give a reader schema and a Spark schema of INT, "
+        f"BIGINT, DOUBLE, BOOLEAN and STRING columns, not {raw!r}"
+    )
 
 
 def _json_fields(lowered: Mapping[str, str]) -> str | None:

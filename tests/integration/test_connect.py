@@ -214,3 +214,35 @@ def test_a_signal_stops_an_import_through_spark_connect_and_a_rerun_completes(
     stopped(run, signal.SIGINT, url, expected, mode)
     assert connect_server.process.poll() is None
     finish(Import(tmp_path / "run", args, "2"), mode, url, expected)
+
+
+def test_a_typed_append_the_tasks_write_through_spark_connect_keeps_every_record_once(
+    embedded_broker, connect_server, tmp_path
+):
+    """Typed JSON into Parquet through the server: its tasks write the rows of the values they
+    decode, the server's foreachBatch shapes the poison they leave (a Spark job of the server
+    over the left files) into dead letters, one commit per batch; a rerun adds nothing."""
+    from lagless.gen import explicit, produce_profile
+    from lagless.kafka.config import KafkaConfig
+    from lagless.sinks.base import DEAD_LETTER_COLUMNS
+
+    kafka = KafkaConfig(embedded_broker.bootstrap)
+    produce_profile(kafka, TOPIC, explicit([300] * PARTITIONS), keys=12, poison=0.02)
+    url = f"parquet:///{tmp_path}/lake"
+    args = [
+        *import_args(embedded_broker.bootstrap, url, tmp_path / "ckpt", "bulk"),
+        *("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
+        *("--max-records-per-batch", str(BATCH_RECORDS)),
+        *("--master", connect_server.url, "--json"),
+    ]
+    run = Import(tmp_path / "run", args, "1")
+    assert run.finish() == 0, run.stderr()
+    assert "records left to Spark's rows" in run.log.read_text()  # the path under test
+    rerun = Import(tmp_path / "run", args, "2")
+    assert rerun.finish() == 0, rerun.stderr()
+    first, again = summary(run, "1"), summary(rerun, "2")
+    assert (first["records"], first["dead_lettered"], again["records"]) == (600, 8, 0), first
+    rows = stored(url, TOPIC, ("partition", "offset", "seq"))
+    dead = stored(url, f"{TOPIC}_dlq", DEAD_LETTER_COLUMNS)
+    assert len(rows) == 592 and len(set(rows)) == 592 and all(isinstance(s, int) for *_, s in rows)
+    assert len(dead) == 8 and {row[0] for row in dead} == {TOPIC}

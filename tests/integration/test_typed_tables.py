@@ -6,6 +6,7 @@ over TCP, real Spark, real SQLite, PostgreSQL and Parquet."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
@@ -500,3 +501,95 @@ def test_an_inferred_schema_is_printed_and_gives_the_columns(
     assert sqlite_rows(tmp_path, f"SELECT id FROM {topic_name} ORDER BY id") == [
         (i,) for i in range(20)
     ]
+
+
+SCALAR_AVRO = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {"name": "x", "type": "double"},
+        {"name": "ok", "type": "boolean"},
+        {"name": "n", "type": ["null", "int"], "default": None},
+    ],
+}
+SCALAR_AVRO_V2 = SCALAR_AVRO | {
+    "fields": [*SCALAR_AVRO["fields"], {"name": "site", "type": "string", "default": "-"}]
+}
+
+
+@pytest.mark.parametrize("store", ["parquet", "iceberg"])
+def test_avro_values_the_tasks_decode_and_write_land_as_spark_rows_would(
+    broker, kafka, topic_name, tmp_path, spark, monkeypatch, caplog, store: str
+):
+    """Avro of INT, BIGINT, DOUBLE, BOOLEAN and STRING columns into a folder store: the
+    source's tasks decode the values (registry and writer schemas as the Spark path resolves
+    them) and write the rows; values that do not decode (not the wire format, an unknown
+    schema id, bytes of another schema) go to Spark's rows and become dead letters with their
+    reason. The same table, dead letters and summary as an import whose rows all come through
+    Spark."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from lagless.importer.decode import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
+    from lagless.importer.spec import ImportSpec as Spec
+    from lagless.sinks.base import DEAD_LETTER_COLUMNS
+    from tests.harness.schema_registry import SchemaRegistry
+    from tests.integration.test_crash_safety import stored
+
+    broker.create_topic(topic_name, 2)
+
+    def reading(i: int) -> dict[str, Any]:
+        return {"id": i, "name": None if i % 5 else f"r{i}", "x": i / 7, "ok": i % 2 == 0}
+
+    with SchemaRegistry() as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        subject = f"{topic_name}-value"
+        v1 = client.register_schema(subject, Schema(json.dumps(SCALAR_AVRO), "AVRO"))
+        v2 = client.register_schema(subject, Schema(json.dumps(SCALAR_AVRO_V2), "AVRO"))
+        records: list[tuple[int, bytes | None, Any]] = [
+            (i % 2, str(i).encode(), avro_body(SCALAR_AVRO, reading(i) | {"n": i}, v1))
+            for i in range(300)
+        ]
+        records += [
+            (i % 2, str(i).encode(), avro_body(SCALAR_AVRO_V2, reading(i) | {"site": "s"}, v2))
+            for i in range(300, 400)
+        ]
+        records += [
+            (0, b"text", b"plain text"),
+            (1, b"unknown", avro_body(SCALAR_AVRO, reading(7), 4242)),
+            (1, b"short", b"\x00" + v1.to_bytes(4, "big") + b"\x02"),
+            (0, b"tombstone", None),
+        ]
+        produce(kafka, topic_name, records)
+
+        def imported(name: str) -> tuple[Any, ...]:
+            url = f"{store}:///{tmp_path}/{name}"
+            spec = import_spec(
+                kafka,
+                topic_name,
+                url,
+                tmp_path / name,
+                value_format="avro",
+                schema_registry=registry.url,
+            )
+            summary = run_import(spec, spark=spark)
+            columns = ("partition", "offset", "key", "id", "name", "x", "ok", "n", "site")
+            table = stored(url, topic_name, columns)
+            dead = stored(url, f"{topic_name}_dlq", DEAD_LETTER_COLUMNS)
+            counts = (summary.records, summary.imported, summary.written, summary.bytes)
+            return counts, dict(summary.dead_lettered_by_reason), table, dead
+
+        with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):
+            by_tasks = imported("tasks")
+        assert "records left to Spark's rows" in caplog.text  # the path under test
+        monkeypatch.setattr(Spec, "task_written", lambda self, sink, target=None: None)
+        by_rows = imported("rows")
+
+    assert by_tasks == by_rows
+    counts, reasons, table, _ = by_tasks
+    assert counts[:2] == (404, 401)
+    assert reasons == {NOT_CONFLUENT: 1, UNKNOWN_SCHEMA_ID: 1, UNDECODABLE: 1}
+    by_id = {row[3]: row[3:] for row in table if row[3] is not None}
+    assert by_id[5] == (5, "r5", 5 / 7, False, 5, "-")
+    assert by_id[300] == (300, "r300", 300 / 7, True, None, "s")

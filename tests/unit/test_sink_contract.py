@@ -59,10 +59,11 @@ def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> Non
 
 
 @pytest.mark.parametrize("url", ["parquet:///lake", "delta:///lake", "iceberg:///lake"])
-def test_the_tasks_write_a_typed_json_append_into_a_folder_store(url: str) -> None:
-    """Where the tasks decode the value's fields as Spark would (json_values.decodable): they
-    write the rows, a dead-letter topic or not (what they cannot decode they leave to Spark's
-    rows). Not an upsert, not a size limit, not other field types, not Avro, not SQLite."""
+def test_the_tasks_write_a_typed_append_into_a_folder_store(url: str) -> None:
+    """Where the tasks decode the value's fields (JSON as Spark would, Avro) into columns of
+    Spark's own types (json_values.decodable): they write the rows, a dead-letter topic or not
+    (what they cannot decode they leave to Spark's rows). Not an upsert, not a size limit, not
+    other field types, not JSON text without a schema, not SQLite."""
     from pyspark.sql.types import (
         BooleanType,
         DateType,
@@ -88,7 +89,10 @@ def test_the_tasks_write_a_typed_json_append_into_a_folder_store(url: str) -> No
     dated = replace(typed, fields=StructType([*plain.fields, StructField("day", DateType())]))
     assert json_spec.task_written(sink, dated) is None
     avro = replace(typed, value_format="avro")
-    assert spec(url, value_format="avro").task_written(sink, avro) is None
+    assert spec(url, value_format="avro").task_written(sink, avro) is sink
+    dated_avro = replace(dated, value_format="avro")
+    assert spec(url, value_format="avro").task_written(sink, dated_avro) is None
+    assert spec(url, value_format="json").task_written(sink, replace(typed, fields=None)) is None
     sqlite = sink_from_url("sqlite:///x.db")
     assert json_spec.task_written(sqlite, replace(typed, table="t")) is None
 

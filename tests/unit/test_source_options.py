@@ -3,6 +3,7 @@ values, an unknown option, and the librdkafka settings lagless refuses."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -190,6 +191,9 @@ def test_planning_and_reading_options() -> None:
     assert sized.bytes_per_record == {"t": {"0": 104, "3": 800000}}
     fields = '{"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": true}]}'
     assert parse(decodeJsonValues=fields).decode_json_values == fields
+    avro = json.dumps({"reader_schema": '"long"', "registry_url": None, "fields": fields})
+    written = parse(decodeAvroValues=avro, executorWriter="m:f")
+    assert written.decode_avro_values == avro
 
 
 @pytest.mark.parametrize(
@@ -206,6 +210,11 @@ def test_planning_and_reading_options() -> None:
             "of INT, BIGINT, DOUBLE, BOOLEAN and STRING columns",
         ),
         ({"decodeJsonValues": '{"type": "struct", "fields": []}'}, "decodeJsonValues must be"),
+        ({"decodeAvroValues": "{}"}, "decodeAvroValues needs option executorWriter"),
+        (
+            {"decodeAvroValues": '{"fields": "x"}', "executorWriter": "m:f"},
+            "decodeAvroValues must give a reader schema and a Spark schema of INT",
+        ),
     ],
 )
 def test_bad_planning_and_reading_options(given: dict[str, str], says: str) -> None:
