@@ -7,7 +7,9 @@ covers, so lagless reads it rather than keeping a second bookkeeping of its own.
 
 Those offsets mean something only for the topics, store and table they were read into: lagless
 keeps that in `lagless.json` beside Spark's files (a Fit), and refuses any other use of the
-checkpoint, which would otherwise resume "where it stopped" in another topic or table.
+checkpoint, which would otherwise resume "where it stopped" in another topic or table. What the
+committed batches read (`committed_ranges`) the table must still hold: importer/job.py refuses
+a table that lost it (sinks/ledger.py's `lacking`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from lagless.exceptions import BadInput
-from lagless.kafka import Offsets
-from lagless.source import from_json_offsets
+from lagless.kafka import TP, Offsets
+from lagless.source import from_json_offsets, to_json_offsets
 
 FIT_FILE = "lagless.json"
+# Where the query's first batch starts (write_first_start): Spark journals batches' ends only.
+FIRST_START_FILE = "lagless-first-batch.json"
 FIT_VERSION = 1
 # The version line of the offset files lagless reads (Spark's OffsetSeqLog.VERSION).
 OFFSETS_VERSION = "v1"
@@ -144,6 +148,45 @@ def write_fit(checkpoint: str, fit: Fit) -> None:
         json.dump(fit.to_json(), handle, indent=1)
         handle.write("\n")
     os.replace(partial, where)
+
+
+def write_first_start(checkpoint: str, start: Offsets) -> None:
+    """Where the query's first batch starts, kept until a batch is committed (the batch's own
+    start is not in Spark's journal): `committed_ranges` reads it."""
+    if _batch_ids(os.path.join(checkpoint, "commits")):
+        return  # the first batch is committed: its start was kept by the run that ran it
+    where = os.path.join(checkpoint, FIRST_START_FILE)
+    partial = f"{where}.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(to_json_offsets(start), handle)
+    os.replace(partial, where)
+
+
+def committed_ranges(checkpoint: str) -> dict[TP, tuple[int, int]]:
+    """Per partition, the offsets the checkpoint's committed batches read: from the start of
+    the oldest one whose start is known (the first batch's, kept by write_first_start, or the
+    end of the batch before it) to the end of the newest. {} for a new checkpoint."""
+    done = _batch_ids(os.path.join(checkpoint, "commits"))
+    if not done:
+        return {}
+    end = batch_end_offsets(checkpoint, done[-1])
+    start = _batch_start(checkpoint, done[0])
+    if start is None:  # not known: from the end of the oldest batch on
+        start = batch_end_offsets(checkpoint, done[0])
+    return {tp: (min(start.get(tp, offset), offset), offset) for tp, offset in end.items()}
+
+
+def _batch_start(checkpoint: str, batch_id: int) -> Offsets | None:
+    if batch_id == 0:
+        path = os.path.join(checkpoint, FIRST_START_FILE)
+        if not os.path.exists(path):
+            return None  # a checkpoint of an earlier lagless
+        with open(path, encoding="utf-8") as handle:
+            return from_json_offsets(json.load(handle))
+    try:
+        return batch_end_offsets(checkpoint, batch_id - 1)
+    except OSError:  # Spark keeps the offsets of its last 100 batches only
+        return None
 
 
 def journaled_batches(checkpoint: str) -> list[int]:

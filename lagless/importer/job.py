@@ -15,18 +15,24 @@ from contextlib import ExitStack
 from typing import Any
 
 from lagless import logs
-from lagless.exceptions import LaglessError, Stopped, TerminalError, from_spark
+from lagless.exceptions import BadInput, LaglessError, Stopped, TerminalError, from_spark
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
-from lagless.importer.checkpoint import last_end_offsets, write_fit
+from lagless.importer.checkpoint import (
+    committed_ranges,
+    last_end_offsets,
+    write_first_start,
+    write_fit,
+)
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
 from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
+from lagless.kafka import Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
-from lagless.sinks.ledger import reconcile
+from lagless.sinks.ledger import lacking, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.options import LOG_TO
 from lagless.source.sampling import sample_meanwhile
@@ -62,6 +68,9 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         if held:
             log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
+        refuse_a_table_behind(
+            spec.checkpoint, held, checked.where, {lost.tp for lost in checked.lost}
+        )
         done = last_end_offsets(spec.checkpoint)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
@@ -94,6 +103,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
         high = target_end or high
         first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
+        write_first_start(spec.checkpoint, first_start)
         writer: BatchWriter | ConnectWriter
         if is_remote(spark):
             writer = ConnectWriter(spec, checked, collector)
@@ -162,6 +172,28 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
+
+
+def refuse_a_table_behind(
+    checkpoint: str, held: Offsets, where: str, lost: set[tuple[str, int]]
+) -> None:
+    """BadInput, before anything is written, when the table no longer holds what the
+    checkpoint's committed batches read (it was deleted, emptied or rolled back since): the
+    query would resume past the gap and leave it unfilled, with nothing said. Partitions whose
+    checkpoint offsets the log lost (`lost`: a recreated topic, read again from its start under
+    --skip-lost-offsets) are another log's: not compared."""
+    committed = {tp: r for tp, r in committed_ranges(checkpoint).items() if tp not in lost}
+    gap = lacking(held, committed)
+    if gap is None:
+        return
+    topic, partition = gap.tp
+    holds = f"only up to offset {gap.held:,}" if gap.held else "none of it"
+    raise BadInput(
+        f"checkpoint {checkpoint!r} imported {topic}[{partition}] up to offset {gap.end:,}, "
+        f"but {where} holds {holds}: the table was deleted, emptied or rolled back since; to "
+        "import what it lacks, use a new --checkpoint (the table's ledger then decides where "
+        "each partition resumes)"
+    )
 
 
 def _task_modules(task_writer: TaskWriter | None) -> tuple[str, ...]:

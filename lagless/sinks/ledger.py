@@ -17,7 +17,9 @@ The one rule, for every store, when a batch is committed (`verdict`):
 
 At the start (`reconcile`), an import reads the ledger and starts each partition at the
 highest offset the table holds; a ledger beyond the log's end (the topic was recreated, or the
-table was fed from another cluster) is refused before anything is written.
+table was fed from another cluster) is refused before anything is written, and so is a ledger
+below what the checkpoint's committed batches covered (`lacking`: the table was deleted,
+emptied or rolled back under the checkpoint, which would otherwise resume past its gap).
 
 Pure: no store, no broker. Offsets are (topic, partition) -> offset, ranges [start, end).
 """
@@ -128,6 +130,27 @@ def verdict(batch: Batch, held: Mapping[TP, int]) -> Verdict:
             "rerun to resume after what the table holds"
         )
     return states.pop() if states else Verdict.REPLAY
+
+
+@dataclass(frozen=True)
+class Lacking:
+    """A partition the checkpoint's committed batches covered up to `end` that the table
+    holds only up to `held` (0: nothing)."""
+
+    tp: TP
+    end: int
+    held: int
+
+
+def lacking(held: Mapping[TP, int], committed: Mapping[TP, Range]) -> Lacking | None:
+    """The first partition (in order) of `committed` (per partition, the offsets the
+    checkpoint's committed batches read: from the start of the oldest batch known to the end
+    of the newest) whose offsets the table does not hold to their end; None when it holds
+    them all. A partition the batches read nothing of says nothing."""
+    for tp, (start, end) in sorted(committed.items()):
+        if end > start and held.get(tp, 0) < end:
+            return Lacking(tp, end, held.get(tp, 0))
+    return None
 
 
 def reconcile(

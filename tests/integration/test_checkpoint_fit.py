@@ -161,3 +161,31 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start_with_skip_lost_of
         covered = ledger.fetchall()
     assert stored == [(0, offset) for offset in range(2, 10)]
     assert covered == [(0, 0, 10)]  # the new log from its start, what retention took included
+
+
+def test_a_table_that_lost_what_its_checkpoint_imported_is_refused(made, tmp_path):
+    """The table deleted under its checkpoint: the rerun would resume after the checkpoint,
+    import nothing and exit 0, the table empty. It is refused instead (one line, exit 2,
+    nothing written), and a new checkpoint imports what the table lacks, once."""
+    broker, root = made
+    database = root / "out" / "db.sqlite"
+    kept = tmp_path / "kept.sqlite"
+    shutil.move(database, kept)
+    try:
+        before = snapshot(root)
+
+        line = one_line(run_cli(*import_args(broker.bootstrap, root, root / "ckpt")))
+
+        assert f"checkpoint '{root / 'ckpt'}' imported orders[0] up to offset 30, but " in line
+        assert "holds none of it: the table was deleted, emptied or rolled back since" in line
+        assert "use a new --checkpoint" in line
+        assert snapshot(root) == before
+        again = run_cli(*import_args(broker.bootstrap, root, tmp_path / "new"), "--json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout.strip().splitlines()[-1])["records"] == 50
+        with sqlite3.connect(database) as conn:
+            stored = conn.execute("SELECT partition, offset FROM orders").fetchall()
+        assert sorted(stored) == [(0, o) for o in range(30)] + [(1, o) for o in range(20)]
+    finally:
+        database.unlink(missing_ok=True)
+        shutil.move(kept, database)

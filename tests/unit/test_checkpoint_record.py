@@ -14,10 +14,12 @@ from lagless.importer.checkpoint import (
     FIT_FILE,
     Fit,
     check_fit,
+    committed_ranges,
     last_end_offsets,
     last_journaled_offsets,
     parse_offsets_file,
     read_fit,
+    write_first_start,
     write_fit,
 )
 from lagless.sinks import sink_from_url
@@ -198,3 +200,29 @@ def test_a_writable_place_is_left_as_it_was(tmp_path):
     check_writable_path(str(tmp_path / "new" / "lake"), "directory", folder=True)
     assert os.listdir(tmp_path) == ["db.sqlite"]
     assert (tmp_path / "db.sqlite").read_bytes() == b"data"
+
+
+def test_what_the_committed_batches_read(tmp_path):
+    """From the first batch's start, kept by the import, to the newest committed end; the
+    start kept only until a batch is committed (a rerun's own start is not the batch's)."""
+    checkpoint = str(tmp_path)
+    assert committed_ranges(checkpoint) == {}
+    write_first_start(checkpoint, {("t", 0): 5, ("t", 1): 0})
+    journal(tmp_path, 0, {"t": {"0": 9, "1": 0}}, commit=True)
+    write_first_start(checkpoint, {("t", 0): 9, ("t", 1): 0})  # the rerun's: not kept
+    journal(tmp_path, 1, {"t": {"0": 12, "1": 4}}, commit=True)
+    journal(tmp_path, 2, {"t": {"0": 20, "1": 4}}, commit=False)
+    assert committed_ranges(checkpoint) == {("t", 0): (5, 12), ("t", 1): (0, 4)}
+
+
+def test_without_the_first_batchs_start_the_oldest_batch_counts_from_its_end(tmp_path):
+    """A checkpoint of an earlier lagless (no start kept), or one whose oldest batches Spark
+    removed: what the oldest batch known read is not counted."""
+    journal(tmp_path, 0, {"t": {"0": 9}}, commit=True)
+    assert committed_ranges(str(tmp_path)) == {("t", 0): (9, 9)}
+    journal(tmp_path, 1, {"t": {"0": 15}}, commit=True)
+    assert committed_ranges(str(tmp_path)) == {("t", 0): (9, 15)}
+    (tmp_path / "offsets" / "0").unlink()  # as Spark removes its oldest batches' files
+    (tmp_path / "commits" / "0").unlink()
+    journal(tmp_path, 2, {"t": {"0": 30}}, commit=True)
+    assert committed_ranges(str(tmp_path)) == {("t", 0): (15, 30)}

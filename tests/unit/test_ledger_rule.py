@@ -10,8 +10,10 @@ from lagless.exceptions import BadInput
 from lagless.sinks.ledger import (
     Batch,
     ConcurrentImport,
+    Lacking,
     Verdict,
     batch_ranges,
+    lacking,
     reconcile,
     verdict,
 )
@@ -78,3 +80,29 @@ def test_a_replay_never_adds_and_a_new_batch_never_overlaps(
             assert tp not in held or start >= held[tp]
         else:
             assert end <= held[tp]
+
+
+def test_a_table_that_lost_what_the_checkpoint_committed_is_named() -> None:
+    committed = {A: (0, 40), B: (7, 7)}  # B: the batches read nothing of it
+    assert lacking({A: 40}, committed) is None
+    assert lacking({A: 55, B: 3}, committed) is None  # more than the batches: another import's
+    assert lacking({}, committed) == Lacking(A, 40, 0)  # deleted
+    assert lacking({A: 25}, committed) == Lacking(A, 40, 25)  # rolled back
+    assert lacking({}, {}) is None  # a new checkpoint
+
+
+@given(
+    st.dictionaries(st.sampled_from([A, B]), st.tuples(st.integers(0, 50), st.integers(0, 50))),
+    st.dictionaries(st.sampled_from([A, B]), st.integers(0, 60)),
+)
+def test_a_table_lacks_exactly_the_partitions_it_holds_below_what_was_read(
+    committed: dict,
+    held: dict,  # type: ignore[type-arg]
+) -> None:
+    read = {tp: (start, end) for tp, (start, end) in committed.items()}
+    short = sorted(tp for tp, (start, end) in read.items() if end > start and held.get(tp, 0) < end)
+    found = lacking(held, read)
+    if not short:
+        assert found is None
+    else:
+        assert found == Lacking(short[0], read[short[0]][1], held.get(short[0], 0))
