@@ -70,23 +70,10 @@ TOPIC = "bench"
 # Typed runs: a store, and the import options that make a column per value field. gen's values
 # are {"key", "seq", "partition", "pad"}; key and partition name columns lagless adds, so the
 # schema takes the other two (from_json skips fields it is not given).
+JSON_SCHEMA = ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING")
 TYPED = {
-    "sqlite+json-schema": (
-        "sqlite",
-        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
-    ),
-    "parquet+json-schema": (
-        "parquet",
-        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
-    ),
-    "delta+json-schema": (
-        "delta",
-        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
-    ),
-    "iceberg+json-schema": (
-        "iceberg",
-        ("--value-format", "json", "--value-schema", "seq BIGINT NOT NULL, pad STRING"),
-    ),
+    f"{store}+json-schema": (store, JSON_SCHEMA)
+    for store in ("sqlite", "parquet", "delta", "iceberg")
 }
 # postgresql: written from the executors; postgresql-driver: each batch through the driver.
 SINKS = ("parquet", "delta", "iceberg", "sqlite", "postgresql", "postgresql-driver", *TYPED)

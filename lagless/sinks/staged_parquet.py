@@ -35,17 +35,8 @@ from lagless.sinks.task_files import FILE_SCHEMA, NO_DICTIONARY, StagedFiles, ou
 STAGING = "_staging"
 # Under a run's staging folder: the records the tasks left to Spark's rows.
 LEFT = "_left"
-# What a left record keeps: the source's columns importer/rows.py reads.
-LEFT_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-    ]
-)
+# What a left record keeps: the source's columns importer/rows.py reads, in the source's types.
+LEFT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 LEFT_SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 )
@@ -141,7 +132,7 @@ class TypedFiles:
                 if rest.num_rows:
                     if left is None:
                         where = files.enter_context(output_file(left_folder, name, self.s3))
-                        left = _parquet(where, LEFT_SCHEMA)
+                        left = _parquet(where, rest.schema)
                         files.callback(left.close)
                     left.write_batch(rest)
         return f"{self.folder}/{name}", f"{left_folder}/{name}" if left else None
@@ -157,7 +148,7 @@ class TypedFiles:
         for name in self.required:
             undecided = pc.or_(undecided, pc.is_null(pc.struct_field(decoded, name)))
         to_spark = pc.and_(present, undecided)
-        rest = batch.filter(to_spark).select(LEFT_SCHEMA.names)
+        rest = batch.filter(to_spark).select(list(LEFT_COLUMNS))
         kept = batch.filter(pc.invert(to_spark))
         millis = pc.divide(kept.column("timestamp").cast(pa.int64()), 1000)
         value = kept.column(self.decoded)
@@ -166,7 +157,7 @@ class TypedFiles:
             [*columns, millis, *(pc.struct_field(value, n) for n in self.fields)],
             schema=self.schema,
         )
-        return typed, pa.RecordBatch.from_arrays(rest.columns, schema=LEFT_SCHEMA)
+        return typed, rest
 
 
 def _parquet(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
@@ -180,7 +171,7 @@ def _parquet(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
 
 def read_left(s3: S3Access | None, names: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A Spark task (mapInArrow over a column `file`): the records of these `_left` files, in
-    LEFT_SCHEMA."""
+    LEFT_SPARK_SCHEMA."""
     filesystem = s3.filesystem() if s3 is not None else None
     for batch in names:
         for path in batch.column("file").to_pylist():

@@ -388,6 +388,20 @@ class BatchProbe(Collector):
         self.probe(summary.batches - 1)
 
 
+def small_batches(
+    kafka: KafkaConfig, topic: str, url: str, folder: Path, **options: Any
+) -> ImportSpec:
+    """An import of BATCH_RECORDS per batch (a kill leaves work), checkpoint in `folder`."""
+    return ImportSpec(
+        kafka=kafka,
+        topics=(topic,),
+        sink_url=url,
+        checkpoint=str(folder / "ckpt"),
+        max_records_per_batch=BATCH_RECORDS,
+        **options,
+    )
+
+
 def cli_args(spec: ImportSpec) -> list[str]:
     args = ["--bootstrap", spec.kafka.bootstrap, "--sink", spec.sink_url]
     args += ["--checkpoint", spec.checkpoint, "--write", spec.write, "--format", spec.value_format]
@@ -396,6 +410,7 @@ def cli_args(spec: ImportSpec) -> list[str]:
         "--max-records-per-batch": spec.max_records_per_batch,
         "--group": spec.group,
         "--max-record-bytes": spec.max_record_bytes,
+        "--value-schema": spec.value_schema,
     }
     return args + [part for k, v in options.items() if v is not None for part in (k, str(v))]
 
@@ -838,13 +853,7 @@ def test_records_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     produce_profile(kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12)
     records = read_topic(kafka, topic_name, PARTITIONS)
     url = sink_url(sink, tmp_path, request)
-    spec = ImportSpec(
-        kafka=kafka,
-        topics=(topic_name,),
-        sink_url=url,
-        checkpoint=str(tmp_path / "ckpt"),
-        max_records_per_batch=BATCH_RECORDS,
-    )
+    spec = small_batches(kafka, topic_name, url, tmp_path)
     assert spec.executor_writer() is not None  # the path under test
 
     code, _, stderr = run_import_process(cli_args(spec), tmp_path, failpoint)
@@ -903,18 +912,11 @@ def test_typed_rows_the_source_tasks_write_survive_kill_9(
     produce_profile(kafka, topic_name, explicit_counts, keys=12, poison=0.02)
     records = read_topic(kafka, topic_name, PARTITIONS)
     url = sink_url(sink, tmp_path, request)
-    spec = ImportSpec(
-        kafka=kafka,
-        topics=(topic_name,),
-        sink_url=url,
-        checkpoint=str(tmp_path / "ckpt"),
-        max_records_per_batch=BATCH_RECORDS,
-        value_format="json",
-        value_schema=TYPED_SCHEMA,
+    spec = small_batches(
+        kafka, topic_name, url, tmp_path, value_format="json", value_schema=TYPED_SCHEMA
     )
-    args = [*cli_args(spec), "--value-schema", TYPED_SCHEMA]
 
-    code, _, stderr = run_import_process(args, tmp_path, failpoint)
+    code, _, stderr = run_import_process(cli_args(spec), tmp_path, failpoint)
 
     assert code == -signal.SIGKILL, stderr[-3000:]
     with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):

@@ -183,24 +183,30 @@ def test_values_the_tasks_decode_are_those_from_json_gives(spark, seed: int) -> 
     assert {row[rows.ERROR] for row in with_decoded} > {None}
 
 
+def produce_plain_and_mixed(broker: Any, kafka: Any, topic: str, seed: int) -> list[Any]:
+    """1,500 values into each of the topic's 2 partitions: partition 0's all plain (its
+    batches decode in the tasks), partition 1's with a sixth odd; returns them in order."""
+    from confluent_kafka import Producer
+
+    broker.create_topic(topic, 2)
+    producer = Producer(kafka.producer())
+    given = decoded_values(1500, seed=seed, odd=0) + decoded_values(1500, seed + 1, odd=0.15)
+    for index, value in enumerate(given):
+        producer.produce(topic, value, str(index % 50).encode(), partition=index // 1500)
+    assert producer.flush(30) == 0
+    return given
+
+
 def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
     broker, kafka, topic_name, tmp_path, spark, monkeypatch
 ) -> None:
     """Through the whole import (the source's option, its tasks, the batch writer, SQLite):
     plain values decoded in the tasks, batches with an odd value left to from_json, and the
     same rows and dead letters as an import where from_json decodes every value."""
-    from confluent_kafka import Producer
-
     from lagless.importer.job import run_import
     from lagless.importer.spec import Checked, ImportSpec
 
-    broker.create_topic(topic_name, 2)
-    producer = Producer(kafka.producer())
-    # Partition 0's values all plain (its batches decode in the tasks), partition 1's mixed.
-    given = decoded_values(1500, seed=3, odd=0) + decoded_values(1500, seed=4, odd=0.15)
-    for index, value in enumerate(given):
-        producer.produce(topic_name, value, str(index % 50).encode(), partition=index // 1500)
-    assert producer.flush(30) == 0
+    given = produce_plain_and_mixed(broker, kafka, topic_name, seed=3)
     tasks_log = tmp_path / "tasks.log"
 
     def imported(name: str) -> tuple[list[Any], list[Any]]:
@@ -245,19 +251,12 @@ def test_a_typed_import_the_tasks_write_stores_what_spark_rows_store(
     decode and leave the others (odd values, missing required fields, in whole batches) to
     Spark's rows, all committed as one batch. The same table, the same dead letters and the
     same column types as an import whose rows all come through Spark."""
-    from confluent_kafka import Producer
-
     from lagless.importer.job import run_import
     from lagless.importer.spec import ImportSpec
     from lagless.sinks.base import DEAD_LETTER_COLUMNS
     from tests.integration.test_crash_safety import sink_url, stored
 
-    broker.create_topic(topic_name, 2)
-    producer = Producer(kafka.producer())
-    given = decoded_values(1500, seed=5, odd=0) + decoded_values(1500, seed=6, odd=0.15)
-    for index, value in enumerate(given):
-        producer.produce(topic_name, value, str(index % 50).encode(), partition=index // 1500)
-    assert producer.flush(30) == 0
+    given = produce_plain_and_mixed(broker, kafka, topic_name, seed=5)
     tasks_log = tmp_path / "import.log"
     types: list[tuple[tuple[str, str], ...]] = []
 
