@@ -9,7 +9,6 @@ and the driver commits them; how it commits is each store's own.
 from __future__ import annotations
 
 import os
-from functools import partial
 from typing import TYPE_CHECKING
 
 from lagless.sinks import staged_parquet as staged
@@ -51,13 +50,10 @@ class FolderTableSink(TaskWrittenSink):
     def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
         """Appends: the source's tasks write the files into the target's staging folder, raw
         values as read, typed values from the source's `decoded` column (staged_parquet.py)."""
-        typed = None
-        if target.fields is not None:
-            if decoded is None or target.mode != "append":
-                return None
-            required = [f.name for f in target.fields if not f.nullable]
-            typed = {"fields": target.fields.json(), "required": required, "decoded": decoded}
-        config, secret = staged.task_config(self._staging(target), self.storage.task_access, typed)
+        if target.fields is not None and (decoded is None or target.mode != "append"):
+            return None
+        access = self.storage.task_access
+        config, secret = staged.task_config(self._staging(target), access, target.fields, decoded)
         return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config, secret)
 
     def discard_staged(self, target: Target) -> None:
@@ -66,9 +62,7 @@ class FolderTableSink(TaskWrittenSink):
 
     def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:
         """The records the tasks left in `_left` files, read by Spark's tasks."""
-        names = spark.createDataFrame([(path,) for path in files], "file string")
-        task = partial(staged.read_left, self.storage.task_access)
-        return names.repartition(len(files)).mapInArrow(task, staged.LEFT_SPARK_SCHEMA)
+        return staged.left_records(spark, files, self.storage.task_access)
 
     def stage_rows(self, rows: DataFrame, target: Target) -> list[str]:
         """Rows (the target's row_columns) written by Spark's tasks into files of the target's

@@ -21,7 +21,8 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +32,10 @@ from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 from lagless.sinks.s3 import S3Access
 from lagless.sinks.task_files import FILE_SCHEMA, NO_DICTIONARY, StagedFiles, output_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 STAGING = "_staging"
 # Under a run's staging folder: the records the tasks left to Spark's rows.
@@ -73,10 +78,15 @@ def writer(config: Mapping[str, Any], secret: Secret | None = None) -> StagedFil
 def task_config(
     folder: str,
     s3: S3Access | None,
-    typed: Mapping[str, Any] | None = None,
+    fields: StructType | None = None,
+    decoded: str | None = None,
 ) -> tuple[str, Secret | None]:
-    """The JSON config and secret of `writer` for a staging folder (and typed values)."""
-    config: dict[str, Any] = {"folder": folder, **(typed or {})}
+    """The JSON config and secret of `writer` for a staging folder: raw values, or the typed
+    values of `fields` the source decodes into its column `decoded`."""
+    config: dict[str, Any] = {"folder": folder}
+    if fields is not None:
+        required = [f.name for f in fields if not f.nullable]
+        config |= {"fields": fields.json(), "required": required, "decoded": decoded}
     if s3 is None:
         return json.dumps(config), None
     access, secret = s3.to_task()
@@ -167,6 +177,22 @@ def _parquet(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
         use_dictionary=[n for n in schema.names if n not in NO_DICTIONARY],
         compression="snappy",
     )
+
+
+def left_records(spark: SparkSession, files: list[str], s3: S3Access | None) -> DataFrame:
+    """On the driver: the records of the tasks' `_left` files, read by Spark's tasks."""
+    names = spark.createDataFrame([(path,) for path in files], "file string")
+    return names.repartition(len(files)).mapInArrow(partial(read_left, s3), LEFT_SPARK_SCHEMA)
+
+
+def read_files(paths: list[str], fields_json: str) -> pa.RecordBatchReader:
+    """On the driver (SQLite): the rows of a batch's typed files, one batch at a time."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for path in paths:
+            yield from pq.ParquetFile(path).iter_batches()
+
+    return pa.RecordBatchReader.from_batches(typed_schema(fields_json), batches())
 
 
 def read_left(s3: S3Access | None, names: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

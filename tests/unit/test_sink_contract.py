@@ -58,12 +58,14 @@ def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> Non
     assert spec(url, max_record_bytes=10).task_written(sink) is None
 
 
-@pytest.mark.parametrize("url", ["parquet:///lake", "delta:///lake", "iceberg:///lake"])
-def test_the_tasks_write_a_typed_append_into_a_folder_store(url: str) -> None:
+@pytest.mark.parametrize(
+    "url", ["parquet:///lake", "delta:///lake", "iceberg:///lake", "sqlite:///x.db"]
+)
+def test_the_tasks_write_a_typed_append(url: str) -> None:
     """Where the tasks decode the value's fields (JSON as Spark would, Avro) into columns of
     Spark's own types (json_values.decodable): they write the rows, a dead-letter topic or not
     (what they cannot decode they leave to Spark's rows). Not an upsert, not a size limit, not
-    other field types, not JSON text without a schema, not SQLite."""
+    other field types, not JSON text without a schema."""
     from pyspark.sql.types import (
         BooleanType,
         DateType,
@@ -94,7 +96,9 @@ def test_the_tasks_write_a_typed_append_into_a_folder_store(url: str) -> None:
     assert spec(url, value_format="avro").task_written(sink, dated_avro) is None
     assert spec(url, value_format="json").task_written(sink, replace(typed, fields=None)) is None
     sqlite = sink_from_url("sqlite:///x.db")
-    assert json_spec.task_written(sqlite, replace(typed, table="t")) is None
+    assert json_spec.task_written(sqlite, typed) is sqlite
+    driver = sink_from_url("sqlite:///x.db?write_from=driver")
+    assert json_spec.task_written(driver, typed) is None
 
 
 def test_a_store_without_the_task_path_takes_every_batch_through_spark() -> None:

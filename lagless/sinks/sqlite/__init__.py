@@ -1,10 +1,12 @@
 """SQLite, the embedded default store, written from the driver: the file lives there.
 
 Raw appends are read by the source's tasks into Arrow IPC files beside the database
-(staged.py) and ingested by the driver in one transaction per batch: no record crosses into the
-JVM or through a collect. That needs the executors to share the driver's filesystem (local
-mode, or workers on the same machine); `?write_from=driver` brings every batch through Spark's
-rows instead. Other batches (JSON, typed, upsert, dead letters) always come through Spark.
+(staged.py), typed appends the tasks decode into Parquet files (staged_parquet.py: the records
+they do not decode go through Spark's rows, into Parquet files beside them), and the driver
+ingests a batch's files in one transaction: no record the tasks wrote crosses into the JVM or
+through a collect. That needs the executors to share the driver's filesystem (local mode, or
+workers on the same machine); `?write_from=driver` brings every batch through Spark's rows
+instead. Other batches (JSON text, upsert, dead letters) always come through Spark.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow as pa
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
+from lagless.sinks import staged_parquet
 from lagless.sinks.base import (
     DriverSink,
     Target,
@@ -44,10 +47,11 @@ from lagless.sinks.sql import (
     upsert,
 )
 from lagless.sinks.sqlite import staged
+from lagless.sinks.task_files import stage_rows
 from lagless.sinks.url import parse_local
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
 STAGE = "lagless_stage"
@@ -97,11 +101,29 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         return self._staging(target) if tasks_write else None
 
     def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
-        """Raw appends: the source's tasks write Arrow files into the staging folder."""
-        if self.write_from == "driver" or target.fields is not None:
+        """Appends: the source's tasks write raw values as Arrow files into the staging folder,
+        typed values (from the source's column `decoded`) as Parquet files."""
+        if self.write_from == "driver":
             return None
-        config = {"folder": self._staging(target)}
-        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", json.dumps(config))
+        if target.fields is not None:
+            if decoded is None or target.mode != "append":
+                return None
+            config, _ = staged_parquet.task_config(
+                self._staging(target), None, target.fields, decoded
+            )
+            name = f"{staged_parquet.__name__}:{staged_parquet.writer.__name__}"
+            return TaskWriter(name, config)
+        config = json.dumps({"folder": self._staging(target)})
+        return TaskWriter(f"{staged.__name__}:{staged.writer.__name__}", config)
+
+    def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:
+        """The records the tasks left in `_left` files, read by Spark's tasks."""
+        return staged_parquet.left_records(spark, files, None)
+
+    def stage_rows(self, rows: DataFrame, target: Target) -> list[str]:
+        """Rows Spark's tasks write into Parquet files of the staging folder, which
+        commit_staged ingests with the tasks' own."""
+        return stage_rows(rows, os.path.join(self._staging(target), "_rows"))
 
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run: drop what a crashed attempt staged."""
@@ -120,7 +142,10 @@ class SqliteSink(DriverSink, TaskWrittenSink):
                 f"executors on other machines cannot stage for SQLite; add ?write_from=driver "
                 "to the sink URL"
             )
-        rows = staged.read_files(files) if files else staged.no_rows()
+        if target.fields is not None:  # typed: Parquet files (staged_parquet.py)
+            rows = staged_parquet.read_files(files, target.fields.json())
+        else:
+            rows = staged.read_files(files) if files else staged.no_rows()
         self.write_arrow(rows, target, batch)
         self.discard_staged(target)
 
