@@ -894,8 +894,8 @@ def json_object(value: bytes | None) -> dict[str, Any] | None:
 @pytest.mark.parametrize(
     ("sink", "failpoint"),
     [
-        ("delta", "mid-write:2"),
         ("sqlite", "mid-write:2"),
+        pytest.param("delta", "mid-write:2", marks=pytest.mark.matrix),
         pytest.param("parquet", "after-write:1", marks=pytest.mark.matrix),
         pytest.param("iceberg", "before-write:2", marks=pytest.mark.matrix),
         pytest.param("parquet+s3", "mid-write:2", marks=pytest.mark.matrix),

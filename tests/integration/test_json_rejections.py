@@ -243,7 +243,14 @@ def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
 TYPED_COLUMNS = ("topic", "partition", "offset", "key", "timestamp", "id", "n", "x", "ok", "name")
 
 
-@pytest.mark.parametrize("store", ["parquet", "delta", "iceberg", "parquet+s3", "sqlite"])
+@pytest.mark.parametrize(
+    "store",
+    [
+        "parquet",
+        "sqlite",
+        *(pytest.param(s, marks=pytest.mark.matrix) for s in ("delta", "iceberg", "parquet+s3")),
+    ],
+)
 def test_a_typed_import_the_tasks_write_stores_what_spark_rows_store(
     broker, kafka, topic_name, tmp_path, spark, monkeypatch, request, caplog, store: str
 ) -> None:

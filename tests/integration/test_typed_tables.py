@@ -519,7 +519,7 @@ SCALAR_AVRO_V2 = SCALAR_AVRO | {
 }
 
 
-@pytest.mark.parametrize("store", ["parquet", "iceberg"])
+@pytest.mark.parametrize("store", ["parquet", pytest.param("iceberg", marks=pytest.mark.matrix)])
 def test_avro_values_the_tasks_decode_and_write_land_as_spark_rows_would(
     broker, kafka, topic_name, tmp_path, spark, monkeypatch, caplog, store: str
 ):
