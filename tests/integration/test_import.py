@@ -163,6 +163,49 @@ def test_dead_letters_also_go_to_a_topic_with_their_error_context_in_headers(
     assert summary.dead_lettered == len(produced.poison) > 0
 
 
+def test_a_typed_append_the_tasks_write_sends_what_they_leave_to_the_dead_letter_topic(
+    broker, kafka, topic_name, tmp_path, spark, caplog
+):
+    """Typed JSON into Parquet, written by the source's tasks: the poison they cannot decode
+    goes through Spark's rows and is dead-lettered once, into the table's `_dlq` and into
+    --dead-letter-topic alike; every other record is a row."""
+    import logging
+
+    from tests.integration.test_crash_safety import stored as stored_in
+
+    broker.create_topic(topic_name, 2)
+    broker.create_topic(f"{topic_name}-dlq", 1)
+    produced = produce_profile(kafka, topic_name, explicit([400, 300]), keys=20, poison=0.1)
+    typed = spec(
+        kafka,
+        topic_name,
+        tmp_path,
+        sink="parquet",
+        value_format="json",
+        value_schema="seq BIGINT NOT NULL, pad STRING",
+        dead_letter_topic=f"{topic_name}-dlq",
+    )
+
+    with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):
+        summary = run_import(typed, spark=spark)
+
+    assert "records left to Spark's rows" in caplog.text  # the path under test
+    # A null key is no fault in a typed append: those records are rows.
+    bad = sorted((p, o) for p, o, kind in produced.poison if kind != "null-key")
+    consumer = Consumer(kafka.reader())
+    consumer.assign([TopicPartition(f"{topic_name}-dlq", 0, 0)])
+    sent = consumer.consume(len(bad) + 10, timeout=10)
+    consumer.close()
+    headers = [{k: v.decode() for k, v in m.headers()} for m in sent if m.error() is None]
+    in_topic = sorted(
+        (int(h["__connect.errors.partition"]), int(h["__connect.errors.offset"])) for h in headers
+    )
+    assert in_topic == bad
+    assert stored_in(typed.sink_url, f"{topic_name}_dlq", ("partition", "offset")) == bad
+    rows = stored_in(typed.sink_url, topic_name, ("partition", "offset"))
+    assert len(rows) == 700 - len(bad) == summary.imported and not set(rows) & set(bad)
+
+
 def test_bulk_stops_at_the_end_seen_at_start_while_a_producer_keeps_writing(
     broker, kafka, topic_name, tmp_path, spark
 ):
