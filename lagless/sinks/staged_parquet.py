@@ -1,23 +1,23 @@
 """Parquet files written by the Kafka source's tasks themselves (its executorWriter option),
-for the stores kept as folders (folder_table.py: Parquet, Delta, Iceberg).
+for the stores kept as folders (folder_table.py: Parquet, Delta, Iceberg), and typed appends
+into SQLite.
 
 A task writes one file for its pieces into `<table>/_staging` (task_files.StagedFiles): a
 retried or replayed task replaces it with the same records. Nothing under `_staging` is visible
 to readers (pyarrow and Spark skip names that start with `_`); each store's commit_staged takes
 a batch's files into its table at once.
 
-Typed JSON values (TypedFiles) arrive decoded by the source (its decodeJsonValues column,
-NULL where a batch was left to Spark's from_json): a task writes the rows of the values it
-decoded, in the columns and types Spark's rows would have, and leaves every other record, as
-read, to a file under `_left` (a value it did not decode, or one lacking a required field:
-importer/rows.py gives such records their row or their rejection reason).
+Typed values (TypedFiles) arrive decoded by the source (its decodeJsonValues or
+decodeAvroValues column, NULL where a value was left to Spark's rows): a task writes the rows
+of the values it decoded, in the columns and types Spark's rows would have, and leaves every
+other record, as read, to a file under `_left` (a value it did not decode, or one lacking a
+required field: importer/rows.py gives such records their row or their rejection reason).
 
 Runs on executors: imports nothing of lagless but the source's types and task_files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -31,7 +31,14 @@ import pyarrow.parquet as pq
 from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 from lagless.sinks.s3 import S3Access
-from lagless.sinks.task_files import FILE_SCHEMA, NO_DICTIONARY, StagedFiles, output_file
+from lagless.sinks.task_files import (
+    FILE_SCHEMA,
+    NO_DICTIONARY,
+    StagedFiles,
+    millis,
+    output_file,
+    pieces_file_name,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,8 +52,8 @@ LEFT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 LEFT_SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 )
-# Spark's types of the columns a typed JSON value may have (source/json_values.py decodes no
-# others), as StructType.json() names them.
+# Spark's types of the columns a typed value may have (source/json_values.py's decodable: the
+# sinks may not import the source), as StructType.json() names them.
 _FIELD_TYPES = {
     "long": pa.int64(),
     "integer": pa.int32(),
@@ -105,9 +112,10 @@ def typed_schema(fields_json: str) -> pa.Schema:
 
 
 class TypedFiles:
-    """The source's executorWriter for typed JSON values: a task writes the rows of the values
-    the source decoded into one file named by its pieces (as StagedFiles does), and the other
-    records into one file of `<folder>/_left` of the same name (only when there are some)."""
+    """The source's executorWriter for typed values (JSON or Avro): a task writes the rows of
+    the values the source decoded into one file named by its pieces (as StagedFiles does),
+    and the other records into one file of `<folder>/_left` of the same name (only when there
+    are some)."""
 
     def __init__(
         self,
@@ -127,8 +135,7 @@ class TypedFiles:
     def write(
         self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
     ) -> tuple[str, str | None]:
-        digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
-        name = f"part-{digest}.parquet"
+        name = pieces_file_name(pieces, ".parquet")
         left_folder = f"{self.folder}/{LEFT}"
         left: pq.ParquetWriter | None = None
         with ExitStack() as files:
@@ -160,11 +167,10 @@ class TypedFiles:
         to_spark = pc.and_(present, undecided)
         rest = batch.filter(to_spark).select(list(LEFT_COLUMNS))
         kept = batch.filter(pc.invert(to_spark))
-        millis = pc.divide(kept.column("timestamp").cast(pa.int64()), 1000)
         value = kept.column(self.decoded)
         columns = [kept.column(n) for n in ("topic", "partition", "offset", "key")]
         typed = pa.RecordBatch.from_arrays(
-            [*columns, millis, *(pc.struct_field(value, n) for n in self.fields)],
+            [*columns, millis(kept), *(pc.struct_field(value, n) for n in self.fields)],
             schema=self.schema,
         )
         return typed, rest

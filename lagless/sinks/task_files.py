@@ -74,8 +74,7 @@ class StagedFiles:
     def write(
         self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
     ) -> tuple[str, None]:
-        digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
-        name = f"part-{digest}{self.suffix}"
+        name = pieces_file_name(pieces, self.suffix)
         with output_file(self.folder, name, self.s3) as sink:
             writer = self.open_writer(sink)
             try:
@@ -116,9 +115,19 @@ def output_file(folder: str, name: str, s3: S3Access | None) -> Iterator[Any]:
 
 def stored_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A batch in the source's columns (source.schema.ARROW_SCHEMA) as FILE_SCHEMA."""
-    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000)
     columns = [batch.column(name) for name in FILE_SCHEMA.names[:-1]]
-    return pa.RecordBatch.from_arrays([*columns, millis], schema=FILE_SCHEMA)
+    return pa.RecordBatch.from_arrays([*columns, millis(batch)], schema=FILE_SCHEMA)
+
+
+def millis(batch: pa.RecordBatch) -> pa.Array:
+    """The source's timestamp column in ms since the epoch, as the stores keep it."""
+    return pc.divide(batch.column("timestamp").cast(pa.int64()), 1000)
+
+
+def pieces_file_name(pieces: Sequence[OffsetRange], suffix: str) -> str:
+    """A task's file, named by its pieces: a retried or replayed task writes the same name."""
+    digest = hashlib.sha1("|".join(map(repr, pieces)).encode()).hexdigest()[:24]
+    return f"part-{digest}{suffix}"
 
 
 Conform = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
