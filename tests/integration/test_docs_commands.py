@@ -21,6 +21,8 @@ import pytest
 from lagless.broker import EmbeddedBroker
 from tests.harness.docs import DOCS, Block, sh_blocks
 
+pytestmark = pytest.mark.spark  # the CLI's imports start Spark
+
 TOPICS = {"orders": 24, "deals": 12, "deals-avro": 12}  # docs/imports.md's broker block
 # The pages with a block to run (a page whose blocks are all marked has nothing to test here).
 GUIDES = [

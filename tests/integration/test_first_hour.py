@@ -29,6 +29,8 @@ from tests.harness.docs import first_hour
 from tests.harness.serve import get_json, wait_for
 from tests.harness.shell import Shell
 
+pytestmark = pytest.mark.spark  # the CLI's imports start Spark
+
 CHROMIUM = "/usr/bin/chromium"
 GROUP = "orders-import"
 SEED_000 = 134_614  # gen --profile seed-000: field report 000's lag table, a thousandth of it
