@@ -32,23 +32,26 @@ GUIDES = [
 ]
 
 
-def _run(block: Block, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(
-        ["bash", "-e", "-o", "pipefail", "-c", block.text],
-        cwd=folder,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        printed, _ = process.communicate(timeout=900)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)  # what the block left in the background
-    return subprocess.CompletedProcess(block.text, process.returncode, printed)
+def _run(block: Block, folder: Path, env: dict[str, str]) -> tuple[int, str]:
+    """The block's exit status and output. The output goes through a file: a job the block
+    left in the background would hold a pipe open after the block ended."""
+    output = folder.parent / "output.txt"
+    with output.open("w") as printed:
+        process = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", block.text],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=printed,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            status = process.wait(timeout=900)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # what the block left in the background
+    return status, output.read_text()
 
 
 @pytest.mark.matrix
@@ -64,5 +67,5 @@ def test_a_guide_s_commands_run_in_order(page: Path, tmp_path: Path) -> None:
     with EmbeddedBroker(topics=TOPICS) as broker:
         env["B"] = broker.bootstrap
         for block in blocks:
-            ran = _run(block, folder, env)
-            assert ran.returncode == 0, f"{block.where} exited {ran.returncode}:\n{ran.stdout}"
+            status, printed = _run(block, folder, env)
+            assert status == 0, f"{block.where} exited {status}:\n{printed}"
