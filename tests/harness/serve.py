@@ -14,8 +14,13 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 START_TIMEOUT_S = 30.0
+CHROMIUM = "/usr/bin/chromium"
 
 
 def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
@@ -154,3 +159,17 @@ def metric(samples: dict, name: str, **labels: object) -> float | None:
     matches = [v for (n, have), v in samples.items() if n == name and wanted <= have]
     assert len(matches) <= 1, f"{name} {labels}: {len(matches)} samples"
     return matches[0] if matches else None
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's headless Chromium driven by Playwright (never `playwright install`)."""
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which(CHROMIUM), "chromium is not installed: run scripts/install-serve-test-tools"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()

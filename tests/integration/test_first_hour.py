@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
 import sys
 import time
@@ -23,15 +22,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
 from tests.harness.docs import first_hour
-from tests.harness.serve import get_json, wait_for
+from tests.harness.serve import chromium, get_json, wait_for
 from tests.harness.shell import Shell
 
 pytestmark = pytest.mark.spark  # the CLI's imports start Spark
 
-CHROMIUM = "/usr/bin/chromium"
 GROUP = "orders-import"
 SEED_000 = 134_614  # gen --profile seed-000: field report 000's lag table, a thousandth of it
 SEED_000_PARTITIONS = 16  # of 24: 8 are empty
@@ -189,11 +187,8 @@ def _first_word(block: str) -> str:
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), "chromium is not installed: run scripts/install-serve-test-tools"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 # The issue's bound for a new user's first hour from the README, the setup aside.

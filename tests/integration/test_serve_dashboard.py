@@ -3,29 +3,24 @@ serve` sampling a real group on the embedded broker. Nothing is faked."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from lagless.broker import EmbeddedBroker
-from tests.harness.serve import lagless_serve
+from tests.harness.serve import chromium, lagless_serve
 
-CHROMIUM = "/usr/bin/chromium"
 RECORDS = 30
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), "chromium is not installed: run scripts/install-serve-test-tools"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 def test_a_lagging_group_shows_its_lag_and_status_and_the_chart_moves(
