@@ -20,8 +20,13 @@ from lagless.cli.options import (
 )
 from lagless.exceptions import BadInput
 from lagless.importer.table_lag import table_lag
-from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo, require_commits
+from lagless.lag.offsets import (
+    FleetSource,
+    KafkaOffsetSource,
+    OffsetSource,
+    RecordInfo,
+    require_commits,
+)
 from lagless.lag.report import History, build_report, collect, committed_records
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
@@ -92,13 +97,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
         if args.prometheus:
-            membership = KafkaMembership(config)
-            try:
-                text = prometheus_once(
-                    args.group, source, membership, window_s, cluster_name(args), args
-                )
-            finally:
-                membership.close()
+            text = prometheus_once(args.group, source.fleet, window_s, cluster_name(args), args)
             print(text, end="")
             return 0
         history = History(keep_s=window_s)
@@ -145,8 +144,7 @@ def watch(
 
 def prometheus_once(
     group: str,
-    source: OffsetSource,
-    membership: KafkaMembership,
+    source: FleetSource,
     window_s: float,
     cluster: str,
     args: argparse.Namespace,
@@ -155,11 +153,12 @@ def prometheus_once(
     """The serve command's metrics for one group, sampled over the window once."""
     interval_s = window_s / SAMPLES_PER_WINDOW
     settings = SamplerSettings(interval_s, window_s, args.retention_warning)
-    sampler = Sampler(lambda _group: source, membership, settings, [group])
+    sampler = Sampler(source, settings, [group])
     for round_number in range(SAMPLES_PER_WINDOW + 1):
         if round_number:
             sleep(interval_s)
         sampler.sample_once()
+    sampler.settle(timeout_s=interval_s + 2.0)
     return metrics.render(sampler.views(), time.time(), cluster)
 
 

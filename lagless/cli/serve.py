@@ -20,8 +20,7 @@ from lagless.cli.options import (
 )
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
-from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource, OffsetSource
+from lagless.lag.offsets import KafkaFleetSource
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
 from lagless.serve.service import LagService, bind
@@ -111,22 +110,23 @@ def open_sampler(
     once it commits or its members hold partitions), or of every group the broker lists; bad
     input when the broker cannot be reached, or no group is named and the broker does not
     answer ListGroups."""
-    membership = KafkaMembership(config)
-
-    def open_source(group: str) -> OffsetSource:
-        return KafkaOffsetSource(config, group, request_timeout_s=REQUEST_TIMEOUT_S)
-
-    if groups is None:
-        try:
-            listed = membership.list_groups()
-        except TransientError as exc:
-            raise BadInput(f"cannot reach the broker at {config.bootstrap} ({exc})") from None
-        if listed is None:
-            raise BadInput(
-                f"the broker at {config.bootstrap} does not answer ListGroups (the embedded "
-                "broker does not): name the groups with --group"
-            )
-    return Sampler(open_source, membership, settings, groups)
+    source = KafkaFleetSource(config, request_timeout_s=REQUEST_TIMEOUT_S)
+    try:
+        source.topics()  # unreachable: bad input, said now
+        if groups is None:
+            try:
+                listed = source.list_groups()
+            except TransientError as exc:
+                raise BadInput(f"cannot reach the broker at {config.bootstrap} ({exc})") from None
+            if listed is None:
+                raise BadInput(
+                    f"the broker at {config.bootstrap} does not answer ListGroups (the embedded "
+                    "broker does not): name the groups with --group"
+                )
+    except BaseException:
+        source.close()
+        raise
+    return Sampler(source, settings, groups)
 
 
 def wait_for_signal() -> None:

@@ -1,4 +1,5 @@
-"""A consumer group's committed offsets, read and committed without joining the group."""
+"""A consumer group's committed offsets, read and committed without joining the group (the
+importer's `--group`). The lag tools read many groups' at once through ClusterInfo.groups."""
 
 from __future__ import annotations
 

@@ -16,8 +16,10 @@ NO_COMMITS when it has no partition to judge (no commit yet, and no member holds
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
+from typing import cast
 
 from lagless.lag.offsets import PartitionSample
 
@@ -47,17 +49,12 @@ def partition_status(
     if not history:
         raise ValueError("a partition status needs at least one sample")
     latest = history[-1]
-    if any(
-        before.committed is not None
-        and after.committed is not None
-        and after.committed < before.committed
-        for before, after in itertools.pairwise(history)
-    ):
+    if _moved_back([s.committed for s in history]):
         return Status.REWIND
-    window = [s for s in history if latest.at - s.at <= window_s]
-    committed = [s.committed for s in window]
     if latest.lag == 0:
         return Status.OK
+    window = [s for s in history if latest.at - s.at <= window_s]
+    committed = [s.committed for s in window]
     if owned is False:
         return Status.STOP
     if latest.at - _unchanged_since(history) > window_s:
@@ -68,6 +65,17 @@ def partition_status(
     if len(window) >= 2 and all(after > before for before, after in itertools.pairwise(lags)):
         return Status.WARN
     return Status.OK
+
+
+def _moved_back(committed: Sequence[int | None]) -> bool:
+    """A committed offset lower than the one before it (a missing one compares with none)."""
+    if None not in committed:  # the usual case, in C: serve judges every partition each round
+        known = cast(Sequence[int], committed)
+        return any(map(operator.lt, known[1:], known[:-1]))
+    return any(
+        before is not None and after is not None and after < before
+        for before, after in itertools.pairwise(committed)
+    )
 
 
 def _unchanged_since(history: Sequence[PartitionSample]) -> float:

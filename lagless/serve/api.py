@@ -76,7 +76,7 @@ def group_status(view: GroupView, now: float) -> dict[str, object]:
                     for topic, partition, lag in point.partition_lags
                 ],
             }
-            for point in view.series
+            for point in view.series.points()
         ],
     }
 
