@@ -41,6 +41,13 @@ class GroupDescription:
     (KIP-848's ConsumerGroupHeartbeat), where librdkafka asked ConsumerGroupDescribe."""
 
 
+@dataclass(frozen=True)
+class GroupsFound:
+    committed: dict[str, dict[TP, int] | str]
+    described: dict[str, GroupDescription | None]
+    metadata: dict[str, str]
+
+
 class ClusterInfo:
     def __init__(self, connection: KafkaConnection) -> None:
         self._connection = connection
@@ -134,11 +141,12 @@ class ClusterInfo:
         groups: Sequence[str],
         describe: bool = True,
         partitions: Sequence[TP] | None = None,
-    ) -> tuple[dict[str, dict[TP, int] | str], dict[str, GroupDescription | None]]:
-        """(committed, described) of many groups at once: each group's committed offsets
-        (every partition it committed on, those of topics that no longer exist included), or
-        why the broker did not tell them; and with `describe`, its state, assignor, members and
-        their partitions (DescribeGroups), None where the broker does not tell. Asked from a
+    ) -> GroupsFound:
+        """Many groups at once: each group's committed offsets (every partition it committed
+        on, those of topics that no longer exist included), or why the broker did not tell
+        them; the metadata committed with them (group_offsets.COMMITTED_BY_LAGLESS: an
+        import's); and with `describe`, its state, assignor, members and their partitions
+        (DescribeGroups), None where the broker does not tell. Asked from a
         child process (group_describer.py): a connection dropping during a coordinator's
         request aborts librdkafka's process. Never retried: the lag tools sample again."""
         if self._describer is None:
@@ -154,7 +162,7 @@ class ClusterInfo:
             group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
             for group, told in found.offsets.items()
         }
-        return committed, _descriptions(found.described)
+        return GroupsFound(committed, _descriptions(found.described), found.metadata)
 
     def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
         """Each group's state, assignor, members and their partitions (DescribeGroups, all in

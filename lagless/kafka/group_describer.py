@@ -30,7 +30,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from lagless.failpoints import failpoint
@@ -47,11 +47,13 @@ CommittedOffsets = dict[str, list[tuple[str, int, int]] | str]
 
 @dataclass(frozen=True)
 class GroupsAnswer:
-    """What the child found: descriptions (None: not told) and committed offsets (a list of
-    (topic, partition, offset), or the reason the broker did not tell them)."""
+    """What the child found: descriptions (None: not told), committed offsets (a list of
+    (topic, partition, offset), or the reason the broker did not tell them) and the metadata
+    committed with them, where there is some."""
 
     described: Described
     offsets: CommittedOffsets
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 class GroupDescriber:
@@ -113,6 +115,7 @@ class GroupDescriber:
                 group: found if isinstance(found, str) else [tuple(entry) for entry in found]
                 for group, found in answer["offsets"].items()
             },
+            answer["metadata"],
         )
 
     def describe(self, groups: Sequence[str], timeout_s: float) -> Described:
@@ -213,7 +216,7 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
             )[group]
             for group in (groups if request["offsets"] else ())
         }
-        answer: dict[str, dict[str, Any]] = {"described": {}, "offsets": {}}
+        answer: dict[str, dict[str, Any]] = {"described": {}, "offsets": {}, "metadata": {}}
         for group, future in described.items():
             try:
                 answer["described"][group] = asdict(describe_found(group, future.result()))
@@ -225,13 +228,16 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
             except KafkaException as exc:
                 answer["offsets"][group] = reason(exc)
                 continue
-            told = found.topic_partitions or []
+            told = [tp for tp in found.topic_partitions or [] if tp.offset >= 0 or tp.error]
             errors = [tp.error for tp in told if tp.error is not None]
             answer["offsets"][group] = (
                 f"{errors[0].str()} ({len(errors)} partitions)"
                 if errors
-                else [(tp.topic, tp.partition, tp.offset) for tp in told if tp.offset >= 0]
+                else [(tp.topic, tp.partition, tp.offset) for tp in told]
             )
+            marks = sorted({tp.metadata for tp in told if tp.metadata})
+            if marks:
+                answer["metadata"][group] = marks[0]
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
 

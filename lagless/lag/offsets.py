@@ -17,9 +17,10 @@ from typing import Protocol
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
-from lagless.kafka.cluster_info import GroupDescription
+from lagless.kafka.cluster_info import GroupDescription, GroupsFound
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.embedded_log_offsets import is_embedded
+from lagless.kafka.group_offsets import COMMITTED_BY_LAGLESS
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.records import RecordInfo
 
@@ -75,17 +76,20 @@ class FleetLook:
     """Each group's members, where asked and told."""
     partitions: Mapping[str, Sequence[TP]] = field(default_factory=dict)
     """The partitions each group is judged on (group_partitions), of the groups told."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """The metadata a group's offsets were committed with, where there is some."""
+
+    def committed_by_lagless(self, group: str) -> bool:
+        return self.metadata.get(group) == COMMITTED_BY_LAGLESS
 
 
 class FleetSource(Protocol):
     """The broker as the lag tools ask it, for many groups at once."""
 
-    def groups(
-        self, groups: Sequence[str], describe: bool
-    ) -> tuple[dict[str, dict[TP, int] | str], dict[str, GroupDescription | None]]:
-        """(committed, described): each group's committed offsets (topics that no longer exist
-        included) or the reason the broker did not tell them; with `describe`, each group's
-        members and assignments, None where the broker cannot tell."""
+    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+        """Each group's committed offsets (topics that no longer exist included) or the reason
+        the broker did not tell them, the metadata they were committed with, and with
+        `describe`, each group's members and assignments (None where not told)."""
         ...
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
@@ -125,9 +129,7 @@ class KafkaFleetSource:
         self._topics: dict[str, int] = {}
         self._topics_at: float | None = None
 
-    def groups(
-        self, groups: Sequence[str], describe: bool
-    ) -> tuple[dict[str, dict[TP, int] | str], dict[str, GroupDescription | None]]:
+    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
         # The embedded broker answers an OffsetFetch of "every partition" with none: asked
         # there of every partition of every topic, never of a real broker.
         named = None
@@ -182,7 +184,8 @@ def look(
     UNKNOWN_TOPIC_MAX_AGE_S when a group committed on a topic not known (new, or deleted),
     and at once when the log bounds of a known one failed (deleted since)."""
     topics = source.topics(TOPICS_MAX_AGE_S)
-    committed, described = source.groups(groups, describe)
+    asked = source.groups(groups, describe)
+    committed = asked.committed
     read = {t for offsets in committed.values() if isinstance(offsets, Mapping) for t, _ in offsets}
     if not read <= topics.keys():
         topics = source.topics(UNKNOWN_TOPIC_MAX_AGE_S)
@@ -198,7 +201,9 @@ def look(
         retry = sorted(tp for tp in failed if _exists(tp, topics))
         low2, end2, failed = source.log_bounds(retry) if retry else ({}, {}, {})
         low, end = {**low, **low2}, {**end, **end2}
-    return FleetLook(now(), committed, topics, low, end, failed, described, partitions)
+    return FleetLook(
+        now(), committed, topics, low, end, failed, asked.described, partitions, asked.metadata
+    )
 
 
 def _exists(tp: TP, topics: Mapping[str, int]) -> bool:
@@ -265,6 +270,9 @@ def record_starts(samples: Iterable[PartitionSample]) -> dict[TP, int]:
 
 
 class OffsetSource(Protocol):
+    by_lagless: bool
+    """The group's offsets are committed by lagless import (its --group), not by consumers."""
+
     def sample(self) -> list[PartitionSample]:
         """The group's committed offset and the log bounds of every partition it reads."""
         ...
@@ -301,6 +309,7 @@ class KafkaOffsetSource:
         self.group = group
         self._topic = topic
         self._followed: set[TP] = set()
+        self.by_lagless = False
         self.fleet = KafkaFleetSource(config, request_timeout_s)
         try:
             try:
@@ -320,6 +329,7 @@ class KafkaOffsetSource:
         found = look(self.fleet, [self.group], {self.group: self._followed}, describe=False)
         samples = group_samples(found, self.group, self._followed, self._topic)
         self.partitions = [s.key for s in samples]
+        self.by_lagless = found.committed_by_lagless(self.group)
         return samples
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[TP, RecordInfo]:

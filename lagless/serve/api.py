@@ -56,6 +56,7 @@ def group_summary(view: GroupView, now: float) -> dict[str, object]:
         "sampled_at": view.sampled_at,
         "error": view.error,
         "error_since": view.error_since,
+        "committed_by": "lagless import" if view.by_lagless else None,
     }
 
 

@@ -71,11 +71,13 @@ class GroupWatch:
         self.error: str | None = None
         self.error_since: float | None = None
         self.latest: Sequence[PartitionSample] = ()
+        self.by_lagless = False
         self.record_starts: dict[TP, int] = {}
         """Where the records whose timestamps give the exact time lag are."""
         self.view = self.build_view({}, None, None)
 
-    def sampled(self, samples: Sequence[PartitionSample], at: float) -> None:
+    def sampled(self, samples: Sequence[PartitionSample], at: float, by_lagless: bool) -> None:
+        self.by_lagless = by_lagless
         self.history.add(samples)
         self.error = self.error_since = None
         self.sampled_at = at
@@ -106,6 +108,7 @@ class GroupWatch:
             sampled_at=self.sampled_at,
             error=self.error,
             error_since=self.error_since,
+            by_lagless=self.by_lagless,
         )
         view = group_view(
             self.group,
@@ -219,7 +222,8 @@ class Sampler:
                 watch.failed(everyone, asked_at)
                 continue
             try:
-                watch.sampled(group_samples(found, group, followed[group]), found.at)
+                samples = group_samples(found, group, followed[group])
+                watch.sampled(samples, found.at, found.committed_by_lagless(group))
             except LaglessError as exc:
                 watch.failed(_one_line(exc), asked_at)
             else:

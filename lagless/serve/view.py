@@ -116,6 +116,8 @@ class GroupView:
     """What the doctor judges, where the latest sample succeeded (see findings)."""
     series: Series
     retention_warning_s: float
+    by_lagless: bool = False
+    """lagless import commits the group's offsets (its --group)."""
     cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     """What is rendered of this view once (its metrics lines), kept while it is the latest."""
 
@@ -166,6 +168,7 @@ class Sampled:
     sampled_at: float | None
     error: str | None
     error_since: float | None
+    by_lagless: bool = False
 
 
 def unknown_finding(group: str, error: str, seen_before: bool) -> Finding:
@@ -213,6 +216,7 @@ def group_view(
             records=dict(sampled.records),
             memberships=None if description is None else [description],
             sampled_s=window_s,
+            by_lagless=sampled.by_lagless,
         )
     return GroupView(
         group=group,
@@ -226,4 +230,5 @@ def group_view(
         examination=exam,
         series=series,
         retention_warning_s=retention_warning_s,
+        by_lagless=sampled.by_lagless,
     )

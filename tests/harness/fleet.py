@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-TIMEOUT_S = 120.0
+TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,8 @@ def lagless_serve_process(
                 raise AssertionError(f"lagless serve did not start: {url!r} {stderr.read()}")
             try:
                 yield url, process
+                stderr.seek(0)
+                process.stderr_text = stderr.read()  # type: ignore[attr-defined]
             except BaseException as failure:
                 # The test failed: say whether the server was still there, with its last words.
                 stderr.seek(0)

@@ -86,6 +86,8 @@ class FrozenSource:
     def sample(self) -> list[PartitionSample]:
         return [PartitionSample("t", 0, self.now, 3, 0, 10)]
 
+    by_lagless = False
+
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {s.key: RecordInfo(timestamp_s=0.0, size_bytes=2_000_000) for s in samples}
 

@@ -86,6 +86,8 @@ class ScriptedSource:
         self.samples_taken += 1
         return [PartitionSample("t", 0, float(self.samples_taken), self.samples_taken, 0, 50)]
 
+    by_lagless = False
+
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {}
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from lagless.exceptions import TransientError
 from lagless.kafka import TP
+from lagless.kafka.cluster_info import GroupsFound
 from lagless.lag.members import GroupDescription, GroupMember
 from lagless.lag.offsets import RecordInfo
 from lagless.lag.status import Status
@@ -50,19 +51,17 @@ class ScriptedFleet:
         self.group_requests: list[list[str]] = []
         self._retention_ms = retention_ms
 
-    def groups(
-        self, groups: Sequence[str], describe: bool
-    ) -> tuple[dict[str, dict[TP, int] | str], dict[str, GroupDescription | None]]:
+    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
         self.group_requests.append(list(groups))
         if self.breaking:
             self.breaking = False
             raise ValueError("Expected non-empty list of ConfigResource objects")
         if self.failing:
-            return dict.fromkeys(groups, "broker down"), dict.fromkeys(groups)
+            return GroupsFound(dict.fromkeys(groups, "broker down"), dict.fromkeys(groups), {})
         committed: dict[str, dict[TP, int] | str] = {
             g: dict(self.committed.get(g, {})) for g in groups
         }
-        return committed, {g: self._describe(g) for g in groups}
+        return GroupsFound(committed, {g: self._describe(g) for g in groups}, {})
 
     def _describe(self, group: str) -> GroupDescription | None:
         if self.state is None:
