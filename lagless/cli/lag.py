@@ -27,13 +27,13 @@ from lagless.lag.offsets import (
     RecordInfo,
     require_commits,
 )
-from lagless.lag.report import History, build_report, collect, committed_records
+from lagless.lag.report import History, build_report, collect, committed_records, watched_span
+from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 
 SAMPLES_PER_WINDOW = 4
-DEFAULT_WINDOW_S = 1.0
 WATCH_WINDOW_REFRESHES = 5
 
 
@@ -64,8 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--window",
         type=float,
         metavar="S",
-        help=f"seconds of samples behind the status and time lag "
-        f"(default {DEFAULT_WINDOW_S:g}; with --watch, {WATCH_WINDOW_REFRESHES} refreshes)",
+        help=f"seconds of samples behind the status and time lag, as doctor's --seconds and "
+        f"serve's --window (default {DEFAULT_WINDOW_S:g}; with --watch, "
+        f"{WATCH_WINDOW_REFRESHES} refreshes; 0: one sample)",
     )
     add_metric_arguments(parser)
     parser.set_defaults(func=run)
@@ -100,9 +101,16 @@ def run(args: argparse.Namespace) -> int:
             text = prometheus_once(args.group, source.fleet, window_s, cluster_name(args), args)
             print(text, end="")
             return 0
-        history = History(keep_s=window_s)
-        collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)
-        report = build_report(args.group, history, window_s, committed_records(source, history))
+        interval_s = window_s / SAMPLES_PER_WINDOW
+        history = History(keep_s=window_s + interval_s)
+        collect(source, history, window_s, interval_s)
+        report = build_report(
+            args.group,
+            history,
+            watched_span(history, window_s),
+            committed_records(source, history),
+            source.description,
+        )
     finally:
         source.close()
     now = time.time()
@@ -131,7 +139,8 @@ def watch(
     def table() -> Table:
         history.add(source.sample())
         found = committed_records(source, history, records)
-        return rich_table(build_report(group, history, window_s, found), time.time())
+        report = build_report(group, history, window_s, found, source.description)
+        return rich_table(report, time.time())
 
     with Live(table(), console=console, auto_refresh=False) as live:
         try:

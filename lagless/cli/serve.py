@@ -21,6 +21,7 @@ from lagless.cli.options import (
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
 from lagless.lag.offsets import KafkaFleetSource
+from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
 from lagless.serve.service import LagService, bind
@@ -53,9 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--window",
         type=float,
-        default=30.0,
+        default=DEFAULT_WINDOW_S,
         metavar="S",
-        help="seconds of samples behind each status; STOP is no commit for longer (30)",
+        help="seconds of samples behind each status, as lag's --window and doctor's --seconds; "
+        f"STOP is no commit for longer ({DEFAULT_WINDOW_S:g})",
     )
     add_metric_arguments(parser)
     parser.set_defaults(func=run)

@@ -21,7 +21,14 @@ from lagless.lag.members import (
     rebalancing,
 )
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
-from lagless.lag.report import History, LagReport, PartitionLag, build_report, committed_records
+from lagless.lag.report import (
+    History,
+    LagReport,
+    PartitionLag,
+    build_report,
+    committed_records,
+    watched_span,
+)
 from lagless.lag.retention import RetentionRisk
 from lagless.lag.status import Status
 
@@ -92,7 +99,9 @@ def examine(
         history.add(source.sample())
     if not history.samples and not (snapshots and snapshots[-1].members):
         raise BadInput(f"group {group!r} has no committed offsets and no members")
-    window_s = seconds / 2
+    # Judged over what it watched: `lag --window S` judges over the same S, with the same
+    # function, and prints the same word.
+    window_s = watched_span(history, seconds)
     records = committed_records(source, history)
     records = {**records, **_sizes_of_lagging(source, history, records)}
     report = build_report(group, history, window_s, records, snapshots[-1] if snapshots else None)

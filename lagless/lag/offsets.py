@@ -272,6 +272,8 @@ def record_starts(samples: Iterable[PartitionSample]) -> dict[TP, int]:
 class OffsetSource(Protocol):
     by_lagless: bool
     """The group's offsets are committed by lagless import (its --group), not by consumers."""
+    description: GroupDescription | None
+    """Who held which partition at the latest sample (None: the broker did not tell)."""
 
     def sample(self) -> list[PartitionSample]:
         """The group's committed offset and the log bounds of every partition it reads."""
@@ -310,6 +312,8 @@ class KafkaOffsetSource:
         self._topic = topic
         self._followed: set[TP] = set()
         self.by_lagless = False
+        self.description: GroupDescription | None = None
+        """Who held which partition at the latest sample (None: the broker did not tell)."""
         self.fleet = KafkaFleetSource(config, request_timeout_s)
         try:
             try:
@@ -326,10 +330,11 @@ class KafkaOffsetSource:
         self._followed.update(tp for tp in partitions if self._topic in (None, tp[0]))
 
     def sample(self) -> list[PartitionSample]:
-        found = look(self.fleet, [self.group], {self.group: self._followed}, describe=False)
+        found = look(self.fleet, [self.group], {self.group: self._followed})
         samples = group_samples(found, self.group, self._followed, self._topic)
         self.partitions = [s.key for s in samples]
         self.by_lagless = found.committed_by_lagless(self.group)
+        self.description = found.described.get(self.group)
         return samples
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[TP, RecordInfo]:

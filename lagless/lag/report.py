@@ -164,6 +164,15 @@ def build_report(
     return LagReport(group=group, rows=tuple(rows))
 
 
+def watched_span(history: History, window_s: float) -> float:
+    """The window a one-shot look (`lag`, `doctor`) judges over: what it watched, which its
+    request times make a little longer than asked. So over the same asked window the two
+    agree, and a partition that did not move while watched is STALL, never STOP (that needs a
+    longer history than the window: serve's, or `lag --watch`'s)."""
+    spans = [samples[-1].at - samples[0].at for samples in history.samples.values() if samples]
+    return max([window_s, *spans])
+
+
 def collect(
     source: OffsetSource,
     history: History,

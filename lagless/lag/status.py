@@ -29,6 +29,11 @@ from typing import cast
 
 from lagless.lag.offsets import PartitionSample
 
+# The span every status is judged over unless told otherwise: `lag --window`, `doctor
+# --seconds` and `serve --window` default to it, so the three print the same word for the same
+# group. Long enough to see a consumer that auto-commits (every 5 s by default) commit.
+DEFAULT_WINDOW_S = 10.0
+
 
 class Status(IntEnum):
     """Ordered by severity: a group's status is its worst partition's."""

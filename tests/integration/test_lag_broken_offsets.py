@@ -94,9 +94,11 @@ def test_lag_doctor_and_serve_say_the_same_word_for_a_broken_offset(
 ) -> None:
     group = broken[status]
     where = ("--bootstrap", noida.bootstrap, "--group", group)
-    shown = cli_json(capsys, "lag", *where)
+    # The same window for the three: the same word.
+    shown = cli_json(capsys, "lag", *where, "--window", "0.5")
     diagnosed = cli_json(capsys, "doctor", *where, "--seconds", "0.5")
-    with lagless_serve_process(noida.bootstrap, *where[2:], "--interval", "0.2") as (url, _):
+    serve = (*where[2:], "--interval", "0.2", "--window", "0.5")
+    with lagless_serve_process(noida.bootstrap, *serve) as (url, _):
         served = wait_for(
             "a sample",
             lambda: (s := get_json(f"{url}/api/groups/{group}")["status"])["sampled_at"] and s,

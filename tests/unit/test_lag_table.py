@@ -87,6 +87,7 @@ class ScriptedSource:
         return [PartitionSample("t", 0, float(self.samples_taken), self.samples_taken, 0, 50)]
 
     by_lagless = False
+    description = None
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {}
