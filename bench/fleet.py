@@ -10,7 +10,8 @@ For each run, over --seconds:
 - launch -> listening, and listening -> every group on /metrics (`lagless_consumergroup_up`
   1), in sampling intervals (goal: within two);
 - the sampling round (`kafka_consumergroup_poll_time_ms`, each round seen) p50/p99/max, and
-  the serve process's CPU seconds per round (the round's cost whatever the machine's load);
+  the CPU seconds per round of the serve process and of its child (the round's cost whatever
+  the machine's load: on a loaded machine the round mostly waits for noida-db);
 - a /metrics scrape's and an /api/groups answer's time p50/p99 (a scrape every 0.5 s);
 - resident memory (sampled VmRSS, and VmHWM) of the serve process and of its child (the
   process that asks the group coordinators), and the file descriptors it holds.
@@ -63,6 +64,7 @@ class Run:
     child_hwm_kib: int = 0
     descriptors: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
+    child_cpu_s: float = 0.0
     rounds: int = 0
 
     def figures(self) -> dict[str, float | int | None]:
@@ -89,6 +91,9 @@ class Run:
             "round_p99_s": None if round_p99 is None else round(round_p99 / 1000, 3),
             "round_max_s": None if not self.rounds_ms else round(max(self.rounds_ms) / 1000, 3),
             "cpu_s_per_round": round(self.cpu_s / self.rounds, 3) if self.rounds else None,
+            "child_cpu_s_per_round": round(self.child_cpu_s / self.rounds, 3)
+            if self.rounds
+            else None,
             "scrape_p50_s": None
             if not self.scrapes_s
             else round(statistics.median(self.scrapes_s), 3),
@@ -151,6 +156,7 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
         watcher = threading.Thread(target=watch_memory, daemon=True)
         watcher.start()
         cpu_before, last_poll = None, None
+        child_before: dict[int, float] = {}
         deadline = listening + seconds + 30
         measured_until = None
         while time.monotonic() < (measured_until or deadline):
@@ -165,6 +171,7 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
                 run.all_on_metrics_s = time.monotonic() - listening
                 measured_until = time.monotonic() + seconds
                 cpu_before = cpu_seconds(process.pid)
+                child_before = {c: cpu_seconds(c) for c in children(process.pid)}
             if run.all_on_metrics_s is not None:
                 run.scrapes_s.append(took)
                 run.api_s.append(timed_get(url + "/api/groups")[0])
@@ -182,6 +189,9 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
             time.sleep(SCRAPE_EVERY_S)
         if cpu_before is not None:
             run.cpu_s = cpu_seconds(process.pid) - cpu_before
+            for child, before in child_before.items():
+                with contextlib.suppress(OSError):  # the child was replaced (it aborted)
+                    run.child_cpu_s += cpu_seconds(child) - before
             run.rounds = max(
                 1, round((time.monotonic() - (measured_until or 0) + seconds) / INTERVAL_S)
             )
