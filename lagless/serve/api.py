@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from lagless.lag.report import PartitionLag
 from lagless.serve.view import SPARK_POINTS, GroupView
 
-
 # Findings that say nothing is wrong: never a group's top finding on the first screen.
 QUIET_FINDINGS = frozenset({"healthy", "not-checked"})
 

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lagless.exceptions import LaglessError
 from lagless.kafka import TP
@@ -32,6 +32,7 @@ from lagless.lag.offsets import (
     record_starts,
 )
 from lagless.lag.report import History
+from lagless.lag.status import Status
 from lagless.serve.view import GroupView, Sampled, Series, group_view
 
 log = logging.getLogger(__name__)
@@ -200,9 +201,13 @@ class Sampler:
             self._round(asked_at)
         except Exception as exc:
             log.warning("sampling round failed; the next one tries again", exc_info=True)
+            error = f"sampling failed: {_one_line(exc)}"
             for watch in self._watches.values():
-                watch.failed(f"sampling failed: {_one_line(exc)}", asked_at)
-                watch.build_view(self._records, self._retention_ms, None)
+                watch.failed(error, asked_at)
+                try:
+                    watch.build_view(self._records, self._retention_ms, None)
+                except Exception:  # the view itself cannot be built: its last one, marked
+                    watch.view = replace(watch.view, status=Status.UNKNOWN, error=error, cache={})
         with self._lock:
             self._views = tuple(self._watches[g].view for g in sorted(self._watches))
             self.rounds += 1

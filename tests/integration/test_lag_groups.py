@@ -232,3 +232,34 @@ def test_unreachable_broker_is_one_line_and_exit_2_within_seconds(
     error = capsys.readouterr().err
     assert error.startswith("lagless: error: cannot reach the broker at 127.0.0.1:9 within")
     assert error.count("\n") == 1
+
+
+def test_a_group_on_the_new_consumer_protocol_is_read_as_any_other(
+    broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KIP-848's protocol (group.protocol=consumer: ConsumerGroupHeartbeat, which the embedded
+    broker answers): the group's committed offsets are read as a classic group's. Neither
+    broker here answers ConsumerGroupDescribe, so its members are not told (docs say so)."""
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "kip848-group",
+         "group.protocol": "consumer", "enable.auto.commit": False,
+         "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    consumer.subscribe(["rewound"])
+    try:
+        deadline, read = time.monotonic() + 20, 0
+        while read < 5:
+            assert time.monotonic() < deadline, "the new protocol's member read nothing"
+            message = consumer.poll(0.5)
+            read += message is not None and message.error() is None
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([TopicPartition("rewound", 0)], timeout=10)[0].offset
+        shown = lag_json(capsys, "--bootstrap", broker.bootstrap, "--group", "kip848-group")
+    finally:
+        consumer.close()
+    assert committed >= 5
+    (partition,) = shown["partitions"]
+    assert (partition["committed"], partition["lag"]) == (
+        committed,
+        RECORDS_PER_PARTITION - committed,
+    )

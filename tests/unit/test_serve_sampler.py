@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
+import pytest
+
 from lagless.exceptions import TransientError
 from lagless.kafka import TP
 from lagless.kafka.cluster_info import GroupsFound
@@ -15,6 +17,7 @@ from lagless.lag.members import GroupDescription, GroupMember
 from lagless.lag.offsets import RecordInfo
 from lagless.lag.status import Status
 from lagless.serve import api, metrics
+from lagless.serve import sampler as sampler_module
 from lagless.serve.sampler import Sampler, SamplerSettings
 from tests.harness.serve import metric, parse_metrics
 
@@ -232,3 +235,28 @@ def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_go
     assert metric(samples, "lagless_consumergroup_retention_margin_seconds", **where,
                   basis="retention_ms") == 900 + 120 - clock.now  # fmt: skip
     assert metric(samples, "lagless_consumergroup_retention_at_risk", **where) == 1
+
+
+def test_a_view_that_cannot_be_built_leaves_the_last_one_unknown_and_sampling_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Even building a view may fail (a bug): the group keeps its last view, marked UNKNOWN
+    with the error, and the next round that can build it shows it again."""
+    clock = Clock()
+    fleet = ScriptedFleet({"g": {("t", 0): 4}}, state="STABLE")
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
+    run_rounds(sampler, clock, 1)
+    assert sampler.views()[0].status is Status.OK
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(sampler_module, "group_view", broken)
+    sampler.sample_once()
+    (view,) = sampler.views()
+    assert (view.status, view.error) == (Status.UNKNOWN, "sampling failed: division by zero")
+    assert view.total_lag == 6
+    monkeypatch.undo()
+    sampler.sample_once()
+    assert sampler.views()[0].error is None
+    assert sampler.views()[0].status is not Status.UNKNOWN
