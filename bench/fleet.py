@@ -10,8 +10,8 @@ For each run, over --seconds:
 - launch -> listening, and listening -> every group on /metrics (`lagless_consumergroup_up`
   1), in sampling intervals (goal: within two);
 - the sampling round (`kafka_consumergroup_poll_time_ms`, each round seen) p50/p99/max, and
-  the CPU seconds per round of the serve process and of its child (the round's cost whatever
-  the machine's load: on a loaded machine the round mostly waits for noida-db);
+  the CPU seconds per round of the serve process, of its child and of noida-db (the round's
+  cost whatever the machine's load: on a loaded machine the round mostly waits for noida-db);
 - a /metrics scrape's and an /api/groups answer's time p50/p99 (a scrape every 0.5 s);
 - resident memory (sampled VmRSS, and VmHWM) of the serve process and of its child (the
   process that asks the group coordinators), and the file descriptors it holds.
@@ -65,6 +65,7 @@ class Run:
     descriptors: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
     child_cpu_s: float = 0.0
+    broker_cpu_s: float = 0.0
     rounds: int = 0
 
     def figures(self) -> dict[str, float | int | None]:
@@ -94,6 +95,9 @@ class Run:
             "child_cpu_s_per_round": round(self.child_cpu_s / self.rounds, 3)
             if self.rounds
             else None,
+            "broker_cpu_s_per_round": round(self.broker_cpu_s / self.rounds, 3)
+            if self.rounds
+            else None,
             "scrape_p50_s": None
             if not self.scrapes_s
             else round(statistics.median(self.scrapes_s), 3),
@@ -118,7 +122,18 @@ def timed_get(url: str) -> tuple[float, str]:
     return time.monotonic() - started, body
 
 
-def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of a process and its children (noida-db runs its server as a child)."""
+    if pid is None:
+        return 0.0
+    total = 0.0
+    for each in [pid, *children(pid)]:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(each)
+    return total
+
+
+def measure(bootstrap: str, groups: list[str], seconds: float, broker_pid: int | None) -> Run:
     """`lagless serve` (every group listed) for `seconds` after every one of `groups` is on
     /metrics (or after seconds, if they never are)."""
     run = Run(len(groups))
@@ -138,7 +153,8 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
         listening = time.monotonic()
         run.listening_s = listening - launched
         wanted = set(groups)
-        stop = threading.Event()
+        stop, measuring = threading.Event(), threading.Event()
+        child_cpu: dict[int, tuple[float, float]] = {}
 
         def watch_memory() -> None:
             while not stop.wait(0.2):
@@ -150,13 +166,16 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
                     found = memory_kib(child)
                     if found:
                         run.child_hwm_kib = max(run.child_hwm_kib, found[1])
+                    if measuring.is_set():  # each child's CPU from when first seen measuring
+                        with contextlib.suppress(OSError):
+                            used = cpu_seconds(child)
+                            child_cpu[child] = (child_cpu.get(child, (used, used))[0], used)
                 with contextlib.suppress(OSError):
                     run.descriptors.append(descriptors(process.pid))
 
         watcher = threading.Thread(target=watch_memory, daemon=True)
         watcher.start()
-        cpu_before, last_poll = None, None
-        child_before: dict[int, float] = {}
+        cpu_before, last_poll, broker_before = None, None, 0.0
         deadline = listening + seconds + 30
         measured_until = None
         while time.monotonic() < (measured_until or deadline):
@@ -171,7 +190,7 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
                 run.all_on_metrics_s = time.monotonic() - listening
                 measured_until = time.monotonic() + seconds
                 cpu_before = cpu_seconds(process.pid)
-                child_before = {c: cpu_seconds(c) for c in children(process.pid)}
+                broker_before = tree_cpu_seconds(broker_pid)
             if run.all_on_metrics_s is not None:
                 run.scrapes_s.append(took)
                 run.api_s.append(timed_get(url + "/api/groups")[0])
@@ -189,9 +208,8 @@ def measure(bootstrap: str, groups: list[str], seconds: float) -> Run:
             time.sleep(SCRAPE_EVERY_S)
         if cpu_before is not None:
             run.cpu_s = cpu_seconds(process.pid) - cpu_before
-            for child, before in child_before.items():
-                with contextlib.suppress(OSError):  # the child was replaced (it aborted)
-                    run.child_cpu_s += cpu_seconds(child) - before
+            run.broker_cpu_s = tree_cpu_seconds(broker_pid) - broker_before
+            run.child_cpu_s = sum(last - first for first, last in child_cpu.values())
             run.rounds = max(
                 1, round((time.monotonic() - (measured_until or 0) + seconds) / INTERVAL_S)
             )
@@ -221,14 +239,15 @@ def main() -> int:
             bootstrap, "bench-a", small, args.partitions, args.groups_per_topic, args.records
         )
         console.print(f"{small} groups made in {time.monotonic() - started:.1f} s")
-        runs = [measure(bootstrap, first.groups, args.seconds)]
+        broker_pid = None if server is None else server.process.pid
+        runs = [measure(bootstrap, first.groups, args.seconds, broker_pid)]
         started = time.monotonic()
         rest = make_fleet(
             bootstrap, "bench-b", args.groups - small, args.partitions, args.groups_per_topic,
             args.records,
         )  # fmt: skip
         console.print(f"{args.groups - small} more made in {time.monotonic() - started:.1f} s")
-        runs.append(measure(bootstrap, first.groups + rest.groups, args.seconds))
+        runs.append(measure(bootstrap, first.groups + rest.groups, args.seconds, broker_pid))
     finally:
         if server is not None:
             server.destroy()

@@ -22,6 +22,7 @@ from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
 from lagless.lag.offsets import KafkaFleetSource
 from lagless.lag.status import DEFAULT_WINDOW_S
+from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
 from lagless.serve.service import LagService, bind
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # Bind first: a port in use is told at once, before the broker is asked anything.
     server = bind(args.host, args.port, content)
     try:
-        started.append(open_sampler(config, args.group, settings))
+        started.append(open_sampler(config, args.group, settings, content.cluster))
     except BaseException:
         server.server_close()
         raise
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def open_sampler(
-    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings
+    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings, cluster: str
 ) -> Sampler:
     """A sampler of the named groups (one that has not committed yet is shown so, and judged
     once it commits or its members hold partitions), or of every group the broker lists; bad
@@ -128,7 +129,9 @@ def open_sampler(
     except BaseException:
         source.close()
         raise
-    return Sampler(source, settings, groups)
+    return Sampler(
+        source, settings, groups, after_round=lambda views: metrics.prepare(views, cluster)
+    )
 
 
 def wait_for_signal() -> None:

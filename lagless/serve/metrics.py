@@ -136,6 +136,13 @@ def render(
     return "\n".join(out) + "\n"
 
 
+def prepare(views: Sequence[GroupView], cluster: str) -> None:
+    """Write the views' lines now (the sampler calls this after its round, while it would
+    wait anyway), so the next scrape only adds the time lags."""
+    for view in views:
+        _view_lines(view, cluster)
+
+
 PartitionLines = list[tuple[tuple[str, int], list[tuple[str, str]]]]
 
 

@@ -167,8 +167,12 @@ class Sampler:
         settings: SamplerSettings,
         groups: Sequence[str] | None = None,
         now: Callable[[], float] = time.time,
+        after_round: Callable[[Sequence[GroupView]], None] = lambda views: None,
     ) -> None:
-        """groups None: every group the broker lists (ListGroups)."""
+        """groups None: every group the broker lists (ListGroups). after_round: called with
+        the new views after each round, in the sampling thread (serve writes their metrics
+        lines there, so a scrape does not)."""
+        self._after_round = after_round
         self._source = source
         self.settings = settings
         self._discover = groups is None
@@ -208,10 +212,15 @@ class Sampler:
                     watch.build_view(self._records, self._retention_ms, None)
                 except Exception:  # the view itself cannot be built: its last one, marked
                     watch.view = replace(watch.view, status=Status.UNKNOWN, error=error, cache={})
+        views = tuple(self._watches[g].view for g in sorted(self._watches))
         with self._lock:
-            self._views = tuple(self._watches[g].view for g in sorted(self._watches))
+            self._views = views
             self.rounds += 1
             self.poll_time_ms = (time.monotonic() - started) * 1000
+        try:
+            self._after_round(views)
+        except Exception:
+            log.warning("after a sampling round", exc_info=True)
 
     def _round(self, asked_at: float) -> None:
         if self._discover:
