@@ -191,6 +191,7 @@ def measure(bootstrap: str, groups: list[str], seconds: float, broker_pid: int |
                 measured_until = time.monotonic() + seconds
                 cpu_before = cpu_seconds(process.pid)
                 broker_before = tree_cpu_seconds(broker_pid)
+                measuring.set()
             if run.all_on_metrics_s is not None:
                 run.scrapes_s.append(took)
                 run.api_s.append(timed_get(url + "/api/groups")[0])
@@ -210,9 +211,9 @@ def measure(bootstrap: str, groups: list[str], seconds: float, broker_pid: int |
             run.cpu_s = cpu_seconds(process.pid) - cpu_before
             run.broker_cpu_s = tree_cpu_seconds(broker_pid) - broker_before
             run.child_cpu_s = sum(last - first for first, last in child_cpu.values())
-            run.rounds = max(
-                1, round((time.monotonic() - (measured_until or 0) + seconds) / INTERVAL_S)
-            )
+            # A round starts every interval, or when the last one ended if it took longer.
+            mean_round_s = statistics.mean(run.rounds_ms) / 1000 if run.rounds_ms else INTERVAL_S
+            run.rounds = max(1, round(seconds / max(INTERVAL_S, mean_round_s)))
         stop.set()
     finally:
         process.terminate()

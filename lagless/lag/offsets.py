@@ -244,11 +244,11 @@ def group_samples(
     samples = []
     for t, p in keys:
         key = (t, p)
-        if key in found.failed:
-            raise TransientError(
-                f"the broker did not tell where {t}[{p}]'s log ends: {found.failed[key]}"
-            )
         gone = not _exists(key, found.topics)
+        if key in found.failed or not (gone or key in found.end):
+            # Not told, or not asked (a topic that appeared during the look): the next look.
+            why = found.failed.get(key, "not asked yet")
+            raise TransientError(f"the broker did not tell where {t}[{p}]'s log ends: {why}")
         samples.append(
             PartitionSample(
                 topic=t,

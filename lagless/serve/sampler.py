@@ -44,7 +44,7 @@ RETENTION_CONFIG_EVERY_S = 300.0
 LIST_GROUPS_EVERY_S = 30.0
 # Records read at committed offsets per read: the fleet's lagging partitions are read a part at
 # a time, the most lagging first; the others show an interpolated time lag meanwhile.
-RECORDS_PER_READ = 500
+RECORDS_PER_READ = 2000
 
 
 @dataclass(frozen=True)
