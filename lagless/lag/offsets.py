@@ -23,6 +23,7 @@ from lagless.kafka.embedded_log_offsets import is_embedded
 from lagless.kafka.group_offsets import COMMITTED_BY_LAGLESS
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.records import RecordInfo
+from lagless.retry import retried
 
 # How long a first look may take before the broker counts as unreachable.
 REACH_TIMEOUT_S = 5.0
@@ -319,7 +320,15 @@ class KafkaOffsetSource:
             try:
                 if topic is not None and topic not in self.fleet.topics():
                     raise BadInput(f"topic {topic!r} does not exist on {config.bootstrap}")
-                self.partitions = [s.key for s in self.sample()]
+                # A group's answer may fail for a moment (a rebalance under way): asked again
+                # for the request's timeout, as a consumer's committed() does.
+                first = retried(
+                    self.sample,
+                    what=f"the offsets of group {group!r}",
+                    budget_s=request_timeout_s,
+                    retry_on=(TransientError,),
+                )
+                self.partitions = [s.key for s in first]
             except TransientError as exc:
                 raise BadInput(str(exc)) from None
         except BaseException:
