@@ -332,7 +332,7 @@ def _retention(
             Finding(
                 "retention-risk",
                 f"{_names(soon)}: retention will delete records the group has not read — "
-                f"{_name(first)} has {risk.records_left} records between the log start and "
+                f"{_name(first)} has {risk.records_left:,} records between the log start and "
                 f"the committed offset, gone in about {_duration(risk.seconds_left or 0.0)} "
                 f"at {basis}.",
                 "catch up first (add consumers, up to one per partition), or raise "
@@ -348,7 +348,7 @@ def _rewind(key: tuple[str, int], samples: Sequence[PartitionSample]) -> Finding
     highest = max(committed)
     return Finding(
         "rewind",
-        f"{_name(key)}: the committed offset moved backwards from {highest} to {committed[-1]} "
+        f"{_name(key)}: the committed offset moved backwards from {highest:,} to {committed[-1]:,} "
         f"— an out-of-order commit: a consumer that lost the partition in a "
         f"rebalance committed after its successor; records from {committed[-1]} will be "
         "read again, and the lag shown is not real.",
@@ -368,8 +368,8 @@ def _large_records(
     return [
         Finding(
             "large-records",
-            f"{_names(large)}: the record at the committed offset is up to {biggest} bytes; "
-            f"a fetch of {fetch_bytes} bytes per partition brings one or two of them, so "
+            f"{_names(large)}: the record at the committed offset is up to {biggest:,} bytes; "
+            f"a fetch of {fetch_bytes:,} bytes per partition brings one or two of them, so "
             "these partitions crawl while each fetch waits.",
             f"raise max.partition.fetch.bytes / fetch.message.max.bytes well above {biggest}, "
             "or shorten fetch.max.wait.ms so a consumer does not wait on its other partitions",

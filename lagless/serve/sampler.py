@@ -72,6 +72,7 @@ class GroupWatch:
         self.error: str | None = None
         self.error_since: float | None = None
         self.latest: Sequence[PartitionSample] = ()
+        self.lags: dict[TP, int] = {}
         self.by_lagless = False
         self.record_starts: dict[TP, int] = {}
         """Where the records whose timestamps give the exact time lag are."""
@@ -83,6 +84,7 @@ class GroupWatch:
         self.error = self.error_since = None
         self.sampled_at = at
         self.latest = samples
+        self.lags = {s.key: s.lag for s in samples}
         self.record_starts = record_starts(samples)
 
     def failed(self, error: str, asked_at: float) -> None:
@@ -152,6 +154,9 @@ class Background:
         self._thread = threading.Thread(target=guarded, name=self._name, daemon=True)
         self._thread.start()
         return True
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def join(self, timeout_s: float) -> None:
         if self._thread is not None:
@@ -267,22 +272,26 @@ class Sampler:
 
     def _read_records(self) -> None:
         """The records at the committed offsets of lagging partitions, read in the
-        background a part at a time, each (partition, offset) once, for all groups at it."""
+        background a part at a time, each (partition, offset) once, for all groups at it, the
+        most lagging first. What was read and is no longer wanted is forgotten."""
+        with self._records_lock:
+            arrived, self._records_read = self._records_read, {}
+        self._records.update(arrived)
+        reading = self._record_reader.busy()
         wanted: dict[tuple[TP, int], int] = {}
         for watch in self._watches.values():
             if watch.error is not None:
                 continue
-            lags = {s.key: s.lag for s in watch.latest}
             for tp, offset in watch.record_starts.items():
-                wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), lags[tp])
-        with self._records_lock:
-            arrived, self._records_read = self._records_read, {}
-        self._records.update(arrived)
+                wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
         for key in self._records.keys() - wanted.keys():
             del self._records[key]
+        if reading:
+            return
+        missing = [item for item in wanted.items() if item[0] not in self._records]
         unread: dict[TP, int] = {}
-        for (tp, offset), _ in sorted(wanted.items(), key=lambda item: -item[1]):
-            if (tp, offset) not in self._records and tp not in unread:
+        for (tp, offset), _ in sorted(missing, key=lambda item: -item[1]):
+            if tp not in unread:
                 unread[tp] = offset
                 if len(unread) == RECORDS_PER_READ:
                     break

@@ -67,7 +67,7 @@ def test_records_too_large_for_the_fetch_size() -> None:
     records = {("t", 0): RecordInfo(timestamp_s=None, size_bytes=800_000)}
     found = diagnose(exam_of([5, 5], [], records), fetch_bytes=1_048_576)
     large = next(f for f in found if f.kind == "large-records")
-    assert "up to 800000 bytes" in large.text and large.text.startswith("t:0:")
+    assert "up to 800,000 bytes" in large.text and large.text.startswith("t:0:")
     assert "max.partition.fetch.bytes" in large.fix
 
 
