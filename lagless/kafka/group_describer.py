@@ -241,9 +241,11 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
                 if errors
                 else [(tp.topic, tp.partition, tp.offset) for tp in told]
             )
-            marks = sorted({tp.metadata for tp in told if tp.metadata})
-            if marks:
-                answer["metadata"][group] = marks[0]
+            # The group's mark where every offset carries the same one (an import commits all
+            # the partitions it reads; a consumer's commit leaves none).
+            marks = {tp.metadata or "" for tp in told}
+            if len(marks) == 1 and "" not in marks:
+                answer["metadata"][group] = marks.pop()
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
 

@@ -158,3 +158,12 @@ def test_an_import_commits_its_group_marked_so_the_doctor_speaks_of_the_import(
     assert stop["fix"].startswith(f"lagless import commits group {group} (its --group)")
     assert all("with lagless" not in f["fix"] for f in diagnosed["findings"])
     assert "drained-and-lagging" not in {f["kind"] for f in diagnosed["findings"]}
+
+    # A consumer commits too (field report 000's group: partitions an import drained, others
+    # its consumers read): the group is consumers' again.
+    commit(noida.bootstrap, group, topic, {0: 120})
+    diagnosed = cli_json(
+        capsys, "doctor", "--bootstrap", noida.bootstrap, "--group", group, "--seconds", "0.5"
+    )
+    stop = next(f for f in diagnosed["findings"] if f["kind"] == "stop")
+    assert "the import" not in stop["text"] and "consumers" in stop["fix"]
