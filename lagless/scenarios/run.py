@@ -96,13 +96,13 @@ def run_scenario(
                 + " (watching while the group goes on)"
             )
             source = KafkaOffsetSource(config, scenario.group, scenario.topic)
+            membership = KafkaMembership(config)
             try:
                 interval_s = doctor_seconds / DOCTOR_SAMPLES
-                exam = examine(
-                    scenario.group, source, KafkaMembership(config), doctor_seconds, interval_s
-                )
+                exam = examine(scenario.group, source, membership, doctor_seconds, interval_s)
             finally:
                 source.close()
+                membership.close()  # its DescribeGroups child process
             # The lag over the same samples and window as the doctor's: one verdict, the same
             # word in the table and in the doctor's status line (the field report's own table
             # watched one second and called partitions STALL that the doctor saw move).
