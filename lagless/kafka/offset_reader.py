@@ -63,3 +63,5 @@ class OffsetReader:
     def close(self) -> None:
         self.groups.close()
         self.cluster.close()
+        if "log" in self.__dict__:  # made at its first use (a cached property)
+            self.log.close()

@@ -222,9 +222,10 @@ def parse_lag_table(text: str) -> list[int]:
             continue
         if len(row) <= max(partition_at, lag_at):
             raise BadInput(f"lag table: row {'|'.join(row)!r} has too few columns")
-        if not row[partition_at].rsplit(":", 1)[-1].isdigit() or not row[lag_at].isdigit():
+        lag = row[lag_at].replace(",", "")  # lagless prints thousands separated
+        if not row[partition_at].rsplit(":", 1)[-1].isdigit() or not lag.isdigit():
             raise BadInput(f"lag table: row {'|'.join(row)!r} has no partition number and lag")
-        counts.append(int(row[lag_at]))
+        counts.append(int(lag))
     if not counts:
         raise BadInput("lag table: no partition rows")
     return counts
