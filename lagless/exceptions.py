@@ -43,6 +43,12 @@ class DataLossError(TerminalError):
     """Offsets the plan needs are gone from the broker (retention ran ahead of the import)."""
 
 
+class NewTopics(TransientError):
+    """A batch reads topics a routed import has no table for yet (they appeared while it ran):
+    nothing of the batch is written; the import prepares their tables and replays it
+    (importer/job.py). Should it reach the user, a rerun resumes."""
+
+
 class Stopped(LaglessError):
     """SIGINT or SIGTERM stopped the import between batches (or abandoned the batch in flight,
     which the checkpoint replays): a rerun resumes. Exit code 128 + the signal's number."""
@@ -54,7 +60,7 @@ class Stopped(LaglessError):
 
 # The classes a marker may name; an unknown name (a newer lagless) reads as a TerminalError.
 _BY_NAME: dict[str, type[LaglessError]] = {
-    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError)
+    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError, NewTopics)
 }
 MARKER = "@lagless-error:"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from rich.console import Console
@@ -22,8 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "import", help="import a Kafka topic into a store with Spark", description=__doc__
     )
     add_kafka_arguments(parser)
+    parser.add_argument("--topic", action="append", default=[], help="topic to import (repeatable)")
     parser.add_argument(
-        "--topic", required=True, action="append", help="topic to import (repeatable)"
+        "--topic-pattern",
+        metavar="REGEX",
+        help="import every topic whose whole name matches REGEX, also those created while a "
+        "continuous import runs (Spark's subscribePattern); each into the table --table names "
+        "for it (default '{topic}')",
     )
     parser.add_argument(
         "--sink",
@@ -36,7 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
     )
     parser.add_argument(
-        "--table", help="target table (default: the topic name); Iceberg takes namespace.table"
+        "--table",
+        help="target table (default: the topic name); Iceberg takes namespace.table; a table "
+        "per topic with {topic} (the topic's name), {schema} and {table} (of <prefix>.<schema>."
+        "<table>), characters a table name cannot hold as _",
     )
     parser.add_argument(
         "--write",
@@ -184,9 +193,19 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
             raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
     if not args.retry_seconds >= 0:
         raise BadInput("--retry-seconds must be at least 0")
+    if not args.topic and args.topic_pattern is None:
+        raise BadInput("give the topics to import: --topic NAME (repeatable) or --topic-pattern")
+    if args.topic_pattern is not None:
+        try:
+            re.compile(args.topic_pattern)
+        except re.error as exc:
+            raise BadInput(
+                f"--topic-pattern {args.topic_pattern!r} is not a regular expression: {exc}"
+            ) from None
     return ImportSpec(
         kafka=kafka_config(args),
         topics=tuple(args.topic),
+        topic_pattern=args.topic_pattern,
         sink_url=args.sink,
         checkpoint=args.checkpoint,
         table=args.table,
@@ -229,6 +248,8 @@ def handle(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(plan))
         else:
+            if len(plan["tables"]) > 1:
+                Console().print(tables_table(plan))
             Console().print(plan_table(plan))
         return 0
     summary = run_import(spec, RichCollector())
@@ -240,14 +261,19 @@ def handle(args: argparse.Namespace) -> int:
 def plan_table(plan: dict[str, Any]) -> Table:
     tasks = plan["tasks"]
     records = sum(t["records"] for t in tasks)
-    table = Table(
-        title=f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
-    )
-    for name in ("task", "topic", "partition", "from", "until", "records", "bytes"):
-        table.add_column(name, justify="left" if name == "topic" else "right")
+    tables = plan["tables"]
+    title = f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
+    if len(tables) > 1:
+        title += f" into {len(tables)} tables"
+    table = Table(title=title)
+    columns: tuple[str, ...] = ("task", "topic", "partition", "from", "until", "records", "bytes")
+    if len(tables) > 1:
+        columns = ("task", "table", *columns[1:])
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("topic", "table") else "right")
     for number, task in enumerate(tasks, 1):
         for p in task["pieces"]:
-            table.add_row(
+            cells = [
                 str(number),
                 p["topic"],
                 str(p["partition"]),
@@ -255,5 +281,25 @@ def plan_table(plan: dict[str, Any]) -> Table:
                 f"{p['until']:,}",
                 f"{p['records']:,}",
                 f"{p['bytes']:,}",
-            )
+            ]
+            if len(tables) > 1:
+                cells.insert(1, p["table"])
+            table.add_row(*cells)
+    return table
+
+
+def tables_table(plan: dict[str, Any]) -> Table:
+    """A routed import's tables: each one's topics, what its ledger holds, its next records."""
+    table = Table(title=f"{len(plan['tables'])} tables")
+    for name in ("table", "topics", "partitions", "holding records", "next batch"):
+        table.add_column(name, justify="left" if name in ("table", "topics") else "right")
+    for each in plan["tables"]:
+        holding = sum(len(parts) for parts in each["holds"].values())
+        table.add_row(
+            each["table"],
+            ", ".join(each["topics"]),
+            str(each["partitions"]),
+            str(holding),
+            f"{each['records']:,}",
+        )
     return table

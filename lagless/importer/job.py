@@ -9,13 +9,23 @@ Everything the import opens is closed when it ends, and when it fails.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lagless import logs
-from lagless.exceptions import BadInput, LaglessError, Stopped, TerminalError, from_spark
+from lagless.exceptions import (
+    BadInput,
+    LaglessError,
+    NewTopics,
+    Stopped,
+    TerminalError,
+    from_spark,
+)
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import (
@@ -27,27 +37,56 @@ from lagless.importer.checkpoint import (
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
-from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
-from lagless.kafka import Offsets
+from lagless.importer.routing import Destination, topics_of
+from lagless.importer.spec import (
+    Checked,
+    ImportSpec,
+    check,
+    check_destinations,
+    slots_for,
+    timestamp_offsets,
+)
+from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import lacking, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
+from lagless.source.executor_write import ROUTED_WRITER
 from lagless.source.options import LOG_TO
 from lagless.source.sampling import sample_meanwhile
 from lagless.source.warmup import SOURCE_MODULES
 
+if TYPE_CHECKING:
+    from lagless.importer.warm_up import WarmUp
+
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Start:
+    """Where the run starts, as the log, the checkpoint and the tables say (start_offsets)."""
+
+    low: Offsets
+    high: Offsets
+    # The newest committed batch's ends ({} for a new checkpoint).
+    done: Offsets
+    # Bulk: where the import ends; None: it follows the log (continuous).
+    target_end: Offsets | None
+    # Where the query's first batch starts: never below what a table holds.
+    first_start: Offsets
+
+    def backlog(self) -> int:
+        return sum(
+            max(0, h - max(self.done.get(tp, 0), self.first_start[tp]))
+            for tp, h in self.high.items()
+        )
+
+
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
-    from lagless.importer.spark import (
-        is_connect,
-        is_remote,
-        parallelism,
-        spark_session,
-    )
+    """Check, read every table's ledger, start Spark, then run the query (run_query) until the
+    backlog is drained or a stop is asked for; everything opened is closed however it ends."""
+    from lagless.importer.spark import is_connect, is_remote, spark_session
     from lagless.importer.warm_up import WarmUp
 
     collector = collector or Collector()
@@ -60,20 +99,11 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         opened.enter_context(checked.sink)
         opened.enter_context(checked.reader)
         low, high = checked.reader.log.watermarks(checked.partitions)
-        # The store's ledger decides where each partition starts: a lost, fresh or lagging
-        # checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a
-        # ledger that contradicts the log refused, before Spark starts or anything is written.
-        held = reconcile(
-            checked.sink.ledger(checked.target, checked.partitions), low, high, checked.where
-        )
-        if held:
-            log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
-        refuse_a_table_behind(
-            spec.checkpoint, held, checked.where, {lost.tp for lost in checked.lost}
-        )
+        read_ledgers(spec, checked, checked.destinations, low, high)
         done = last_end_offsets(spec.checkpoint)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
+        held = checked.held
         sizes = sample_meanwhile(
             checked.reader.records,
             {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low},
@@ -81,7 +111,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         )
         warm_up = None
         if spark is None:
-            task_writer = spec.executor_writer(checked.target)
+            task_writer = spec.tasks_writer(checked.destinations)
             spark = spark_session(
                 spec.master, conf=dict(spec.spark_conf), records_in_jvm=task_writer is None
             )
@@ -93,112 +123,233 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         # next import's other arguments.
         if checked.fit is not None:
             write_fit(spec.checkpoint, checked.fit)
-        slots = spec.slots or slots_for(parallelism(spark))
-        checked.sink.retry_s = spec.retry_seconds
-        checked.sink.prepare(checked.target)
-        target_end = dict(high) if spec.mode == "bulk" else None
-        if target_end is not None and spec.ending_timestamp is not None:
-            target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
-        if spec.starting_timestamp is not None:
-            low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
-        high = target_end or high
-        first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
-        write_first_start(spec.checkpoint, first_start)
-        writer: BatchWriter | ConnectWriter
-        if is_remote(spark):
-            writer = ConnectWriter(spec, checked, collector)
-            opened.callback(writer.close)
-            batch_function: Any = writer.server_side(spec, checked, target_end, first_start, held)
-        else:
-            committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
-            dead_letter_topic = (
-                opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
-                if spec.dead_letter_topic
-                else None
-            )
-            writer = BatchWriter(
-                spec,
-                checked,
-                collector,
-                target_end,
-                committer,
-                dead_letter_topic,
-                first_start,
-                held,
-            )
-            batch_function = writer
-        started = time.monotonic()
+        prepare(spec, checked, checked.destinations)
+        start = start_offsets(spec, checked, low, high, done)
+        write_first_start(spec.checkpoint, start.first_start)
+        writer = _writer(spec, checked, collector, start, opened, remote=is_remote(spark))
         opened.enter_context(collector)
-        collector.start(
-            sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
-        )
-
-        options = spec.source_options(
-            slots, held, sizes(), checked.json_fields_tasks_decode, checked.target, checked.avro
-        )
-        if is_remote(spark):  # the server's workers log into this import's log too
-            options[LOG_TO] = logs.settings()
-        stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
-        if warm_up is not None:
-            warm_up.plan_reads()
-        writer_stream = stream.writeStream.foreachBatch(batch_function).option(
-            "checkpointLocation", spec.checkpoint
-        )
-        if spec.mode == "bulk":
-            writer_stream = writer_stream.trigger(availableNow=True)
-        else:
-            writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
-        # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
-        with stop_requests() as stop:
-            writer.stop = stop
-            query = writer_stream.start()
-            try:
-                _await(query, stop, writer)
-            finally:
-                _stop(query)
-                writer.refresh()
+        collector.start(start.backlog())
+        started = time.monotonic()
+        run_query(spark, spec, checked, writer, start, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
-        # After a stop request, an error is the stop's doing (the batch the writer refused, one
-        # that query.stop() interrupted), or, if not, is logged and met again by the rerun.
-        failure = None if stop.is_set() else writer.failure or query.exception()
-        if failure is not None:
-            raise stopped_by(failure)
-        if stop.is_set():
-            log.warning(
-                "stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done
-            )
-            if spec.mode == "bulk":  # a continuous import's signal is its usual end
-                raise Stopped(stop.first.value, stop.first.name)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
 
 
-def refuse_a_table_behind(
-    checkpoint: str, held: Offsets, where: str, lost: set[tuple[str, int]]
+def read_ledgers(
+    spec: ImportSpec,
+    checked: Checked,
+    destinations: list[Destination],
+    low: Offsets,
+    high: Offsets,
 ) -> None:
-    """BadInput, before anything is written, when the table no longer holds what the
-    checkpoint's committed batches read (it was deleted, emptied or rolled back since): the
-    query would resume past the gap and leave it unfilled, with nothing said. Partitions whose
-    checkpoint offsets the log lost (`lost`: a recreated topic, read again from its start under
-    --skip-lost-offsets) are another log's: not compared."""
-    committed = {tp: r for tp, r in committed_ranges(checkpoint).items() if tp not in lost}
-    gap = lacking(held, committed)
+    """Each table's ledger decides where its partitions start: a lost, fresh or lagging
+    checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a ledger
+    that contradicts the log or the checkpoint refused, before anything is written."""
+    lost = {each.tp for each in checked.lost}
+    for each in destinations:
+        each.held = reconcile(
+            checked.sink.ledger(each.target, each.partitions), low, high, each.where
+        )
+        if each.held:
+            log.info(
+                "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
+            )
+        refuse_a_table_behind(spec.checkpoint, each, lost)
+
+
+def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination]) -> None:
+    """Create each table (safe to repeat), once every check passed."""
+    checked.sink.retry_s = spec.retry_seconds
+    for each in destinations:
+        checked.sink.prepare(each.target)
+
+
+def start_offsets(
+    spec: ImportSpec, checked: Checked, low: Offsets, high: Offsets, done: Offsets
+) -> Start:
+    """Where the first batch starts and, in bulk, where the import ends: by the log, the
+    timestamps asked for, and never below what a table holds."""
+    target_end = dict(high) if spec.mode == "bulk" else None
+    if target_end is not None and spec.ending_timestamp is not None:
+        target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
+    if spec.starting_timestamp is not None:
+        low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
+    held = checked.held
+    first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
+    return Start(low, target_end or high, done, target_end, first_start)
+
+
+def _writer(
+    spec: ImportSpec,
+    checked: Checked,
+    collector: Collector,
+    start: Start,
+    opened: ExitStack,
+    *,
+    remote: bool,
+) -> BatchWriter | ConnectWriter:
+    """foreachBatch's function: this process's BatchWriter, or a Spark Connect server's."""
+    if remote:
+        connect = ConnectWriter(spec, checked, collector, start.target_end, start.first_start)
+        opened.callback(connect.close)
+        return connect
+    committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
+    dead_letter_topic = (
+        opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
+        if spec.dead_letter_topic
+        else None
+    )
+    return BatchWriter(
+        spec,
+        checked,
+        collector,
+        start.target_end,
+        committer,
+        dead_letter_topic,
+        start.first_start,
+    )
+
+
+def run_query(
+    spark: Any,
+    spec: ImportSpec,
+    checked: Checked,
+    writer: BatchWriter | ConnectWriter,
+    start: Start,
+    sizes: Mapping[TP, float],
+    warm_up: WarmUp | None,
+) -> None:
+    """The Spark query, until it ends (bulk), a stop is asked for, or it fails. A batch that
+    reads topics without a table yet (a routed import's, new since it started) stops the
+    query before anything of it is written: their tables are checked and prepared
+    (admit_new_topics), and the query starts again on the same checkpoint, which replays
+    the batch."""
+    from lagless.importer.spark import parallelism
+
+    slots = spec.slots or slots_for(parallelism(spark))
+    # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
+    with stop_requests() as stop:
+        writer.stop = stop
+        while True:
+            options = spec.source_options(slots, checked.held, sizes, checked)
+            query = _start_query(spark, spec, writer, options, warm_up)
+            warm_up = None  # the planning process is up from the first query on
+            try:
+                _await(query, stop, writer)
+            finally:
+                _stop(query)
+                writer.refresh()
+            failure = None if stop.is_set() else writer.failure or query.exception()
+            if failure is None or not isinstance(from_spark(failure), NewTopics):
+                break
+            log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
+            writer.failure = None
+            admit_new_topics(spec, checked)
+    ended(spec, writer, stop, failure)
+
+
+def _start_query(
+    spark: Any,
+    spec: ImportSpec,
+    writer: BatchWriter | ConnectWriter,
+    options: dict[str, str],
+    warm_up: WarmUp | None,
+) -> Any:
+    if isinstance(writer, ConnectWriter):  # the server's workers log into this import's log too
+        options[LOG_TO] = logs.settings()
+    stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    if warm_up is not None:
+        warm_up.plan_reads()
+    writer_stream = stream.writeStream.foreachBatch(writer.batch_function()).option(
+        "checkpointLocation", spec.checkpoint
+    )
+    if spec.mode == "bulk":
+        writer_stream = writer_stream.trigger(availableNow=True)
+    else:
+        writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
+    return writer_stream.start()
+
+
+def admit_new_topics(spec: ImportSpec, checked: Checked) -> None:
+    """Topics that appeared while a routed import runs: each table checked, its ledger read and
+    the table prepared, as at the start, before the batch that reads them is written. A topic
+    whose table is an existing one's joins it."""
+    partitions = checked.reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    known = set(checked.partitions)
+    new = [tp for tp in partitions if tp not in known and checked.destination_of(tp[0]) is None]
+    # New partitions of a known topic are its table's: the source reads them from offset 0.
+    checked.partitions = sorted(known | set(partitions))
+    if not new:
+        return
+    low, high = checked.reader.log.watermarks(new)
+    tables = {each.target.table: each for each in checked.destinations}
+    added = check_destinations(spec, checked.sink, checked.reader, new)
+    read_ledgers(spec, checked, added, low, high)
+    prepare(spec, checked, added)
+    for each in added:
+        joined = tables.get(each.target.table)
+        if joined is None:
+            checked.destinations.append(each)
+            continue
+        joined.topics = tuple(sorted({*joined.topics, *each.topics}))
+        joined.partitions = sorted({*joined.partitions, *each.partitions})
+        joined.held = {**joined.held, **each.held}
+    log.info("new topics %s: their tables are ready", ", ".join(topics_of(new)))
+
+
+def ended(
+    spec: ImportSpec,
+    writer: BatchWriter | ConnectWriter,
+    stop: StopRequest,
+    failure: BaseException | None,
+) -> None:
+    """How the query ended, as lagless says it. After a stop request, an error is the stop's
+    doing (the batch the writer refused, one that query.stop() interrupted), or, if not, is
+    logged and met again by the rerun."""
+    if failure is not None:
+        raise stopped_by(failure)
+    if stop.is_set():
+        log.warning("stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done)
+        if spec.mode == "bulk":  # a continuous import's signal is its usual end
+            raise Stopped(stop.first.value, stop.first.name)
+
+
+def refuse_a_table_behind(
+    checkpoint: str, destination: Destination, lost: set[tuple[str, int]]
+) -> None:
+    """BadInput, before anything is written, when a table no longer holds what the
+    checkpoint's committed batches read of its topics (it was deleted, emptied or rolled back
+    since): the query would resume past the gap and leave it unfilled, with nothing said.
+    Partitions whose checkpoint offsets the log lost (`lost`: a recreated topic, read again
+    from its start under --skip-lost-offsets) are another log's: not compared."""
+    committed = {
+        tp: r
+        for tp, r in committed_ranges(checkpoint).items()
+        if tp not in lost and tp[0] in destination.topics
+    }
+    gap = lacking(destination.held, committed)
     if gap is None:
         return
     topic, partition = gap.tp
     holds = f"only up to offset {gap.held:,}" if gap.held else "none of it"
     raise BadInput(
         f"checkpoint {checkpoint!r} imported {topic}[{partition}] up to offset {gap.end:,}, "
-        f"but {where} holds {holds}: the table was deleted, emptied or rolled back since; to "
-        "import what it lacks, use a new --checkpoint (the table's ledger then decides where "
-        "each partition resumes)"
+        f"but {destination.where} holds {holds}: the table was deleted, emptied or rolled "
+        "back since; to import what it lacks, use a new --checkpoint (the table's ledger then "
+        "decides where each partition resumes)"
     )
 
 
 def _task_modules(task_writer: TaskWriter | None) -> tuple[str, ...]:
-    """What the source's tasks import: the source, and the store's writer when they write."""
-    return SOURCE_MODULES + ((task_writer.name.partition(":")[0],) if task_writer else ())
+    """What the source's tasks import: the source, and the store's writers when they write."""
+    if task_writer is None:
+        return SOURCE_MODULES
+    names = [task_writer.name]
+    if task_writer.name == ROUTED_WRITER:
+        names += [name for name, _ in json.loads(task_writer.config)["routes"].values()]
+    return SOURCE_MODULES + tuple(sorted({name.partition(":")[0] for name in names}))
 
 
 def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -> None:

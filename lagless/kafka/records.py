@@ -16,10 +16,12 @@ from lagless.kafka.config import KafkaConfig
 
 @dataclass(frozen=True)
 class RecordInfo:
-    """A record as the driver needs it: when it was written and how big it is."""
+    """A record as the driver needs it: when it was written, how big it is, and its value (a
+    routed import's table may be named by it: importer/routing.py)."""
 
     timestamp_s: float | None
     size_bytes: int
+    value: bytes | None = None
 
 
 # A few records of each partition, all partitions in one fetch: with the reader's 1 MiB per
@@ -70,6 +72,7 @@ class Records:
                         RecordInfo(
                             timestamp_s=millis / 1000 if kind and millis > 0 else None,
                             size_bytes=len(message.value() or b"") + len(message.key() or b""),
+                            value=message.value(),
                         )
                     )
                     if len(seen[tp]) == wanted[tp]:

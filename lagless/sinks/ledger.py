@@ -83,11 +83,12 @@ def batch_ranges(
     start: Mapping[TP, int], end: Mapping[TP, int], held: Mapping[TP, int]
 ) -> dict[TP, Range]:
     """The offsets a batch covers: from its start (Spark's previous end, or the query's first
-    offsets), raised to what the table held when the import began (the source reads nothing
-    below it), to its end."""
+    offsets; 0 for a partition new since, a new topic's, as the source reads it), raised to
+    what the table held when the import began (the source reads nothing below it), to its
+    end."""
     ranges = {}
     for tp, until in end.items():
-        begin = start.get(tp, until)
+        begin = start.get(tp, 0)
         if begin > until:  # the source found its start lost and read the log from its start
             begin = 0
         begin = max(begin, held.get(tp, 0))

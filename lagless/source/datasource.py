@@ -33,7 +33,7 @@ from lagless.kafka import TP, Offsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.logs import configure_from_environment
 from lagless.planner import fewest_partitions, limit_batch, plan_tasks, rate_limit
-from lagless.planner.pack import pack_tasks
+from lagless.planner.pack import pack_tasks, pack_tasks_per_topic
 from lagless.planner.ranges import OffsetRange
 from lagless.source import avro_values, json_values
 from lagless.source.data_loss import lost_offsets, resumed
@@ -278,7 +278,11 @@ class _Planning:
         if (options.min_partitions or 0) > 1 or options.max_records_per_partition:
             # A Spark task per piece: packing would undo minPartitions and maxRecordsPerPartition.
             return [RangePartition((piece,)) for piece in pieces]
-        return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
+        if options.one_topic_per_task:
+            tasks = pack_tasks_per_topic(pieces, options.min_task_bytes, sizes)
+        else:
+            tasks = pack_tasks(pieces, options.min_task_bytes, sizes)
+        return [RangePartition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """A task's records (or its receipts, when it writes them itself); runs on an

@@ -103,6 +103,9 @@ EXECUTOR_WRITER = "executorWriter"
 EXECUTOR_WRITER_CONFIG = "executorWriterConfig"
 # The writer's secret (a store's password): Spark redacts options named like "secret".
 EXECUTOR_WRITER_SECRET = "executorWriterSecret"
+# true: every task reads pieces of one topic only (a routed import's tasks each write into the
+# one table their topic is routed to: executor_write.routed).
+ONE_TOPIC_PER_TASK = "oneTopicPerTask"
 # Streams under the availableNow trigger only (lagless import --ending-timestamp): stop at the
 # offsets of this time (as endingTimestamp would) instead of at the latest offsets.
 AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
@@ -155,6 +158,7 @@ KNOWN = (
     EXECUTOR_WRITER,
     EXECUTOR_WRITER_CONFIG,
     EXECUTOR_WRITER_SECRET,
+    ONE_TOPIC_PER_TASK,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
     BYTES_PER_RECORD,
@@ -210,6 +214,7 @@ class SourceOptions:
     executor_writer: str | None = None
     executor_writer_config: str = "{}"
     executor_writer_secret: Secret | None = None
+    one_topic_per_task: bool = False
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
     log_to: str | None = None
@@ -345,6 +350,7 @@ class SourceOptions:
                 lowered, EXECUTOR_WRITER_CONFIG, cls.executor_writer_config
             ),
             executor_writer_secret=secret if secret is None else Secret(secret),
+            one_topic_per_task=_bool(lowered, ONE_TOPIC_PER_TASK, cls.one_topic_per_task),
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
             log_to=_raw(lowered, LOG_TO) or None,
