@@ -7,6 +7,7 @@ another lagless run; the tables are read with the stores' own readers."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -171,7 +172,7 @@ def test_several_topics_into_a_delta_table_each_written_by_the_tasks(
 
 
 def test_a_topic_created_while_a_continuous_import_runs_gets_its_table(
-    broker, kafka, tmp_path, spark
+    broker, kafka, tmp_path, spark, caplog
 ):
     """Raw values into SQLite (the tasks write them): the new topic's table is prepared and
     the query started again on the same checkpoint before its first records are written."""
@@ -216,10 +217,12 @@ def test_a_topic_created_while_a_continuous_import_runs_gets_its_table(
         mode="continuous",
         trigger_seconds=0.5,
     )
-    summary = run_import(spec, spark=spark)
+    with caplog.at_level(logging.INFO, logger="lagless.importer.job"):
+        summary = run_import(spec, spark=spark)
     helper.join()
 
     assert not failure, failure
+    assert "new topics feed.b: their tables are ready" in caplog.text
     assert sqlite_rows(db, "feed_a") == sorted(offsets(first) + offsets(later["feed.a"]))
     assert sqlite_rows(db, "feed_b") == offsets(later["feed.b"])
     assert summary.records == 320
