@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 class Start:
     """Where the run starts, as the log, the checkpoint and the tables say (start_offsets)."""
 
-    low: Offsets
     high: Offsets
     # The newest committed batch's ends ({} for a new checkpoint).
     done: Offsets
@@ -130,7 +129,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         opened.enter_context(collector)
         collector.start(start.backlog())
         started = time.monotonic()
-        run_query(spark, spec, checked, writer, start, sizes(), warm_up)
+        run_query(spark, spec, checked, writer, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
@@ -178,7 +177,7 @@ def start_offsets(
         low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
     held = checked.held
     first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
-    return Start(low, target_end or high, done, target_end, first_start)
+    return Start(target_end or high, done, target_end, first_start)
 
 
 def _writer(
@@ -217,7 +216,6 @@ def run_query(
     spec: ImportSpec,
     checked: Checked,
     writer: BatchWriter | ConnectWriter,
-    start: Start,
     sizes: Mapping[TP, float],
     warm_up: WarmUp | None,
 ) -> None:
@@ -245,8 +243,9 @@ def run_query(
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
+            if not admit_new_topics(spec, checked):
+                break  # gone again (deleted): a rerun resumes
             writer.failure = None
-            admit_new_topics(spec, checked)
     ended(spec, writer, stop, failure)
 
 
@@ -272,17 +271,17 @@ def _start_query(
     return writer_stream.start()
 
 
-def admit_new_topics(spec: ImportSpec, checked: Checked) -> None:
+def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
-    whose table is an existing one's joins it."""
+    whose table is an existing one's joins it. Returns the topics admitted."""
     partitions = checked.reader.cluster.partitions(spec.topics, spec.topic_pattern)
     known = set(checked.partitions)
     new = [tp for tp in partitions if tp not in known and checked.destination_of(tp[0]) is None]
     # New partitions of a known topic are its table's: the source reads them from offset 0.
     checked.partitions = sorted(known | set(partitions))
     if not new:
-        return
+        return []
     low, high = checked.reader.log.watermarks(new)
     tables = {each.target.table: each for each in checked.destinations}
     added = check_destinations(spec, checked.sink, checked.reader, new)
@@ -297,6 +296,7 @@ def admit_new_topics(spec: ImportSpec, checked: Checked) -> None:
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
     log.info("new topics %s: their tables are ready", ", ".join(topics_of(new)))
+    return topics_of(new)
 
 
 def ended(
