@@ -227,3 +227,60 @@ def test_a_topic_created_while_a_continuous_import_runs_gets_its_table(
     assert sqlite_rows(db, "feed_b") == offsets(later["feed.b"])
     assert summary.records == 320
     assert {t for t, _ in last_end_offsets(spec.checkpoint)} == {"feed.a", "feed.b"}
+
+
+USER_AVRO = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "email", "type": "string"}, {"name": "age", "type": ["null", "int"]}],
+}
+
+
+@pytest.mark.matrix
+def test_avro_topics_each_with_its_registry_subject_land_in_tables_of_their_own_columns(
+    broker, kafka, tmp_path, spark
+):
+    """Avro: each table's columns come from its own topic's subject `<topic>-value`; the
+    tasks cannot decode two schemas in one query, so the rows come through Spark's."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from tests.harness.schema_registry import SchemaRegistry
+    from tests.integration.test_typed_tables import DEAL_AVRO, avro_body, avro_deal, produce
+
+    broker.create_topic("app.deals", 2)
+    broker.create_topic("app.users", 1)
+    with SchemaRegistry() as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        deals = client.register_schema("app.deals-value", Schema(json.dumps(DEAL_AVRO), "AVRO"))
+        users = client.register_schema("app.users-value", Schema(json.dumps(USER_AVRO), "AVRO"))
+        produce(
+            kafka,
+            "app.deals",
+            [
+                (i % 2, str(i).encode(), avro_body(DEAL_AVRO, avro_deal(i), deals))
+                for i in range(30)
+            ],
+        )
+        people = [{"email": f"u{i}@x", "age": i if i % 3 else None} for i in range(12)]
+        produce(kafka, "app.users", [(0, None, avro_body(USER_AVRO, u, users)) for u in people])
+        spec = ImportSpec(
+            kafka=kafka,
+            topics=(),
+            topic_pattern=r"app\..*",
+            table="{topic}",
+            sink_url=f"sqlite:///{tmp_path}/out.db",
+            checkpoint=str(tmp_path / "ckpt"),
+            value_format="avro",
+            schema_registry=registry.url,
+        )
+
+        summary = run_import(spec, spark=spark)
+
+    assert (summary.records, summary.imported) == (42, 42)
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        assert conn.execute("SELECT id, name FROM app_deals ORDER BY id").fetchall() == [
+            (i, f"deal {i} v0") for i in range(30)
+        ]
+        assert conn.execute("SELECT email, age FROM app_users ORDER BY offset").fetchall() == [
+            (u["email"], u["age"]) for u in people
+        ]
