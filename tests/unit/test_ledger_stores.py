@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lagless.planner.ranges import OffsetRange
@@ -58,14 +58,19 @@ def records(tp: TP, start: int, end: int) -> pa.RecordBatch:
 
 def stored(url: str, location: str) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row of table t, duplicates kept."""
+    return stored_table(url, location, "t")
+
+
+def stored_table(url: str, location: str, table: str) -> list[tuple[str, int, int]]:
     if url.startswith("sqlite"):
         if not os.path.exists(location):
             return []
         with sqlite3.connect(location) as conn:
-            return sorted(conn.execute('SELECT topic, "partition", "offset" FROM t').fetchall())
+            query = f'SELECT topic, "partition", "offset" FROM "{table}"'
+            return sorted(conn.execute(query).fetchall())
     if url.startswith("iceberg"):
-        return iceberg_rows(location, "t")
-    folder = os.path.join(location, "t")
+        return iceberg_rows(location, table)
+    folder = os.path.join(location, table)
     if url.startswith("delta"):
         if not os.path.isdir(os.path.join(folder, "_delta_log")):
             return []
@@ -276,3 +281,102 @@ def test_a_parquet_table_of_an_earlier_lagless_counts_by_its_rows(tmp_path: Path
     pq.write_table(rows, legacy / "part-0.parquet")
     sink = sink_from_url(f"parquet:///{tmp_path}/lake")
     assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 1): 12}
+
+
+# A routed import (importer/routing.py): two topics, a table each, one Spark checkpoint.
+ROUTES = {"ta": ("orders", [("orders", 0), ("orders", 1)]), "tb": ("refunds", [("refunds", 0)])}
+
+
+@dataclass(frozen=True)
+class RoutedRun:
+    checkpoint: str  # as Run's
+    batch_sizes: tuple[int, ...]
+    # Where the last batch is killed: after this many of its tables' commits (None: not).
+    crash_after_tables: int | None
+
+
+routed_runs = st.lists(
+    st.builds(
+        RoutedRun,
+        st.sampled_from(["kept", "lost", "older"]),
+        st.lists(st.integers(1, 25), min_size=1, max_size=4).map(tuple),
+        st.sampled_from([None, 0, 1, 2]),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def import_routed_once(sink: Sink, checkpoint: Checkpoint, run: RoutedRun) -> None:
+    """One routed import, as importer/job.py and batch_writer.py run it: each table's ledger
+    read on its own, the batches' ranges split by table (Destination.ranges_of), each table's
+    part committed with its own ranges, one table after another."""
+    from lagless.importer.routing import Destination
+
+    destinations = [
+        Destination(Target(table, "append", "raw", run_id="routed"), (topic,), tps, table)
+        for table, (topic, tps) in ROUTES.items()
+    ]
+    held: dict[TP, int] = {}
+    for each in destinations:
+        sink.prepare(each.target)
+        held.update(sink.ledger(each.target, each.partitions))
+    partitions = [tp for each in destinations for tp in each.partitions]
+    first_start = {tp: held.get(tp, 0) for tp in partitions}
+
+    def start_of(batch_id: int) -> dict[TP, int]:
+        return checkpoint.ends[batch_id - 1] if batch_id else first_start
+
+    plans: list[int] = []
+    if len(checkpoint.ends) > checkpoint.committed:
+        plans.append(checkpoint.committed)
+    for size in run.batch_sizes:
+        batch_id = len(checkpoint.ends)
+        begun = {tp: max(o, held.get(tp, o)) for tp, o in start_of(batch_id).items()}
+        checkpoint.ends.append({tp: min(LOG_END, o + size) for tp, o in begun.items()})
+        plans.append(batch_id)
+    for number, batch_id in enumerate(plans):
+        ranges = batch_ranges(start_of(batch_id), checkpoint.ends[batch_id], held)
+        for index, each in enumerate(destinations):
+            if number == len(plans) - 1 and index == run.crash_after_tables:
+                return
+            commit(sink, each.target, Batch(batch_id, each.ranges_of(ranges)))
+        checkpoint.committed = batch_id + 1
+
+
+@pytest.mark.parametrize("store", ["sqlite", "parquet", "delta"])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=routed_runs)
+# A fresh checkpoint after both tables took a batch, killed between the tables' commits, then
+# the checkpoint that was kept: each table resumes where its own ledger says.
+@example(
+    sequence=[
+        RoutedRun("kept", (10,), None),
+        RoutedRun("kept", (10,), 1),
+        RoutedRun("lost", (20,), None),
+    ]
+)
+@example(sequence=[RoutedRun("kept", (10, 5), 1), RoutedRun("kept", (30,), None)])
+def test_a_crash_between_two_tables_commits_never_doubles_or_skips_in_either(
+    store: str, sequence: list[RoutedRun], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp(store)
+    url = f"{store}:///{folder}/{'out.db' if store == 'sqlite' else 'lake'}"
+    sink = sink_from_url(url)
+    checkpoint, before = Checkpoint(), Checkpoint()
+    for run in sequence:
+        if run.checkpoint == "lost":
+            checkpoint = Checkpoint()
+        elif run.checkpoint == "older":
+            checkpoint = before.copy()
+        before = checkpoint.copy()
+        import_routed_once(sink, checkpoint, run)
+
+        for table, (_, tps) in ROUTES.items():
+            held = sink.ledger(Target(table, "append", "raw"), tps)
+            expected = sorted((t, p, o) for (t, p), top in held.items() for o in range(top))
+            assert stored_table(url, sink.location, table) == expected, table
