@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,39 +130,46 @@ def test_a_pattern_imports_three_topics_into_three_sqlite_tables_by_the_cli(
         assert sqlite_rows(db, table) == offsets(produced[topic]), table
 
 
-def test_several_topics_into_a_delta_table_each_written_by_the_tasks(
+def test_a_pattern_imports_three_topics_into_three_delta_tables_the_tasks_write(
     broker, kafka, tmp_path, spark
 ):
-    """Raw values: the source's tasks write the files, a task one topic's, each table's
-    files committed with its own ranges; a fresh checkpoint's rerun adds nothing either (each
-    table's ledger decides)."""
+    """Raw values through the CLI: the source's tasks write the files, a task one topic's,
+    each table's files committed with its own ranges. Then the same topics named with
+    --topic on a fresh checkpoint add nothing: each table's ledger decides."""
     layout = {"lake.clicks": [700, 250], "lake.views": [400], "lake.carts": [30, 30, 30]}
     produced = {}
     for topic, counts in layout.items():
         broker.create_topic(topic, len(counts))
         produced[topic] = produce_profile(kafka, topic, explicit(counts), keys=11, seed=len(topic))
-    spec = ImportSpec(
-        kafka=kafka,
-        topics=tuple(layout),
-        table="t_{topic}",
-        sink_url=f"delta:///{tmp_path}/lake",
-        checkpoint=str(tmp_path / "ckpt"),
-        max_records_per_batch=500,
-    )
-    checked = check(spec)
-    checked.reader.close()
-    writer = spec.tasks_writer(checked.destinations)
-    assert writer is not None and writer.name == ROUTED_WRITER  # the path under test
+    url = f"delta:///{tmp_path}/lake"
+    args = [
+        *("--bootstrap", broker.bootstrap, "--topic-pattern", r"lake\..*", "--table", "t_{topic}"),
+        *("--sink", url, "--checkpoint", str(tmp_path / "ckpt"), "--json"),
+        *("--max-records-per-batch", "500"),
+    ]
 
-    summary = run_import(spec, spark=spark)
+    result = lagless_cli(*args)
 
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
     for topic in layout:
         folder = tmp_path / "lake" / f"t_{topic.replace('.', '_')}"
         assert delta_rows(folder) == offsets(produced[topic]), topic
-    assert summary.records == sum(p.records for p in produced.values())
-    assert len(journaled_batches(spec.checkpoint)) == summary.batches >= 3
+    assert summary["records"] == sum(p.records for p in produced.values())
+    assert len(journaled_batches(str(tmp_path / "ckpt"))) == summary["batches"] >= 3
 
-    fresh = run_import(replace(spec, checkpoint=str(tmp_path / "fresh")), spark=spark)
+    named = ImportSpec(
+        kafka=kafka,
+        topics=tuple(layout),
+        table="t_{topic}",
+        sink_url=url,
+        checkpoint=str(tmp_path / "fresh"),
+    )
+    checked = check(named)
+    checked.reader.close()
+    writer = named.tasks_writer(checked.destinations)
+    assert writer is not None and writer.name == ROUTED_WRITER  # the path under test
+    fresh = run_import(named, spark=spark)
 
     assert fresh.records == 0
     for topic in layout:
