@@ -130,6 +130,8 @@ def test_a_pattern_imports_three_topics_into_three_sqlite_tables_by_the_cli(
         assert sqlite_rows(db, table) == offsets(produced[topic]), table
 
 
+@pytest.mark.matrix  # CI: the tasks' routed writes by the continuous case, Delta's ledger per
+# table by tests/unit/test_ledger_stores.py's property
 def test_a_pattern_imports_three_topics_into_three_delta_tables_the_tasks_write(
     broker, kafka, tmp_path, spark
 ):
