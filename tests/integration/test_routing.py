@@ -292,3 +292,28 @@ def test_avro_topics_each_with_its_registry_subject_land_in_tables_of_their_own_
         assert conn.execute("SELECT email, age FROM app_users ORDER BY offset").fetchall() == [
             (u["email"], u["age"]) for u in people
         ]
+
+
+@pytest.mark.parametrize(
+    ("topics", "options", "says"),
+    [
+        (["ev.a-b", "ev.a_b"], ["--topic-pattern", r"ev\..*"], "would both land in table 'ev_a_b'"),
+        (["ev.a"], ["--topic-pattern", "ev", "--topic", "ev.a"], "give it without --topic"),
+        (["ev.a"], ["--topic-pattern", "nothing.*"], "matches --topic-pattern 'nothing.*'"),
+        (["ev"], ["--topic-pattern", "ev", "--table", "t_{table}"], "topic 'ev' has no {table}"),
+    ],
+)
+def test_a_routing_the_tables_cannot_take_is_one_line_exit_2_and_writes_nothing(
+    broker, tmp_path, topics, options, says
+):
+    for topic in topics:
+        broker.create_topic(topic, 1)
+    result = lagless_cli(
+        *("--bootstrap", broker.bootstrap, *options),
+        *("--sink", f"sqlite:///{tmp_path}/out.db", "--checkpoint", str(tmp_path / "ckpt")),
+    )
+
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert list(tmp_path.iterdir()) == []
