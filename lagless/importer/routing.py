@@ -64,6 +64,11 @@ class TableTemplate:
     def table_for(self, names: Mapping[str, str]) -> str:
         return _PLACEHOLDER.sub(lambda m: _NOT_IN_A_NAME.sub("_", names[m.group(1)]), self.text)
 
+    def spelled(self, names: Mapping[str, str]) -> str:
+        """The template with the names as they are: two topics it spells apart are meant
+        for two tables."""
+        return _PLACEHOLDER.sub(lambda m: names[m.group(1)], self.text)
+
 
 def table_names(topic: str, sample_value: bytes | None, value_format: str) -> dict[str, str]:
     """The names a template takes for `topic`, given one of its records' values (None: the
@@ -126,29 +131,31 @@ class Destination:
 
 
 def route(
+    template: TableTemplate,
     topics: Iterable[str],
-    table_of: Callable[[str], str],
+    names_of: Callable[[str], Mapping[str, str]],
+    table_name: Callable[[str], str] = lambda name: name,
 ) -> dict[str, tuple[str, ...]]:
-    """Each table and the topics routed into it, in order. Two topics whose names differ only
-    by characters a table name cannot hold would land in one table unasked: refused."""
+    """Each table and the topics routed into it, in order (table_name: as the store takes
+    the name). Topics land in one table when the template names them alike (shards of one
+    table, `--table '{table}'`); names that differ only by characters a table name cannot
+    hold (`a.b` and `a_b`) would join them unasked: refused."""
     tables: dict[str, list[str]] = {}
+    spelled: dict[str, dict[str, str]] = {}
     for topic in sorted(topics):
-        tables.setdefault(table_of(topic), []).append(topic)
-    return {table: tuple(named) for table, named in sorted(tables.items())}
-
-
-def refuse_mangled_merges(template: TableTemplate, tables: Mapping[str, tuple[str, ...]]) -> None:
-    """A template naming {topic} means a table per topic: two topics in one table then only
-    come from names that differ by characters a table name cannot hold (`a.b` and `a_b`)."""
-    if "topic" not in template.names:
-        return
-    for table, topics in tables.items():
-        if len(topics) > 1:
+        names = names_of(topic)
+        table = table_name(template.table_for(names))
+        tables.setdefault(table, []).append(topic)
+        spelled.setdefault(table, {}).setdefault(template.spelled(names), topic)
+    for table, spellings in spelled.items():
+        if len(spellings) > 1:
+            first, second = list(spellings.values())[:2]
             raise BadInput(
-                f"topics {topics[0]!r} and {topics[1]!r} would both land in table {table!r} "
+                f"topics {first!r} and {second!r} would both land in table {table!r} "
                 f"(--table {template.text!r}: characters a table name cannot hold become _); "
                 "narrow --topic-pattern or name them apart"
             )
+    return {table: tuple(named) for table, named in sorted(tables.items())}
 
 
 def topics_of(partitions: Iterable[TP]) -> list[str]:

@@ -18,7 +18,6 @@ from lagless.importer.routing import (
     Destination,
     TableTemplate,
     by_topic,
-    refuse_mangled_merges,
     route,
     table_names,
     topics_of,
@@ -370,8 +369,8 @@ def check_destinations(
     name, value schema and layout (Sink.check), and whether the tasks can reach it. Called
     before the first batch, and again for topics that appear while a routed import runs."""
     if spec.routed:
-        tables = route(topics_of(partitions), _table_of(spec, sink, reader, partitions))
-        refuse_mangled_merges(spec.template, tables)
+        names_of = _names_of(spec, reader, partitions)
+        tables = route(spec.template, topics_of(partitions), names_of, sink.table_name)
     else:
         tables = {spec.target().table: spec.topics}
     destinations = []
@@ -393,11 +392,11 @@ def check_destinations(
     return destinations
 
 
-def _table_of(
-    spec: ImportSpec, sink: Sink, reader: OffsetReader, partitions: list[TP]
-) -> Callable[[str], str]:
-    """A topic's table by the template: its names, from a sample record's value when the
-    template needs more than the topic's name and the values can tell (routing.table_names)."""
+def _names_of(
+    spec: ImportSpec, reader: OffsetReader, partitions: list[TP]
+) -> Callable[[str], dict[str, str]]:
+    """A topic's names for the template (routing.table_names): from a sample record's value
+    when the template needs more than the topic's name and the values can tell."""
     template = spec.template
     samples: dict[str, bytes | None] = {}
     if template.needs_source and spec.value_format == "debezium":
@@ -409,7 +408,7 @@ def _table_of(
         found = reader.records.at({tp: low[tp] for tp in firsts.values()})
         samples = {tp[0]: (records[0].value if records else None) for tp, records in found.items()}
 
-    def table_of(topic: str) -> str:
+    def names_of(topic: str) -> dict[str, str]:
         names = table_names(topic, samples.get(topic), spec.value_format)
         missing = template.names - set(names)
         if missing:
@@ -417,9 +416,9 @@ def _table_of(
                 f"--table {template.text!r}: topic {topic!r} has no {{{sorted(missing)[0]}}} "
                 "(its name is not <prefix>.<schema>.<table>)"
             )
-        return sink.table_name(template.table_for(names))
+        return names
 
-    return table_of
+    return names_of
 
 
 def check_log(

@@ -15,7 +15,6 @@ from lagless.importer.checkpoint import Fit, check_fit, write_fit
 from lagless.importer.routing import (
     TableTemplate,
     envelope_source,
-    refuse_mangled_merges,
     route,
     split_topic,
     table_names,
@@ -24,6 +23,7 @@ from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.pack import pack_tasks_per_topic
 from lagless.planner.ranges import OffsetRange
+from lagless.sinks.base import check_identifier
 from lagless.source.executor_write import ROUTED_WRITER, RoutedWriter, routed
 
 
@@ -74,13 +74,21 @@ def test_a_debezium_envelope_names_the_schema_and_table_with_or_without_its_sche
 
 def test_topics_whose_names_differ_only_by_what_a_table_cannot_hold_are_refused() -> None:
     template = TableTemplate.parse("{topic}")
-    tables = route(["a.b", "a_b", "c"], lambda topic: template.table_for({"topic": topic}))
-    assert tables == {"a_b": ("a.b", "a_b"), "c": ("c",)}
+    assert route(template, ["a", "c"], lambda topic: {"topic": topic}) == {
+        "a": ("a",),
+        "c": ("c",),
+    }
     with pytest.raises(BadInput, match=r"'a\.b' and 'a_b' would both land in table 'a_b'"):
-        refuse_mangled_merges(template, tables)
-    # Without {topic}, several topics in one table is what was asked (shards of one table).
-    merged = TableTemplate.parse("{table}")
-    refuse_mangled_merges(merged, route(["x.s.t", "y.s.t"], lambda topic: "t"))
+        route(template, ["a.b", "a_b", "c"], lambda topic: {"topic": topic})
+    by_table = TableTemplate.parse("{schema}_{table}")
+    with pytest.raises(BadInput, match="would both land in table 'x_y_z'"):
+        route(by_table, ["p.x-y.z", "p.x.y_z"], lambda topic: table_names(topic, None, "raw"))
+    # The same names under two prefixes: shards of one table, as the template asks.
+    shards = route(by_table, ["eu.s.t", "us.s.t"], lambda topic: table_names(topic, None, "raw"))
+    assert shards == {"s_t": ("eu.s.t", "us.s.t")}
+    # The store's name for it: a table name the store refuses is refused here.
+    with pytest.raises(BadInput, match="not a valid identifier"):
+        route(template, ["9lives"], lambda topic: {"topic": topic}, check_identifier)
 
 
 def spec(topics: tuple[str, ...] = (), **options: object) -> ImportSpec:
