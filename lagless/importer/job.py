@@ -37,7 +37,7 @@ from lagless.importer.checkpoint import (
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
-from lagless.importer.routing import Destination, topics_of
+from lagless.importer.routing import Destination, refuse_a_merge, topics_of
 from lagless.importer.spec import (
     Checked,
     ImportSpec,
@@ -292,6 +292,8 @@ def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
         if joined is None:
             checked.destinations.append(each)
             continue
+        if joined.spelled != each.spelled:
+            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}

@@ -124,6 +124,9 @@ class Destination:
     avro: AvroDecoding | None = None
     # What the table's ledger holds, read once before the first batch (sinks/ledger.py).
     held: Offsets = field(default_factory=dict)
+    # The template spelled with its topics' names as they are (TableTemplate.spelled): a topic
+    # that appears later joins the table only if it spells it alike.
+    spelled: str = ""
 
     def ranges_of(self, per_partition: Mapping[TP, V]) -> dict[TP, V]:
         """The part of a batch's offsets (or ranges) that is this table's."""
@@ -149,13 +152,16 @@ def route(
         spelled.setdefault(table, {}).setdefault(template.spelled(names), topic)
     for table, spellings in spelled.items():
         if len(spellings) > 1:
-            first, second = list(spellings.values())[:2]
-            raise BadInput(
-                f"topics {first!r} and {second!r} would both land in table {table!r} "
-                f"(--table {template.text!r}: characters a table name cannot hold become _); "
-                "narrow --topic-pattern or name them apart"
-            )
+            refuse_a_merge(template, table, *list(spellings.values())[:2])
     return {table: tuple(named) for table, named in sorted(tables.items())}
+
+
+def refuse_a_merge(template: TableTemplate, table: str, first: str, second: str) -> None:
+    raise BadInput(
+        f"topics {first!r} and {second!r} would both land in table {table!r} "
+        f"(--table {template.text!r}: characters a table name cannot hold become _); "
+        "narrow --topic-pattern or name them apart"
+    )
 
 
 def topics_of(partitions: Iterable[TP]) -> list[str]:

@@ -368,8 +368,8 @@ def check_destinations(
     """The tables these partitions' records land in, each checked as a table of its own: its
     name, value schema and layout (Sink.check), and whether the tasks can reach it. Called
     before the first batch, and again for topics that appear while a routed import runs."""
+    names_of = _names_of(spec, reader, partitions)
     if spec.routed:
-        names_of = _names_of(spec, reader, partitions)
         tables = route(spec.template, topics_of(partitions), names_of, sink.table_name)
     else:
         tables = {spec.target().table: spec.topics}
@@ -388,7 +388,10 @@ def check_destinations(
                 spec.executor_writer(target) is not None,
             )
         where = f"table {target.table!r} of {sink.url}"
-        destinations.append(Destination(target, topics, own, where, value_schema.avro))
+        spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""
+        destinations.append(
+            Destination(target, topics, own, where, value_schema.avro, spelled=spelled)
+        )
     return destinations
 
 
