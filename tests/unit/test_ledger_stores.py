@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -157,6 +159,27 @@ runs = st.lists(
 )
 
 
+R = TypeVar("R", "Run", "RoutedRun")
+
+
+def with_checkpoints(sequence: list[R]) -> Iterator[tuple[Checkpoint, R]]:
+    """Each run with the checkpoint it starts from: the one kept, a fresh one (lost), or a
+    copy of the one before the previous run (older)."""
+    checkpoint, before = Checkpoint(), Checkpoint()
+    for run in sequence:
+        if run.checkpoint == "lost":
+            checkpoint = Checkpoint()
+        elif run.checkpoint == "older":
+            checkpoint = before.copy()
+        before = checkpoint.copy()
+        yield checkpoint, run
+
+
+def store_url(store: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp(store)
+    return f"{store}:///{folder}/{'out.db' if store == 'sqlite' else 'lake'}"
+
+
 def import_once(sink: Sink, checkpoint: Checkpoint, run: Run) -> None:
     """One import, as importer/job.py runs it: the ledger first, then Spark's replay of a
     batch journaled but not committed, then new batches, each ended at most by the log."""
@@ -199,16 +222,9 @@ def import_once(sink: Sink, checkpoint: Checkpoint, run: Run) -> None:
 def test_no_sequence_of_imports_crashes_and_lost_checkpoints_doubles_or_skips(
     store: str, sequence: list[Run], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    folder = tmp_path_factory.mktemp(store)
-    url = f"{store}:///{folder}/{'out.db' if store == 'sqlite' else 'lake'}"
+    url = store_url(store, tmp_path_factory)
     sink = sink_from_url(url)
-    checkpoint, before = Checkpoint(), Checkpoint()
-    for run in sequence:
-        if run.checkpoint == "lost":
-            checkpoint = Checkpoint()
-        elif run.checkpoint == "older":
-            checkpoint = before.copy()
-        before = checkpoint.copy()
+    for checkpoint, run in with_checkpoints(sequence):
         import_once(sink, checkpoint, run)
 
         rows = stored(url, sink.location)
@@ -364,16 +380,9 @@ def import_routed_once(sink: Sink, checkpoint: Checkpoint, run: RoutedRun) -> No
 def test_a_crash_between_two_tables_commits_never_doubles_or_skips_in_either(
     store: str, sequence: list[RoutedRun], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    folder = tmp_path_factory.mktemp(store)
-    url = f"{store}:///{folder}/{'out.db' if store == 'sqlite' else 'lake'}"
+    url = store_url(store, tmp_path_factory)
     sink = sink_from_url(url)
-    checkpoint, before = Checkpoint(), Checkpoint()
-    for run in sequence:
-        if run.checkpoint == "lost":
-            checkpoint = Checkpoint()
-        elif run.checkpoint == "older":
-            checkpoint = before.copy()
-        before = checkpoint.copy()
+    for checkpoint, run in with_checkpoints(sequence):
         import_routed_once(sink, checkpoint, run)
 
         for table, (_, tps) in ROUTES.items():
