@@ -24,6 +24,7 @@ from lagless.exceptions import (
     NewTopics,
     Stopped,
     TerminalError,
+    TransientError,
     from_spark,
 )
 from lagless.first_line import first_line
@@ -227,6 +228,7 @@ def run_query(
     from lagless.importer.spark import parallelism
 
     slots = spec.slots or slots_for(parallelism(spark))
+    late_workers = 0
     # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
     with stop_requests() as stop:
         writer.stop = stop
@@ -240,6 +242,17 @@ def run_query(
                 _stop(query)
                 writer.refresh()
             failure = None if stop.is_set() else writer.failure or query.exception()
+            if failure is not None and late_worker(failure) and late_workers < LATE_WORKER_RETRIES:
+                late_workers += 1
+                log.warning(
+                    "a Python worker of Spark's did not connect back within Spark's 10 s (a busy "
+                    "machine); starting the query again (%d of %d): the checkpoint replays its "
+                    "batch",
+                    late_workers,
+                    LATE_WORKER_RETRIES,
+                )
+                writer.failure = None
+                continue
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
@@ -390,11 +403,44 @@ def _stop(query: Any) -> None:
         log.warning("the query did not stop within Spark's stop timeout", exc_info=True)
 
 
+# Spark gives the Python process it starts (the source's planning runner, a task's worker) a
+# fixed 10 s to connect back (PythonWorkerFactory, not configurable); on a machine busy enough
+# that starting Python takes longer, the query fails before it reads anything. It may pass when
+# started again, which replays nothing twice (the ledger).
+LATE_WORKER_RETRIES = 3
+_LATE_WORKER = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
+
+
+def late_worker(failure: BaseException) -> bool:
+    """The failure is a Python worker of Spark's that did not connect back in time."""
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            text = str(current)
+        except Exception:  # a JVM that is gone cannot describe its error
+            text = repr(current.args)
+        if any(words in text for words in _LATE_WORKER):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def stopped_by(failure: BaseException) -> LaglessError:
     """The query's failure as lagless's own: the class it was raised as in foreachBatch, a
-    task or the source (exceptions.from_spark); any other failure is terminal."""
+    task or the source (exceptions.from_spark); a Python worker that kept failing to start is
+    transient (a rerun on a quieter machine passes); any other failure is terminal."""
     found = from_spark(failure)
     log.error("the import failed", exc_info=failure)
     if found is not None:
         return found
+    if late_worker(failure):
+        return TransientError(
+            "Spark's Python workers did not start within its 10 s, "
+            f"{LATE_WORKER_RETRIES + 1} times: the machine is too busy; run it again later"
+        )
     return TerminalError(f"import stopped: {first_line(str(failure))}")
