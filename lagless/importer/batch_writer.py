@@ -10,16 +10,18 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import NewTopics, Stopped
+from lagless.cdc.envelope import evolved
+from lagless.exceptions import NewTopics, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
+from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
 from lagless.importer.group import GroupCommitter
 from lagless.importer.routing import Destination
 from lagless.importer.rows import (
@@ -291,10 +293,14 @@ class BatchWriter:
         # partition: building Columns costs a JVM round trip each, which on 24 partitions was
         # half a second of every batch.
         observation = Observation(f"lagless_batch_{batch.id}_{target.table}")
-        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
-            observation,
+        observed = [
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
+        ]
+        if target.value_format == "debezium":
+            observed.append(F.expr(f"collect_set({NEW_SCHEMA}) AS schemas"))
+        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
+            observation, *observed
         )
         return shaped, observation, reasons
 
@@ -341,11 +347,44 @@ class BatchWriter:
                     records.where(F.col("topic").isin(*destination.topics)) if several else records
                 )
                 partitions = sorted(destination.ranges_of(end))
-                self._write_rows(rows, destination, batch, partitions, written)
+                self._write_rows_evolving(rows, destination, batch, partitions, written)
         finally:
             if kept:
                 records.unpersist()
         return written
+
+    def _write_rows_evolving(
+        self,
+        records: DataFrame,
+        destination: Destination,
+        batch: Batch,
+        partitions: list[tuple[str, int]],
+        written: Written,
+    ) -> None:
+        """A table's rows; for a Debezium mirror whose events bring columns the table lacks,
+        the columns are added first and the table's part is written again (nothing of the
+        first try was committed)."""
+        while True:
+            try:
+                self._write_rows(records, destination, batch, partitions, written)
+                return
+            except SchemaChanged as changed:
+                self._evolve(destination, changed.schemas)
+
+    def _evolve(self, destination: Destination, schemas: list[str]) -> None:
+        target = destination.target
+        assert target.fields is not None
+        fields = target.fields
+        for schema in sorted(schemas):
+            fields = evolved(fields, schema, target.table)
+        if fields == target.fields:
+            raise TerminalError(f"the change events' schemas did not evolve {destination.where}")
+        grown = replace(target, fields=fields)
+        added = [name for name in fields.fieldNames() if name not in target.fields.fieldNames()]
+        log.info("%s: columns %s added by the change events", destination.where, added)
+        self.checked.sink.check(grown)
+        self.checked.sink.prepare(grown)
+        destination.target = grown
 
     def _write_rows(
         self,
@@ -362,6 +401,8 @@ class BatchWriter:
         dead: dict[str, int] = {}
 
         def store_dead_letters() -> None:
+            if target.value_format == "debezium" and observation.get["schemas"]:
+                raise SchemaChanged(list(observation.get["schemas"]))
             counts = observation.get["counts"][len(partitions) :]
             by_reason = dict(zip(reasons, counts, strict=True))
             self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)

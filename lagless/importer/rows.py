@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lagless.cdc import envelope
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, keeps_unavailable
+from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.source.json_values import COLUMN as DECODED
 from lagless.source.json_values import CORRUPT as _CORRUPT
@@ -59,6 +62,8 @@ def _checks(
             checks.append(
                 (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
             )
+    if target.value_format == "debezium":
+        return checks + [(F.col(debezium.ERROR) == text, text) for text in envelope.REASONS]
     if target.fields is None:
         return checks
     parsed = F.col(_PARSED)
@@ -188,13 +193,25 @@ def shape(
     if target.fields is None:
         value = F.col("value").cast("string") if target.value_format == "json" else F.col("value")
         stored = [value.alias("value"), F.unix_millis("timestamp").alias("timestamp")]
+    elif target.value_format == "debezium":
+        records = debezium.decode(records, target, _PARSED)
+        parsed = F.col(_PARSED)
+        stored = [
+            F.unix_millis("timestamp").alias("timestamp"),
+            *(parsed[name].alias(name) for name in target.fields.fieldNames()),
+            F.col(debezium.SKIP).alias(debezium.SKIP),
+            F.col(debezium.NEW_SCHEMA).alias(debezium.NEW_SCHEMA),
+        ]
     else:
         if avro is not None:
             records = avro.decode(records, _PARSED)
         else:
             records = _parse_json(records, target.fields)
         stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
-    extra = [F.col("value").isNull().alias(TOMBSTONE)] if target.mode == "upsert" else []
+    deleted = (
+        F.col(debezium.DELETE) if target.value_format == "debezium" else F.col("value").isNull()
+    )
+    extra = [deleted.alias(TOMBSTONE)] if target.mode == "upsert" else []
     return records.select(
         "topic",
         "partition",
@@ -218,7 +235,10 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
+    rows = shaped.where(F.col(ERROR).isNull())
+    if target.value_format == "debezium":
+        rows = _unavailable_carried(rows.where(~F.col(debezium.SKIP)), target)
+    rows = rows.select(*target.row_columns)
     if target.mode != "upsert":
         return rows
     keys = target.unique
@@ -231,6 +251,38 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
         .where(F.col(_RANK) == 1)
         .drop(_RANK)
     )
+
+
+def _unavailable_carried(rows: DataFrame, target: Target) -> DataFrame:
+    """Debezium: a column an update left UNAVAILABLE (TOASTed, unchanged) takes the value of
+    the key's latest earlier event of the batch that had it, as the store would have kept it:
+    coalescing keeps only the key's newest event, and the store keeps its value only for what
+    stays UNAVAILABLE (the events of earlier batches)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    assert target.fields is not None
+    kept = [
+        f for f in target.fields if keeps_unavailable(f.dataType) and f.name not in target.unique
+    ]
+    if not kept or target.mode != "upsert":
+        return rows
+    earlier = (
+        Window.partitionBy(*target.unique, "partition")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    for field in kept:
+        marker = UNAVAILABLE_BYTES if isinstance(field.dataType, BinaryType) else UNAVAILABLE
+        column = F.col(field.name)
+        unavailable = F.coalesce(column == F.lit(marker), F.lit(False))
+        last_known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(earlier)
+        rows = rows.withColumn(
+            field.name,
+            F.when(unavailable & last_known.isNotNull(), last_known["v"]).otherwise(column),
+        )
+    return rows
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:

@@ -29,6 +29,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import (
+    Deletes,
     TaskWriter,
     TaskWrittenSink,
     ValueFormat,
@@ -112,6 +113,9 @@ class ImportSpec:
     @property
     def template(self) -> TableTemplate:
         return TableTemplate.parse(self.table or "{topic}")
+    # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
+    cdc_columns: bool = False
+    deletes: Deletes = "hard"
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         """The one table of an import that is not routed."""
@@ -128,8 +132,9 @@ class ImportSpec:
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
-            self.key_fields,
+            (value_schema.key_fields if value_schema else ()) or self.key_fields,
             run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
+            deletes=self.deletes,
         )
 
     def source_options(
@@ -239,6 +244,7 @@ class ImportSpec:
         if (
             not isinstance(sink, TaskWrittenSink)
             or target.mode != "append"
+            or target.value_format == "debezium"
             or self.max_record_bytes is not None
         ):
             return None
@@ -376,7 +382,7 @@ def check_destinations(
     destinations = []
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
-        value_schema = resolve(spec, own, topics)
+        value_schema = resolve(spec, own, topics, reader)
         target = spec.target_for(table, value_schema)
         sink.check(target)
         if spec.routed:

@@ -21,6 +21,7 @@ class RecordInfo:
 
     timestamp_s: float | None
     size_bytes: int
+    key: bytes | None = None
     value: bytes | None = None
 
 
@@ -72,6 +73,7 @@ class Records:
                         RecordInfo(
                             timestamp_s=millis / 1000 if kind and millis > 0 else None,
                             size_bytes=len(message.value() or b"") + len(message.key() or b""),
+                            key=message.key(),
                             value=message.value(),
                         )
                     )

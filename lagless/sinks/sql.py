@@ -8,9 +8,12 @@ dead-letter table on (topic, partition, offset), the tombstone memory on the key
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, keeps_unavailable
+from lagless.cdc.envelope import CDC_COLUMNS, DELETED
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.ledger import Batch
@@ -98,6 +101,14 @@ class Layout:
     columns: tuple[tuple[str, str], ...]  # name, SQL type
     unique: tuple[str, ...]
     newer_only: bool = False
+    # Debezium: columns whose value UNAVAILABLE (a TOASTed value an update did not change)
+    # keeps the stored one, each with that value's SQL literal.
+    keeps: tuple[tuple[str, str], ...] = ()
+    # Debezium: a column the table has and the rows lack (dropped upstream) stays, NULL in
+    # new rows; other tables refuse it.
+    extra_columns_stay: bool = False
+    # Debezium --deletes soft: a tombstone sets these (and _deleted) instead of deleting.
+    soft_delete: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -117,12 +128,40 @@ def _column_type(target: Target, field: StructField, dialect: Dialect) -> str:
 
 
 def target_layout(target: Target, dialect: Dialect) -> Layout:
+    mirror = target.value_format == "debezium"
     return Layout(
         table=target.table,
         columns=tuple((f.name, _column_type(target, f, dialect)) for f in target.schema().fields),
         unique=target.unique,
         newer_only=target.mode == "upsert",
+        keeps=_keeps(target, dialect) if mirror and target.mode == "upsert" else (),
+        extra_columns_stay=mirror,
+        soft_delete=soft_deleted_columns(target) if target.deletes == "soft" else (),
     )
+
+
+def soft_deleted_columns(target: Target) -> tuple[str, ...]:
+    """What a soft delete sets beside _deleted: the coordinates the newer-only rule reads, the
+    Kafka key, and the mirror's own columns."""
+    own = tuple(n for n in CDC_COLUMNS if target.fields and n in target.fields.fieldNames())
+    return ("partition", "offset", "timestamp", "key", *own)
+
+
+def _keeps(target: Target, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+    from pyspark.sql.types import BinaryType
+
+    assert target.fields is not None
+    found = []
+    for field in target.fields:
+        if not keeps_unavailable(field.dataType) or field.name in target.unique:
+            continue
+        if not isinstance(field.dataType, BinaryType):
+            found.append((field.name, _literal(UNAVAILABLE)))
+        elif dialect == "sqlite":
+            found.append((field.name, f"X'{UNAVAILABLE_BYTES.hex()}'"))
+        else:
+            found.append((field.name, f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"))
+    return tuple(found)
 
 
 def tombstone_layout(target: Target, dialect: Dialect) -> Layout:
@@ -225,7 +264,8 @@ def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...])
     if not found:
         return [create_table(layout)]
     types = {name: kind.lower() for name, kind in found}
-    if keyed != layout.unique or set(types) - set(layout.names):
+    extra = set(types) - set(layout.names)
+    if keyed != layout.unique or (extra and not layout.extra_columns_stay):
         raise BadInput(
             f"table {layout.table!r} exists with another layout (columns "
             f"{', '.join(types)}; unique on {', '.join(keyed) or 'nothing'}); pick another "
@@ -269,12 +309,32 @@ def insert(layout: Layout, source: str, where: str = "true") -> str:
     head += f"({', '.join(quoted(name) for name in layout.unique)}) DO "
     if not layout.newer_only:
         return head + "NOTHING"
+    kept = dict(layout.keeps)
     updates = ", ".join(
-        f"{quoted(name)} = excluded.{quoted(name)}"
+        f"{quoted(name)} = "
+        + (
+            f"CASE WHEN excluded.{quoted(name)} = {kept[name]} THEN t.{quoted(name)} "
+            f"ELSE excluded.{quoted(name)} END"
+            if name in kept
+            else f"excluded.{quoted(name)}"
+        )
         for name in layout.names
         if name not in layout.unique
     )
     return head + f"UPDATE SET {updates} WHERE {NEWER}"
+
+
+def _soft_delete(target: Layout, source: str, same_key: Callable[[str, str], str]) -> str:
+    """--deletes soft: a tombstone newer than its key's row flags the row _deleted and takes
+    its coordinates (so the newer-only rule goes on), rather than deleting it."""
+    table = quoted(target.table)
+    names = [DELETED, *target.soft_delete]
+    values = ", ".join(["true", *(f"s.{quoted(n)}" for n in target.soft_delete)])
+    found = f"FROM {source} AS s WHERE s.{quoted(TOMBSTONE)} AND {same_key('s', table)}"
+    return (
+        f"UPDATE {table} SET ({', '.join(quoted(n) for n in names)}) = (SELECT {values} {found}) "
+        f"WHERE EXISTS (SELECT 1 {found} AND ({newer('s', table)}))"
+    )
 
 
 def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
@@ -291,6 +351,8 @@ def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
         f"DELETE FROM {quoted(target.table)} AS t WHERE EXISTS (SELECT 1 FROM {source} AS s "
         f"WHERE {deleted} AND {same_key('s', 't')} AND ({newer('s', 't')}))"
     )
+    if target.soft_delete:
+        delete = _soft_delete(target, source, same_key)
     outlived = (
         f"NOT EXISTS (SELECT 1 FROM {quoted(tombstones.table)} AS d "
         f"WHERE {same_key('d', 's')} AND NOT ({newer('s', 'd')}))"

@@ -32,6 +32,19 @@ class PostgresServer:
 
     folder: str
     port: int
+    # wal_level=logical: Debezium's connector reads its changes (tests/harness/debezium.py).
+    logical: bool = False
+
+    @property
+    def connection(self) -> dict[str, str | int]:
+        """Host, port, user, password and database, as Debezium's connector takes them."""
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": "lagless",
+            "password": "secret-pw",
+            "dbname": "lagless",
+        }
 
     @property
     def url(self) -> str:
@@ -44,11 +57,11 @@ class PostgresServer:
         subprocess.run(command, check=True, capture_output=True, timeout=120)
 
     @classmethod
-    def start_new(cls) -> PostgresServer:
+    def start_new(cls, logical: bool = False) -> PostgresServer:
         folder = tempfile.mkdtemp(prefix="lagless-pg-")
         if os.geteuid() == 0:
             shutil.chown(folder, "postgres", "postgres")
-        server = cls(folder, _free_port())
+        server = cls(folder, _free_port(), logical)
         pwfile = os.path.join(folder, "pw")
         with open(pwfile, "w") as handle:
             handle.write("secret-pw\n")
@@ -76,6 +89,8 @@ class PostgresServer:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        if self.logical:
+            options += " -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         log = os.path.join(self.folder, "log")
         self._run(
             _bin("pg_ctl"),
