@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from lagless.exceptions import BadInput
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 # Debezium's value of a TOASTed column an update did not change (PostgreSQL sends none): the
 # column keeps what it had (the stores' upserts: `keeps_unavailable`).
@@ -289,3 +289,15 @@ def keeps_unavailable(data_type: DataType) -> bool:
     from pyspark.sql.types import BinaryType, StringType
 
     return isinstance(data_type, StringType | BinaryType)
+
+
+def kept_columns(fields: StructType, key: tuple[str, ...]) -> list[tuple[str, bool]]:
+    """(name, whether bytes) of each column whose UNAVAILABLE keeps the stored value: the
+    stores' upserts compare each with the marker as their SQL writes it."""
+    from pyspark.sql.types import BinaryType
+
+    return [
+        (f.name, isinstance(f.dataType, BinaryType))
+        for f in fields
+        if keeps_unavailable(f.dataType) and f.name not in key
+    ]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, keeps_unavailable
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import CDC_COLUMNS, DELETED
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
@@ -148,20 +148,16 @@ def soft_deleted_columns(target: Target) -> tuple[str, ...]:
 
 
 def _keeps(target: Target, dialect: Dialect) -> tuple[tuple[str, str], ...]:
-    from pyspark.sql.types import BinaryType
-
     assert target.fields is not None
-    found = []
-    for field in target.fields:
-        if not keeps_unavailable(field.dataType) or field.name in target.unique:
-            continue
-        if not isinstance(field.dataType, BinaryType):
-            found.append((field.name, _literal(UNAVAILABLE)))
-        elif dialect == "sqlite":
-            found.append((field.name, f"X'{UNAVAILABLE_BYTES.hex()}'"))
-        else:
-            found.append((field.name, f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"))
-    return tuple(found)
+    text = _literal(UNAVAILABLE)
+    if dialect == "sqlite":
+        raw = f"X'{UNAVAILABLE_BYTES.hex()}'"
+    else:
+        raw = f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"
+    return tuple(
+        (name, raw if binary else text)
+        for name, binary in kept_columns(target.fields, target.unique)
+    )
 
 
 def tombstone_layout(target: Target, dialect: Dialect) -> Layout:

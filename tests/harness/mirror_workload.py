@@ -265,10 +265,35 @@ def source_rows(conn: Any, table: str, columns: list[str]) -> list[tuple[Any, ..
     )
 
 
-def sqlite_rows(path: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
-    quoted = ", ".join(f'"{c}"' for c in columns)
-    with sqlite3.connect(path) as conn:
-        rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
+def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    """The mirror's table in any store, read as a user would, in the source's columns."""
+    scheme, _, rest = sink_url.partition(":///")
+    if scheme == "sqlite":
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        with sqlite3.connect(rest) as conn:
+            rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
+    elif scheme == "delta":
+        from deltalake import DeltaTable
+
+        found = DeltaTable(f"{rest}/{table}").to_pyarrow_table(columns=columns)
+        rows = [tuple(r.values()) for r in found.to_pylist()]
+    elif scheme == "iceberg":
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog(
+            "lagless", uri=f"sqlite:///{rest}/catalog.db", warehouse=f"file://{rest}"
+        )
+        try:
+            found = catalog.load_table(f"default.{table}").scan().to_arrow().select(columns)
+        finally:
+            catalog.engine.dispose()
+        rows = [tuple(r.values()) for r in found.to_pylist()]
+    else:
+        import psycopg
+
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        with psycopg.connect(sink_url) as conn:
+            rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
     return sorted(
         (tuple(canonical(c, v) for c, v in zip(columns, row, strict=True)) for row in rows),
         key=repr,

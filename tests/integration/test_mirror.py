@@ -10,6 +10,12 @@ timestamps with and without zone, JSON, UUIDs, bytes, arrays, and a column added
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +25,9 @@ import pytest
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
-from lagless.progress import Collector
+from lagless.progress import Collector, Summary
 from tests.harness.debezium import DebeziumConnector, connection, skip_reason
-from tests.harness.mirror_workload import TABLES, Workload, source_rows, sqlite_rows
+from tests.harness.mirror_workload import TABLES, Workload, mirror_rows, source_rows
 from tests.harness.postgres import PostgresServer
 
 pytestmark = [
@@ -53,17 +59,21 @@ def database(source: PostgresServer) -> Iterator[str]:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def mirror_spec(kafka: KafkaConfig, topic: str, sink_url: str, checkpoint: Path) -> ImportSpec:
-    return ImportSpec(
-        kafka=kafka,
-        topics=(topic,),
-        sink_url=sink_url,
-        checkpoint=str(checkpoint),
-        table=topic.rsplit(".", 1)[-1],
-        write="upsert",
-        value_format="debezium",
-        max_records_per_batch=400,
-    )
+def mirror_spec(
+    kafka: KafkaConfig, topic: str, sink_url: str, checkpoint: Path, **over: Any
+) -> ImportSpec:
+    values: dict[str, Any] = {
+        "kafka": kafka,
+        "topics": (topic,),
+        "sink_url": sink_url,
+        "checkpoint": str(checkpoint),
+        "table": topic.rsplit(".", 1)[-1],
+        "write": "upsert",
+        "value_format": "debezium",
+        "max_records_per_batch": 400,
+    }
+    values.update(over)
+    return ImportSpec(**values)
 
 
 def columns_of(conn: Any, table: str) -> list[str]:
@@ -75,44 +85,119 @@ def columns_of(conn: Any, table: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
-    source, database, broker, kafka, tmp_path, spark
-):
-    """Snapshot, then a random workload with a column added mid-stream, mirrored twice (the
-    second import resumes): each time every table equals the source."""
-    import psycopg
+class Mirrored:
+    """A source database with the workload's tables, Debezium sending their changes to the
+    embedded broker, and the comparison of a mirror with the source."""
 
-    pg = PostgresServer(source.folder, source.port, logical=True)
-    url = source.url.rsplit("/", 1)[0] + f"/{database}"
-    conn = psycopg.connect(url, autocommit=True)
-    workload = Workload(conn, seed=30)
-    workload.create()
-    workload.insert_orders(40)
-    workload.insert_items(15)
-    connector = DebeziumConnector(pg, kafka.bootstrap, list(TABLES))
-    connector.extra["database.dbname"] = database
-    for table in TABLES:
-        broker.create_topic(connector.topic(table), PARTITIONS)
-    sink = tmp_path / "mirror.db"
+    def __init__(self, source: PostgresServer, database: str, broker: Any, kafka: KafkaConfig):
+        import psycopg
+
+        self.kafka = kafka
+        url = source.url.rsplit("/", 1)[0] + f"/{database}"
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.workload = Workload(self.conn, seed=30)
+        self.workload.create()
+        self.workload.insert_orders(40)  # before Debezium starts: its initial snapshot
+        self.workload.insert_items(15)
+        self.connector = DebeziumConnector(source, kafka.bootstrap, list(TABLES))
+        self.connector.extra["database.dbname"] = database
+        for table in TABLES:
+            broker.create_topic(self.connector.topic(table), PARTITIONS)
+
+    def topic(self, table: str) -> str:
+        return self.connector.topic(table)
+
+    def differences(self, sink_url: str, table: str) -> tuple[list[Any], list[Any]]:
+        """(rows only the source has, rows only the mirror has)."""
+        columns = columns_of(self.conn, table)
+        name = table.rsplit(".", 1)[-1]
+        mirrored = mirror_rows(sink_url, name, columns)
+        source = source_rows(self.conn, table, columns)
+        return [r for r in source if r not in mirrored], [r for r in mirrored if r not in source]
+
+    def assert_equal(self, sink_url: str, table: str) -> None:
+        assert self.differences(sink_url, table) == ([], [])
+
+    def close(self) -> None:
+        try:
+            self.connector.destroy()
+        finally:
+            self.conn.close()
+
+
+@pytest.fixture
+def mirrored(source, database, broker, kafka) -> Iterator[Mirrored]:
+    each = Mirrored(source, database, broker, kafka)
     try:
-        connector.start()
-        connector.wait_for_events(55)
-        workload.step(120)
-        workload.add_column()
-        workload.step(120)
-        connector.wait_quiet()
-        for round_ in range(2):
-            for table in TABLES:
-                spec = mirror_spec(
-                    kafka, connector.topic(table), f"sqlite:///{sink}", tmp_path / table
-                )
-                run_import(spec, Collector())
-                name = table.rsplit(".", 1)[-1]
-                columns = columns_of(conn, table)
-                assert sqlite_rows(str(sink), name, columns) == source_rows(conn, table, columns)
-            if round_ == 0:
-                workload.step(150)
-                connector.wait_quiet()
+        yield each
     finally:
-        connector.destroy()
-        conn.close()
+        each.close()
+
+
+class FirstBatch(Collector):
+    """Tells when the import wrote its first batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = threading.Event()
+
+    def batch(self, summary: Summary, lag: int) -> None:
+        self.written.set()
+
+
+def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
+    mirrored, kafka, tmp_path, spark, caplog
+):
+    """Snapshot and changes mirrored in bulk; then a continuous mirror while a column is added
+    upstream (its batch is written again once the table has the column); then bulk again:
+    each time every table equals the source."""
+    sink = f"sqlite:///{tmp_path}/mirror.db"
+    mirrored.connector.start()
+    mirrored.connector.wait_for_events(55)
+    mirrored.workload.step(80)
+    mirrored.connector.wait_quiet()
+    for table in TABLES:
+        run_import(mirror_spec(kafka, mirrored.topic(table), sink, tmp_path / table), spark=spark)
+        mirrored.assert_equal(sink, table)
+
+    orders = TABLES[0]
+    caught_up: list[bool] = []
+    running = FirstBatch()
+
+    def change_upstream_then_stop() -> None:
+        try:
+            mirrored.workload.step(10)  # a first batch with the table's columns
+            assert running.written.wait(120)
+            mirrored.workload.add_column()
+            mirrored.workload.step(80)
+            mirrored.connector.wait_quiet()
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and not caught_up:
+                with contextlib.suppress(Exception):  # the table may be mid-commit or evolving
+                    caught_up.extend(
+                        [True] if mirrored.differences(sink, orders) == ([], []) else []
+                    )
+                time.sleep(1)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    helper = threading.Thread(target=change_upstream_then_stop)
+    helper.start()
+    continuous = mirror_spec(
+        kafka,
+        mirrored.topic(orders),
+        sink,
+        tmp_path / orders,
+        mode="continuous",
+        trigger_seconds=0.5,
+    )
+    with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
+        run_import(continuous, running, spark=spark)
+    helper.join()
+    assert caught_up, "the continuous mirror did not catch up within 180 s"
+    assert "columns ['extra'] added by the change events" in caplog.text
+    mirrored.assert_equal(sink, orders)
+    assert "extra" in columns_of(mirrored.conn, orders)
+    items = TABLES[1]
+    run_import(mirror_spec(kafka, mirrored.topic(items), sink, tmp_path / items), spark=spark)
+    mirrored.assert_equal(sink, items)
