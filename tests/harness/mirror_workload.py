@@ -267,6 +267,8 @@ def source_rows(conn: Any, table: str, columns: list[str]) -> list[tuple[Any, ..
 
 def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
     """The mirror's table in any store, read as a user would, in the source's columns."""
+    if "+s3://" in sink_url:
+        return _sorted(_s3_rows(sink_url, table, columns), columns)
     scheme, _, rest = sink_url.partition(":///")
     if scheme == "sqlite":
         quoted = ", ".join(f'"{c}"' for c in columns)
@@ -294,7 +296,44 @@ def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any
         quoted = ", ".join(f'"{c}"' for c in columns)
         with psycopg.connect(sink_url) as conn:
             rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
+    return _sorted(rows, columns)
+
+
+def _sorted(rows: list[Any], columns: list[str]) -> list[tuple[Any, ...]]:
     return sorted(
         (tuple(canonical(c, v) for c, v in zip(columns, row, strict=True)) for row in rows),
         key=repr,
     )
+
+
+def _s3_rows(sink_url: str, table: str, columns: list[str]) -> list[Any]:
+    """A table on S3 (the AWS variables of tests/harness/s3.py set)."""
+    import os
+
+    store, _, rest = sink_url.partition("+s3://")
+    location, _, query = rest.partition("?")
+    if store == "delta":
+        from deltalake import DeltaTable
+
+        found = DeltaTable(f"s3://{location}/{table}").to_pyarrow_table(columns=columns)
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog_file = query.removeprefix("catalog=")
+        catalog = SqlCatalog(
+            "lagless",
+            uri=f"sqlite:///{catalog_file}",
+            warehouse=f"s3://{location}",
+            **{
+                "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
+                "s3.endpoint": os.environ["AWS_ENDPOINT_URL"],
+                "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+                "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+                "s3.region": os.environ["AWS_REGION"],
+            },
+        )
+        try:
+            found = catalog.load_table(f"default.{table}").scan().to_arrow().select(columns)
+        finally:
+            catalog.engine.dispose()
+    return [tuple(r.values()) for r in found.to_pylist()]

@@ -201,3 +201,33 @@ def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
     items = TABLES[1]
     run_import(mirror_spec(kafka, mirrored.topic(items), sink, tmp_path / items), spark=spark)
     mirrored.assert_equal(sink, items)
+
+
+@pytest.mark.matrix
+def test_a_mirror_in_every_store_equals_the_source(
+    mirrored, source, kafka, tmp_path, spark, s3_env
+):
+    """The same change events into Delta, PostgreSQL and Iceberg, on a local disk and on S3,
+    twice (the second import resumes after more changes and a column added upstream)."""
+    sinks = {
+        "delta": f"delta:///{tmp_path}/delta",
+        "postgresql": source.url,
+        "iceberg": f"iceberg:///{tmp_path}/iceberg",
+        "delta-s3": s3_env.url("delta", f"mirror-{tmp_path.name}"),
+        "iceberg-s3": s3_env.url("iceberg", f"mirror-{tmp_path.name}")
+        + f"?catalog={tmp_path}/catalog.db",
+    }
+    mirrored.connector.start()
+    mirrored.connector.wait_for_events(55)
+    mirrored.workload.step(60)
+    mirrored.connector.wait_quiet()
+    for round_ in range(2):
+        for name, sink in sinks.items():
+            for table in TABLES:
+                checkpoint = tmp_path / f"{name}-{table}"
+                run_import(mirror_spec(kafka, mirrored.topic(table), sink, checkpoint), spark=spark)
+                mirrored.assert_equal(sink, table)
+        if round_ == 0:
+            mirrored.workload.add_column()
+            mirrored.workload.step(60)
+            mirrored.connector.wait_quiet()

@@ -257,7 +257,14 @@ class DeltaSink(FolderTableSink):
         _commit(delta, batch, merged)
 
     def _schema(self, path: str) -> pa.Schema:
-        return self.storage.parquet_metadata(path).schema.to_arrow_schema()
+        """A staged file's columns as Delta takes them: an instant's zone is UTC (Spark's
+        files name the session's, such as Etc/UTC, which Delta refuses)."""
+        schema = self.storage.parquet_metadata(path).schema.to_arrow_schema()
+        for index, column in enumerate(schema):
+            if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+                utc = pa.timestamp(column.type.unit, tz="UTC")
+                schema = schema.set(index, column.with_type(utc))
+        return schema
 
     def _drop(self, files: list[str]) -> None:
         for path in files:
