@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 # Debezium's settings the callers share: JSON of Kafka Connect, a tombstone after each
@@ -57,6 +60,109 @@ def properties(
         "tombstones.on.delete": "true",
         **extra,
     }
+
+
+READY_TIMEOUT_S = 120.0
+
+
+class ConnectorProcess:
+    """This module run in a process of its own, in `folder` (its config, its log): `events`
+    counts what it sent so far."""
+
+    def __init__(self, bootstrap: str, props: dict[str, str], folder: str) -> None:
+        self.folder = folder
+        self.events = 0
+        self._ready = threading.Event()
+        config = os.path.join(folder, "debezium.json")
+        with open(config, "w", encoding="utf-8") as handle:
+            json.dump({"bootstrap": bootstrap, "properties": props}, handle)
+        with open(os.path.join(folder, "stderr"), "a") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, config],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+            )
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(READY_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"Debezium did not start: {self.log_tail()}")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("ready"):
+                self._ready.set()
+            elif line.startswith("events "):
+                self.events = int(line.split()[1])
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_for_events(self, at_least: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.events < at_least:
+            if not self.running():
+                raise RuntimeError(f"Debezium stopped: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Debezium sent {self.events} of {at_least} events")
+            time.sleep(0.1)
+
+    def wait_quiet(self, quiet_s: float = 2.0, timeout_s: float = 300.0) -> None:
+        """Until no event came for quiet_s: Debezium has sent what the database committed."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = self.events, time.monotonic()
+        while time.monotonic() - since < quiet_s:
+            if not self.running():
+                raise RuntimeError(f"Debezium stopped: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("Debezium kept sending")
+            time.sleep(0.1)
+            if self.events != seen:
+                seen, since = self.events, time.monotonic()
+
+    def stop(self) -> None:
+        """Closes its standard input: the engine stops and flushes its offsets."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """kill -9: what it sent since its last offset flush comes again after a restart."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def log_tail(self) -> str:
+        texts = []
+        for name in ("stderr", "debezium.log"):
+            path = os.path.join(self.folder, name)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    texts.append(handle.read()[-2000:])
+        return "\n".join(texts)
+
+
+def drop_slot(database_url: str, name: str) -> None:
+    """The connector's replication slot and publication (a slot keeps the server's WAL), once
+    the walsender has seen the connector gone."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for _ in range(50):
+            active = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,)
+            ).fetchone()
+            if active is None:
+                break
+            if not active[0]:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+                break
+            time.sleep(0.2)
+        conn.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
 
 
 def run(bootstrap: str, props: dict[str, str]) -> None:

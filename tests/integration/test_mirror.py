@@ -314,3 +314,17 @@ def test_kill_9_of_the_mirror_and_of_debezium_mid_workload_still_ends_equal(
         for process in running:
             process.terminate()
             process.wait(60)
+
+
+@pytest.mark.matrix
+def test_demo_mirror_prints_equal_counts(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "demo", "--mirror", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    said = " ".join(result.stdout.split())
+    assert said.count("│ equal │") == 2, said[-2000:]
+    assert "DIFFER" not in said
