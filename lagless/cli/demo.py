@@ -32,7 +32,8 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
 from lagless.scenarios import SCENARIOS
-from lagless.scenarios.mirror import run_mirror_demo
+from lagless.scenarios.mirror import TOPICS as MIRROR_TOPICS
+from lagless.scenarios.mirror import check_installed, run_mirror_demo
 from lagless.scenarios.run import run_scenario
 
 TOPIC = "statements"
@@ -138,14 +139,18 @@ def handle(args: argparse.Namespace) -> int:
 def _mirror(args: argparse.Namespace) -> int:
     if args.typed or args.scale is not None or args.json:
         raise BadInput("--mirror takes --out only")
+    check_installed()
     console = Console()
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        return run_mirror_demo(console, args.out)
-    with tempfile.TemporaryDirectory(prefix="lagless-mirror-", ignore_cleanup_errors=True) as out:
-        code = run_mirror_demo(console, out)
-        console.print(f"removing {out}; --out DIR keeps the mirror")
-        return code
+    with EmbeddedBroker(topics=MIRROR_TOPICS) as broker:
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            return run_mirror_demo(console, args.out, broker.bootstrap)
+        with tempfile.TemporaryDirectory(
+            prefix="lagless-mirror-", ignore_cleanup_errors=True
+        ) as out:
+            code = run_mirror_demo(console, out, broker.bootstrap)
+            console.print(f"removing {out}; --out DIR keeps the mirror")
+            return code
 
 
 def _scenario(args: argparse.Namespace) -> int:

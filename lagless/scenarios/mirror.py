@@ -20,7 +20,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lagless.broker import EmbeddedBroker
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
@@ -43,6 +42,8 @@ TABLES = {
 PREFIX = "demo"
 SLOT = "lagless_demo"
 PARTITIONS = 3
+# The broker's topics (cli/demo.py starts the embedded broker with them).
+TOPICS = {f"{PREFIX}.public.{name}": PARTITIONS for name in TABLES}
 SNAPSHOT_ROWS = 500
 WORKLOAD_CHANGES = 2_000
 
@@ -93,18 +94,22 @@ def _workload(conn: Any, changes: int, seed: int = 30) -> None:
         conn.execute("UPDATE accounts SET id = %s WHERE id = 1", (SNAPSHOT_ROWS + 1,))
 
 
-def run_mirror_demo(console: Console, out: str) -> int:
-    import psycopg
-
+def check_installed() -> None:
     reason = missing()
     if reason is not None:
         raise BadInput(f"demo --mirror needs PostgreSQL and Debezium: {reason}")
+
+
+def run_mirror_demo(console: Console, out: str, bootstrap: str) -> int:
+    """With a broker at `bootstrap` holding TOPICS."""
+    import psycopg
+
+    check_installed()
     database = os.path.join(out, "mirror.db")
     if os.path.exists(database):
         os.remove(database)
     server = PostgresServer.start_new(logical=True)
     folder = tempfile.mkdtemp(prefix="lagless-debezium-")
-    topics = {f"{PREFIX}.public.{name}": PARTITIONS for name in TABLES}
     try:
         with psycopg.connect(server.url, autocommit=True) as conn:
             for ddl in TABLES.values():
@@ -114,8 +119,7 @@ def run_mirror_demo(console: Console, out: str) -> int:
                 f"PostgreSQL on port {server.port}: tables {', '.join(TABLES)}, "
                 f"{SNAPSHOT_ROWS} accounts before Debezium starts (its snapshot)"
             )
-            with EmbeddedBroker(topics=topics) as broker:
-                counts = _mirror(console, conn, server, broker, folder, database, out)
+            counts = _mirror(console, conn, server, bootstrap, folder, database, out)
     finally:
         with contextlib.suppress(Exception):  # the server goes next, its slots with it
             drop_slot(server.url, SLOT)
@@ -131,7 +135,7 @@ def _mirror(
     console: Console,
     conn: Any,
     server: PostgresServer,
-    broker: EmbeddedBroker,
+    bootstrap: str,
     folder: str,
     database: str,
     out: str,
@@ -139,7 +143,7 @@ def _mirror(
     tables = [f"public.{name}" for name in TABLES]
     props = properties(SLOT, server.connection, tables, PREFIX, os.path.join(folder, "offsets.dat"))
     started = time.monotonic()
-    connector = ConnectorProcess(broker.bootstrap, props, folder)
+    connector = ConnectorProcess(bootstrap, props, folder)
     try:
         connector.wait_for_events(SNAPSHOT_ROWS)
         console.print(
@@ -150,17 +154,17 @@ def _mirror(
         # At least a transfer and an update per change, then whatever else it sends.
         connector.wait_for_events(SNAPSHOT_ROWS + 2 * WORKLOAD_CHANGES)
         connector.wait_quiet()
-        console.print(f"Debezium sent {connector.events:,} change events to {broker.bootstrap}")
+        console.print(f"Debezium sent {connector.events:,} change events to {bootstrap}")
     finally:
         connector.stop()
-    config = KafkaConfig(broker.bootstrap)
+    config = KafkaConfig(bootstrap)
     for name in TABLES:
         topic = f"{PREFIX}.public.{name}"
         spec = ImportSpec(
             kafka=config,
             topics=(topic,),
             sink_url=f"sqlite:///{database}",
-            checkpoint=os.path.join(out, "checkpoints", broker.bootstrap.replace(":", "_"), name),
+            checkpoint=os.path.join(out, "checkpoints", bootstrap.replace(":", "_"), name),
             table=name,
             write="upsert",
             value_format="debezium",
