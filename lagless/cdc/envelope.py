@@ -88,6 +88,20 @@ def split(value: bytes) -> tuple[bytes | None, Any]:
     return None, parsed
 
 
+def source_ts_ms(value: bytes | None) -> int | None:
+    """When the database committed the change (the envelope's `source.ts_ms`); None for a
+    tombstone or a value that is not a change event."""
+    if value is None:
+        return None
+    try:
+        _, payload = split(value)
+    except ValueError:
+        return None
+    source = payload.get("source") if isinstance(payload, dict) else None
+    found = source.get("ts_ms") if isinstance(source, dict) else None
+    return found if isinstance(found, int) else None
+
+
 def row_columns(envelope_schema: dict[str, Any]) -> list[Column]:
     """The columns of an envelope's `after` struct (or of a key's struct)."""
     for field in envelope_schema.get("fields") or []:

@@ -11,6 +11,7 @@ timestamps with and without zone, JSON, UUIDs, bytes, arrays, and a column added
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -141,6 +142,22 @@ def mirrored(source, database, broker, kafka) -> Iterator[Mirrored]:
         each.close()
 
 
+def mirror_lag(kafka: KafkaConfig, sink: str, topic: str) -> list[dict[str, Any]]:
+    """`lagless lag --sink` of a mirror's table, as JSON."""
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "lagless", "lag", "--bootstrap", kafka.bootstrap),
+            *("--sink", sink, "--topic", topic, "--table", topic.rsplit(".", 1)[-1], "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    rows: list[dict[str, Any]] = json.loads(result.stdout)
+    return rows
+
+
 class FirstBatch(Collector):
     """Tells when the import wrote its first batch."""
 
@@ -166,8 +183,16 @@ def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
     for table in TABLES:
         run_import(mirror_spec(kafka, mirrored.topic(table), sink, tmp_path / table), spark=spark)
         mirrored.assert_equal(sink, table)
-
     orders = TABLES[0]
+    caught = mirror_lag(kafka, sink, mirrored.topic(orders))
+    assert {(row["behind"], row["source_lag_s"]) for row in caught} == {(0, 0.0)}
+    mirrored.workload.step(5)
+    mirrored.connector.wait_quiet()
+    time.sleep(1)
+    behind = mirror_lag(kafka, sink, mirrored.topic(orders))
+    assert sum(row["behind"] for row in behind) > 0
+    assert max(row["source_lag_s"] for row in behind) >= 1.0
+
     caught_up: list[bool] = []
     running = FirstBatch()
 
