@@ -9,7 +9,8 @@ The rules, all of them here:
 - op `d`: the key's row is deleted (`--deletes soft`: kept, `_deleted` true, and the mirror's
   own columns of the delete).
 - A tombstone (a null value, which follows each delete for log compaction): deletes the key's
-  row, which the delete before it removed already: it changes nothing. Soft deletes skip it.
+  row, which the delete before it removed already: it changes nothing. Soft deletes skip it,
+  and so does the change log itself (`--write append`: a row per change event, flattened).
 - A primary-key change arrives as a delete of the old key and a create of the new: two keys,
   one row in the end.
 - Which of two events of a key wins is the upsert path's rule (sinks/sql.py `newer`: the later
@@ -140,10 +141,18 @@ class Envelope:
     """Reads change events into Changes for a table of columns `fields` (the row's, then the
     mirror's own columns asked for) keyed on `key_fields`."""
 
-    def __init__(self, fields: StructType, key_fields: tuple[str, ...], deletes: Deletes) -> None:
+    def __init__(
+        self,
+        fields: StructType,
+        key_fields: tuple[str, ...],
+        deletes: Deletes,
+        change_log: bool = False,
+    ) -> None:
         self.fields = fields
         self.key_fields = key_fields
         self.deletes = deletes
+        # --write append: each event is a row of its own; a tombstone is none.
+        self.change_log = change_log
         self.names = [f.name for f in fields if f.name not in (*CDC_COLUMNS, DELETED)]
         self.cdc = [name for name in fields.fieldNames() if name in (*CDC_COLUMNS, DELETED)]
         self._types = {f.name: f.dataType for f in fields}
@@ -154,7 +163,7 @@ class Envelope:
 
     def change(self, key: bytes | None, value: bytes | None) -> Change:
         if value is None:
-            if self.deletes == "soft":
+            if self.deletes == "soft" or self.change_log:
                 return Change(skip=True)
             return self._delete(key, {})
         try:

@@ -137,19 +137,25 @@ class DebeziumValues:
     struct of the target's fields, and ERROR, DELETE, SKIP, NEW_SCHEMA (cdc/envelope.py)."""
 
     def __init__(
-        self, fields_json: str, key_fields: tuple[str, ...], deletes: Deletes, column: str
+        self,
+        fields_json: str,
+        key_fields: tuple[str, ...],
+        deletes: Deletes,
+        column: str,
+        change_log: bool = False,
     ) -> None:
         self.fields_json = fields_json
         self.key_fields = key_fields
         self.deletes = deletes
         self.column = column
+        self.change_log = change_log
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_type
         from pyspark.sql.types import StructType
 
         fields = StructType.fromJson(json.loads(self.fields_json))
-        envelope = Envelope(fields, self.key_fields, self.deletes)
+        envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log)
         row_type = to_arrow_type(fields, timezone="UTC")
         for batch in batches:
             rows, errors, deletes, skips, schemas = [], [], [], [], []
@@ -192,5 +198,11 @@ def decode(records: DataFrame, target: Target, column: str) -> DataFrame:
         StructField(SKIP, BooleanType()),
         StructField(NEW_SCHEMA, StringType()),
     ]
-    values = DebeziumValues(target.fields.json(), target.key_fields, target.deletes, column)
+    values = DebeziumValues(
+        target.fields.json(),
+        target.key_fields,
+        target.deletes,
+        column,
+        change_log=target.mode == "append",
+    )
     return records.mapInArrow(values, StructType([*records.schema.fields, *added]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lagless.cdc import envelope
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, keeps_unavailable
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.source.json_values import COLUMN as DECODED
@@ -30,6 +30,7 @@ VALIDATE = "validate"
 RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
 _PARSED, _TEXTS = "_lagless_parsed", "_lagless_texts"
 _RANK = "_lagless_rank"
+_PRIOR = "_lagless_prior"
 
 
 def too_large(limit: int) -> str:
@@ -237,7 +238,7 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
 
     rows = shaped.where(F.col(ERROR).isNull())
     if target.value_format == "debezium":
-        rows = _unavailable_carried(rows.where(~F.col(debezium.SKIP)), target)
+        rows = _carried_in_batch(rows.where(~F.col(debezium.SKIP)), target)
     rows = rows.select(*target.row_columns)
     if target.mode != "upsert":
         return rows
@@ -253,36 +254,43 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     )
 
 
-def _unavailable_carried(rows: DataFrame, target: Target) -> DataFrame:
-    """Debezium: a column an update left UNAVAILABLE (TOASTed, unchanged) takes the value of
-    the key's latest earlier event of the batch that had it, as the store would have kept it:
-    coalescing keeps only the key's newest event, and the store keeps its value only for what
-    stays UNAVAILABLE (the events of earlier batches)."""
+def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
+    """Debezium, in upsert mode: what a key's earlier events of the batch give its later ones
+    before coalescing keeps only the newest (the store does the same across batches).
+
+    - A column an update left UNAVAILABLE (TOASTed, unchanged) takes the key's latest earlier
+      value of the batch; the store keeps its own only for what stays UNAVAILABLE.
+    - --deletes soft: a delete after the key's create or update in the same batch becomes that
+      row flagged _deleted (the store never held it, so its soft delete would flag nothing).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType
 
     assert target.fields is not None
-    kept = [
-        f for f in target.fields if keeps_unavailable(f.dataType) and f.name not in target.unique
-    ]
-    if not kept or target.mode != "upsert":
+    if target.mode != "upsert":
         return rows
-    earlier = (
-        Window.partitionBy(*target.unique, "partition")
-        .orderBy("offset")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    for field in kept:
-        marker = UNAVAILABLE_BYTES if isinstance(field.dataType, BinaryType) else UNAVAILABLE
-        column = F.col(field.name)
+    by_key = Window.partitionBy(*target.unique, "partition").orderBy("offset")
+    upto = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    carried = {}
+    for name, binary in kept_columns(target.fields, target.unique):
+        column = F.col(name)
+        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
         unavailable = F.coalesce(column == F.lit(marker), F.lit(False))
-        last_known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(earlier)
-        rows = rows.withColumn(
-            field.name,
-            F.when(unavailable & last_known.isNotNull(), last_known["v"]).otherwise(column),
-        )
-    return rows
+        known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(upto)
+        carried[name] = F.when(unavailable & known.isNotNull(), known["v"]).otherwise(column)
+    if carried:
+        rows = rows.select(*(carried.get(c, F.col(c)).alias(c) for c in rows.columns))
+    if target.deletes != "soft":
+        return rows
+    own = (*envelope.CDC_COLUMNS, envelope.DELETED)
+    values = [n for n in target.fields.fieldNames() if n not in (*target.unique, *own)]
+    earlier = by_key.rowsBetween(Window.unboundedPreceding, -1)
+    prior = F.last(F.when(~F.col(TOMBSTONE), F.struct(*values)), True).over(earlier)
+    rows = rows.withColumn(_PRIOR, prior)
+    after_a_row = F.col(TOMBSTONE) & F.col(_PRIOR).isNotNull()
+    flagged = {n: F.when(after_a_row, F.col(_PRIOR)[n]).otherwise(F.col(n)) for n in values}
+    flagged[TOMBSTONE] = F.col(TOMBSTONE) & F.col(_PRIOR).isNull()
+    return rows.select(*(flagged.get(c, F.col(c)).alias(c) for c in rows.columns if c != _PRIOR))
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:

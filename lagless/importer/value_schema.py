@@ -91,8 +91,10 @@ def _debezium(
     owned = reader is None
     reader = reader or OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
     try:
+        # The change log itself (--write append) needs to say what each row's event did.
+        cdc_columns = spec.cdc_columns or spec.write == "append"
         fields, key_fields = mirror_columns(
-            reader, partitions, given, spec.key_fields, spec.cdc_columns, spec.deletes
+            reader, partitions, given, spec.key_fields, cdc_columns, spec.deletes
         )
     finally:
         if owned:

@@ -1,0 +1,114 @@
+"""`--value-format debezium` from the CLI on change events written as Debezium writes them
+(tests/unit/test_cdc_envelope.py's; real Debezium runs in test_mirror.py): plain Parquet
+refuses a mirror but keeps the change log, `--cdc-columns` and `--deletes soft`."""
+
+from __future__ import annotations
+
+import decimal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from confluent_kafka import Producer
+
+from lagless.kafka.config import KafkaConfig
+from tests.unit.test_cdc_envelope import ROW, event, key, partition_of
+
+pytestmark = pytest.mark.spark
+
+TOPIC = "db.public.t"
+
+
+def produce_changes(kafka: KafkaConfig) -> int:
+    """Keys 1 and 2 created, 1 updated, 2 deleted (and its tombstone), 2 created again, 3
+    created then deleted: 8 records, 7 change events."""
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    changes = [
+        (1, event("c", {**ROW, "id": 1}, lsn=1)),
+        (2, event("c", {**ROW, "id": 2, "name": "b"}, lsn=2)),
+        (1, event("u", {**ROW, "id": 1, "n": 9}, lsn=3)),
+        (2, event("d", None, before={"id": 2}, lsn=4)),
+        (2, None),
+        (3, event("c", {**ROW, "id": 3}, lsn=5)),
+        (3, event("d", None, before={"id": 3}, lsn=6)),
+        (2, event("c", {**ROW, "id": 2, "name": "again"}, lsn=7)),
+    ]
+    for id_, value in changes:
+        producer.produce(TOPIC, key=key(id_), value=value, partition=partition_of(id_))
+    producer.flush(30)
+    return len(changes)
+
+
+def lagless_import(kafka: KafkaConfig, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "lagless", "import", "--bootstrap", kafka.bootstrap),
+            *("--topic", TOPIC, "--table", "t", "--value-format", "debezium"),
+            *("--checkpoint", str(tmp_path / "ckpt"), *args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_parquet_refuses_a_mirror_in_one_line_and_keeps_the_change_log(broker, kafka, tmp_path):
+    broker.create_topic(TOPIC, 2)
+    produce_changes(kafka)
+    sink = f"parquet:///{tmp_path}/lake"
+    refused = lagless_import(kafka, tmp_path, "--sink", sink)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0
+    assert "append only" in refused.stderr and "--write append" in refused.stderr
+    assert not (tmp_path / "lake" / "t").exists() or not any((tmp_path / "lake" / "t").iterdir())
+
+    kept = lagless_import(kafka, tmp_path, "--sink", sink, "--write", "append")
+    assert kept.returncode == 0, kept.stderr[-2000:]
+    rows = ds.dataset(tmp_path / "lake" / "t", format="parquet").to_table().to_pylist()
+    log = sorted((r["_lsn"], r["_op"], r["id"], r["n"]) for r in rows)
+    assert log == [
+        (1, "c", 1, 3),
+        (2, "c", 2, 3),
+        (3, "u", 1, 9),
+        (4, "d", 2, None),
+        (5, "c", 3, 3),
+        (6, "d", 3, None),
+        (7, "c", 2, 3),
+    ]  # a row per change event, the tombstone none
+
+
+def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
+    broker, kafka, tmp_path, spark
+):
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import ImportSpec
+
+    broker.create_topic(TOPIC, 2)
+    produce_changes(kafka)
+    database = tmp_path / "m.db"
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(TOPIC,),
+        sink_url=f"sqlite:///{database}",
+        checkpoint=str(tmp_path / "ckpt"),
+        table="t",
+        write="upsert",
+        value_format="debezium",
+        cdc_columns=True,
+        deletes="soft",
+        max_records_per_batch=3,
+    )
+    run_import(spec, spark=spark)
+    with sqlite3.connect(database) as conn:
+        rows = conn.execute(
+            'SELECT id, name, n, price, _op, _source_ts_ms, _lsn, _deleted FROM "t" ORDER BY id'
+        ).fetchall()
+    assert [(r[0], r[1], r[2], decimal.Decimal(r[3]), *r[4:]) for r in rows] == [
+        (1, "a", 9, decimal.Decimal("1.50"), "u", 1_700_000_000_003, 3, 0),
+        (2, "again", 3, decimal.Decimal("1.50"), "c", 1_700_000_000_007, 7, 0),
+        # Deleted: its last values kept, flagged, with the delete's own columns.
+        (3, "a", 3, decimal.Decimal("1.50"), "d", 1_700_000_000_006, 6, 1),
+    ]
