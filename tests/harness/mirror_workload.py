@@ -228,6 +228,7 @@ COLUMN_KINDS = {
     "doc": "json",
     "tags": "json",
     "raw": "bytes",
+    "_deleted": "bool",
 }
 
 

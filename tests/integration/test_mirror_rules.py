@@ -4,8 +4,6 @@ refuses a mirror but keeps the change log, `--cdc-columns` and `--deletes soft`.
 
 from __future__ import annotations
 
-import decimal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from lagless.kafka.config import KafkaConfig
+from tests.harness.mirror_workload import mirror_rows
 from tests.unit.test_cdc_envelope import ROW, event, key, partition_of
 
 pytestmark = pytest.mark.spark
@@ -55,6 +54,7 @@ def lagless_import(kafka: KafkaConfig, tmp_path: Path, *args: str) -> subprocess
     )
 
 
+@pytest.mark.matrix
 def test_parquet_refuses_a_mirror_in_one_line_and_keeps_the_change_log(broker, kafka, tmp_path):
     broker.create_topic(TOPIC, 2)
     produce_changes(kafka)
@@ -80,21 +80,36 @@ def test_parquet_refuses_a_mirror_in_one_line_and_keeps_the_change_log(broker, k
     ]  # a row per change event, the tombstone none
 
 
+@pytest.mark.parametrize(
+    "store",
+    [
+        "sqlite",
+        pytest.param("delta", marks=pytest.mark.matrix),
+        pytest.param("iceberg", marks=pytest.mark.matrix),
+        pytest.param("postgresql", marks=pytest.mark.matrix),
+    ],
+)
 def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
-    broker, kafka, tmp_path, spark
+    broker, kafka, tmp_path, spark, store, request
 ):
     from lagless.importer.job import run_import
     from lagless.importer.spec import ImportSpec
 
     broker.create_topic(TOPIC, 2)
     produce_changes(kafka)
-    database = tmp_path / "m.db"
+    if store == "postgresql":
+        sink = request.getfixturevalue("postgres").url
+    elif store == "sqlite":
+        sink = f"sqlite:///{tmp_path}/m.db"
+    else:
+        sink = f"{store}:///{tmp_path}/lake"
+    table = f"t_{tmp_path.name[-12:].lower()}" if store == "postgresql" else "t"
     spec = ImportSpec(
         kafka=kafka,
         topics=(TOPIC,),
-        sink_url=f"sqlite:///{database}",
+        sink_url=sink,
         checkpoint=str(tmp_path / "ckpt"),
-        table="t",
+        table=table,
         write="upsert",
         value_format="debezium",
         cdc_columns=True,
@@ -102,13 +117,10 @@ def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
         max_records_per_batch=3,
     )
     run_import(spec, spark=spark)
-    with sqlite3.connect(database) as conn:
-        rows = conn.execute(
-            'SELECT id, name, n, price, _op, _source_ts_ms, _lsn, _deleted FROM "t" ORDER BY id'
-        ).fetchall()
-    assert [(r[0], r[1], r[2], decimal.Decimal(r[3]), *r[4:]) for r in rows] == [
-        (1, "a", 9, decimal.Decimal("1.50"), "u", 1_700_000_000_003, 3, 0),
-        (2, "again", 3, decimal.Decimal("1.50"), "c", 1_700_000_000_007, 7, 0),
+    columns = ["id", "name", "n", "price", "_op", "_source_ts_ms", "_lsn", "_deleted"]
+    assert mirror_rows(sink, table, columns) == [
+        ("1", "a", "9", "1.5", "u", "1700000000003", "3", "false"),
+        ("2", "again", "3", "1.5", "c", "1700000000007", "7", "false"),
         # Deleted: its last values kept, flagged, with the delete's own columns.
-        (3, "a", 3, decimal.Decimal("1.50"), "d", 1_700_000_000_006, 6, 1),
+        ("3", "a", "3", "1.5", "d", "1700000000006", "6", "true"),
     ]
