@@ -73,7 +73,6 @@ def mirror_spec(
         "table": topic.rsplit(".", 1)[-1],
         "write": "upsert",
         "value_format": "debezium",
-        "max_records_per_batch": 400,
     }
     values.update(over)
     return ImportSpec(**values)
@@ -178,7 +177,7 @@ def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
     sink = f"sqlite:///{tmp_path}/mirror.db"
     mirrored.connector.start()
     mirrored.connector.wait_for_events(55)
-    mirrored.workload.step(80)
+    mirrored.workload.step(50)
     mirrored.connector.wait_quiet()
     for table in TABLES:
         run_import(mirror_spec(kafka, mirrored.topic(table), sink, tmp_path / table), spark=spark)
@@ -195,23 +194,24 @@ def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
 
     caught_up: list[bool] = []
     running = FirstBatch()
+    ended = threading.Event()
 
     def change_upstream_then_stop() -> None:
         try:
             mirrored.workload.step(10)  # a first batch with the table's columns
             assert running.written.wait(120)
             mirrored.workload.add_column()
-            mirrored.workload.step(80)
+            mirrored.workload.step(50)
             mirrored.connector.wait_quiet()
             deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and not caught_up:
+            while time.monotonic() < deadline and not caught_up and not ended.is_set():
                 with contextlib.suppress(Exception):  # the table may be mid-commit or evolving
-                    caught_up.extend(
-                        [True] if mirrored.differences(sink, orders) == ([], []) else []
-                    )
+                    if mirrored.differences(sink, orders) == ([], []):
+                        caught_up.append(True)
                 time.sleep(1)
         finally:
-            os.kill(os.getpid(), signal.SIGINT)
+            if not ended.is_set():  # the import stops after its batch in flight
+                os.kill(os.getpid(), signal.SIGINT)
 
     helper = threading.Thread(target=change_upstream_then_stop)
     helper.start()
@@ -223,8 +223,11 @@ def test_a_mirror_in_sqlite_equals_the_source_after_each_catch_up(
         mode="continuous",
         trigger_seconds=0.5,
     )
-    with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
-        run_import(continuous, running, spark=spark)
+    try:
+        with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
+            run_import(continuous, running, spark=spark)
+    finally:
+        ended.set()
     helper.join()
     assert caught_up, "the continuous mirror did not catch up within 180 s"
     assert "columns ['extra'] added by the change events" in caplog.text
