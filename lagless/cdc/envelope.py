@@ -89,9 +89,9 @@ def split(value: bytes) -> tuple[bytes | None, Any]:
     return None, parsed
 
 
-def source_ts_ms(value: bytes | None) -> int | None:
-    """When the database committed the change (the envelope's `source.ts_ms`); None for a
-    tombstone or a value that is not a change event."""
+def source_of(value: bytes | None) -> dict[str, Any] | None:
+    """A change event's `source` block (the database, schema, table, when it committed, its
+    position); None for a tombstone or a value that is not a change event."""
     if value is None:
         return None
     try:
@@ -99,7 +99,12 @@ def source_ts_ms(value: bytes | None) -> int | None:
     except ValueError:
         return None
     source = payload.get("source") if isinstance(payload, dict) else None
-    found = source.get("ts_ms") if isinstance(source, dict) else None
+    return source if isinstance(source, dict) else None
+
+
+def source_ts_ms(value: bytes | None) -> int | None:
+    """When the database committed the change (`source.ts_ms`), or None."""
+    found = (source_of(value) or {}).get("ts_ms")
     return found if isinstance(found, int) else None
 
 

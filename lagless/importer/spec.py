@@ -113,6 +113,7 @@ class ImportSpec:
     @property
     def template(self) -> TableTemplate:
         return TableTemplate.parse(self.table or "{topic}")
+
     # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
     cdc_columns: bool = False
     deletes: Deletes = "hard"
