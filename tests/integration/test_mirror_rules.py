@@ -124,3 +124,32 @@ def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
         # Deleted: its last values kept, flagged, with the delete's own columns.
         ("3", "a", "3", "1.5", "d", "1700000000006", "6", "true"),
     ]
+
+
+def test_one_routed_import_mirrors_each_table_of_the_database(broker, kafka, tmp_path):
+    """Debezium's topics of two tables, `--topic-pattern` with `--table '{table}'` (the table
+    named by the events' source block): a mirror of each, from one import."""
+    for topic in ("db.public.t", "db.public.orders_v2"):
+        broker.create_topic(topic, 2)
+    produce_changes(kafka)  # into db.public.t
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    source_u = {**ROW, "id": 5, "name": "u"}
+    # A topic named otherwise than its table: the event's source block names the table.
+    value = event("c", source_u, lsn=8, table="u")
+    producer.produce("db.public.orders_v2", key=key(5), value=value, partition=partition_of(5))
+    producer.flush(30)
+    sink = f"sqlite:///{tmp_path}/m.db"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "lagless", "import", "--bootstrap", kafka.bootstrap),
+            *("--topic-pattern", r"db\.public\..*", "--table", "{table}"),
+            *("--value-format", "debezium", "--sink", sink),
+            *("--checkpoint", str(tmp_path / "ckpt")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert mirror_rows(sink, "t", ["id", "name", "n"]) == [("1", "a", "9"), ("2", "again", "3")]
+    assert mirror_rows(sink, "u", ["id", "name", "n"]) == [("5", "u", "3")]

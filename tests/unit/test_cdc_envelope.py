@@ -110,6 +110,7 @@ def event(
     before: dict[str, Any] | None = None,
     lsn: int = 1,
     row_fields: list[dict[str, Any]] = ROW_FIELDS,
+    table: str = "t",
 ) -> bytes:
     def wire(row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
@@ -122,7 +123,12 @@ def event(
     payload = {
         "before": wire(before),
         "after": wire(after),
-        "source": {"ts_ms": 1_700_000_000_000 + lsn, "lsn": lsn},
+        "source": {
+            "ts_ms": 1_700_000_000_000 + lsn,
+            "lsn": lsn,
+            "schema": "public",
+            "table": table,
+        },
         "op": op,
     }
     return compact({"schema": envelope_schema(row_fields), "payload": payload})
