@@ -347,31 +347,21 @@ class BatchWriter:
                     records.where(F.col("topic").isin(*destination.topics)) if several else records
                 )
                 partitions = sorted(destination.ranges_of(end))
-                self._write_rows_evolving(rows, destination, batch, partitions, written)
+                while True:  # a Debezium mirror's part again once its table has new columns
+                    try:
+                        self._write_rows(rows, destination, batch, partitions, written)
+                        break
+                    except SchemaChanged as changed:
+                        self._evolve(destination, changed.schemas)
         finally:
             if kept:
                 records.unpersist()
         return written
 
-    def _write_rows_evolving(
-        self,
-        records: DataFrame,
-        destination: Destination,
-        batch: Batch,
-        partitions: list[tuple[str, int]],
-        written: Written,
-    ) -> None:
-        """A table's rows; for a Debezium mirror whose events bring columns the table lacks,
-        the columns are added first and the table's part is written again (nothing of the
-        first try was committed)."""
-        while True:
-            try:
-                self._write_rows(records, destination, batch, partitions, written)
-                return
-            except SchemaChanged as changed:
-                self._evolve(destination, changed.schemas)
-
     def _evolve(self, destination: Destination, schemas: list[str]) -> None:
+        """A Debezium mirror's events brought columns its table lacks (SchemaChanged, raised
+        before the table's part was committed): the columns are added, nullable, and the part
+        is written again."""
         target = destination.target
         assert target.fields is not None
         fields = target.fields
