@@ -31,6 +31,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
 from lagless.scenarios import SCENARIOS
 from lagless.scenarios.run import run_scenario
+from lagless.sinks.url import local_url
 
 TOPIC = "statements"
 GROUP = "lagless-demo"
@@ -166,7 +167,7 @@ def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
         spec = ImportSpec(
             kafka=config,
             topics=(TOPIC,),
-            sink_url=f"sqlite:///{database}",
+            sink_url=local_url("sqlite", database),
             checkpoint=_per_broker(checkpoint, broker.bootstrap),
             group=GROUP,
         )
@@ -212,7 +213,7 @@ def _typed(console: Console, database: str, checkpoint: str, scale: float) -> in
         spec = ImportSpec(
             kafka=config,
             topics=(DEALS_TOPIC,),
-            sink_url=f"sqlite:///{database}",
+            sink_url=local_url("sqlite", database),
             checkpoint=_per_broker(checkpoint, broker.bootstrap),
             write="upsert",
             value_format="json",

@@ -5,17 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from lagless.cli.options import add_kafka_arguments, kafka_config
+from lagless.cli.options import (
+    add_kafka_arguments,
+    at_least_one,
+    epoch_ms,
+    kafka_config,
+    not_empty,
+    positive_seconds,
+    seconds_or_zero,
+)
 from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.progress import RichCollector
 from lagless.retry import DEFAULT_RETRY_S
+from lagless.sinks.url import relative_that_looks_absolute
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "import", help="import a Kafka topic into a store with Spark", description=__doc__
     )
     add_kafka_arguments(parser)
-    parser.add_argument("--topic", action="append", default=[], help="topic to import (repeatable)")
+    parser.add_argument(
+        "--topic",
+        type=not_empty,
+        action="append",
+        default=[],
+        help="topic to import (repeatable)",
+    )
     parser.add_argument(
         "--topic-pattern",
         metavar="REGEX",
@@ -43,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--table",
+        type=not_empty,
         help="target table (default: the topic name); Iceberg takes namespace.table; a table "
         "per topic with {topic} (the topic's name), {schema} and {table} (of <prefix>.<schema>."
         "<table>), characters a table name cannot hold as _",
@@ -93,50 +110,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-records-per-batch",
-        type=int,
+        type=at_least_one,
         metavar="N",
         help="at most N records per micro-batch (Spark's maxOffsetsPerTrigger)",
     )
     parser.add_argument(
         "--max-bytes-per-batch",
-        type=int,
+        type=at_least_one,
         metavar="N",
         help="at most about N bytes per micro-batch (default: 1 GiB where the executors write: "
         "Parquet, Delta, PostgreSQL; 256 MiB for SQLite)",
     )
     parser.add_argument(
         "--starting-timestamp",
-        type=int,
+        type=epoch_ms,
         metavar="MS",
         help="start at each partition's first record at or after MS milliseconds since the "
         "epoch (Spark's startingTimestamp); a checkpoint to resume from overrides it",
     )
     parser.add_argument(
         "--ending-timestamp",
-        type=int,
+        type=epoch_ms,
         metavar="MS",
         help="bulk mode: stop before each partition's first record at or after MS "
         "milliseconds since the epoch (Spark's endingTimestamp)",
     )
     parser.add_argument(
-        "--max-record-bytes", type=int, help="dead-letter values larger than this many bytes"
+        "--max-record-bytes",
+        type=at_least_one,
+        help="dead-letter values larger than this many bytes",
     )
     parser.add_argument(
         "--dead-letter-topic",
+        type=not_empty,
         help="also send rejected records to this existing topic, error context in headers",
     )
     parser.add_argument(
-        "--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)"
+        "--slots", type=at_least_one, help="task slots to plan for (default: Spark parallelism x 2)"
     )
     parser.add_argument(
         "--trigger-seconds",
-        type=float,
+        type=positive_seconds,
         default=ImportSpec.trigger_seconds,
         help="continuous mode: seconds between batch starts (default %(default)s)",
     )
     parser.add_argument(
         "--retry-seconds",
-        type=float,
+        type=seconds_or_zero,
         default=DEFAULT_RETRY_S,
         metavar="S",
         help="how long a broker or database that is away (unreachable, hung, restarting) is "
@@ -149,7 +169,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip offsets deleted by retention instead of failing",
     )
     parser.add_argument(
-        "--group", help="also commit progress to this Kafka consumer group (for lag tools)"
+        "--group",
+        type=not_empty,
+        help="also commit progress to this Kafka consumer group (for lag tools)",
     )
     parser.add_argument(
         "--master",
@@ -183,16 +205,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def spec_from_args(args: argparse.Namespace) -> ImportSpec:
     from lagless.exceptions import BadInput
 
-    for name in ("max_records_per_batch", "max_bytes_per_batch", "max_record_bytes", "slots"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("starting_timestamp", "ending_timestamp"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
-    if not args.retry_seconds >= 0:
-        raise BadInput("--retry-seconds must be at least 0")
     if not args.topic and args.topic_pattern is None:
         raise BadInput("give the topics to import: --topic NAME (repeatable) or --topic-pattern")
     if args.topic_pattern is not None:
@@ -225,11 +237,22 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         ending_timestamp=args.ending_timestamp,
         value_schema=args.value_schema,
         schema_registry=args.schema_registry,
-        key_fields=tuple(f.strip() for f in args.key_field.split(",")) if args.key_field else (),
+        key_fields=key_fields(args.key_field),
         retry_seconds=args.retry_seconds,
         spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
         shared_disk=args.shared_disk,
     )
+
+
+def key_fields(text: str | None) -> tuple[str, ...]:
+    from lagless.exceptions import BadInput
+
+    if text is None:
+        return ()
+    fields = tuple(f.strip() for f in text.split(","))
+    if not all(fields):
+        raise BadInput(f"--key-field {text!r} names an empty field")
+    return fields
 
 
 def spark_setting(text: str) -> tuple[str, str]:
@@ -243,6 +266,9 @@ def spark_setting(text: str) -> tuple[str, str]:
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    ambiguous = relative_that_looks_absolute(spec.sink_url)
+    if ambiguous is not None:
+        print(f"lagless: warning: {ambiguous}", file=sys.stderr, flush=True)
     if args.explain:
         plan = explain(spec)
         if args.json:

@@ -4,6 +4,7 @@ consumer group to look at, and the labels of the metrics."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
@@ -31,8 +32,12 @@ def kafka_config(args: argparse.Namespace) -> KafkaConfig:
 def add_group_arguments(parser: argparse.ArgumentParser, group_required: bool = True) -> None:
     """The broker, one consumer group and, optionally, one of its topics (lag, doctor)."""
     add_kafka_arguments(parser)
-    parser.add_argument("--group", required=group_required, help="consumer group id")
-    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
+    parser.add_argument(
+        "--group", type=not_empty, required=group_required, help="consumer group id"
+    )
+    parser.add_argument(
+        "--topic", type=not_empty, help="only this topic (default: every topic the group read)"
+    )
 
 
 def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +49,7 @@ def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retention-warning",
-        type=float,
+        type=seconds_or_zero,
         default=DEFAULT_RETENTION_WARNING_S,
         metavar="S",
         help="warn when retention deletes unread records within S seconds (default 3600)",
@@ -53,3 +58,64 @@ def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cluster_name(args: argparse.Namespace) -> str:
     return str(args.cluster_name or args.bootstrap)
+
+
+# Types of option values, checked as argparse reads them, so a bad one is one line (exit 2)
+# before anything runs or is written: `argument --trigger-seconds: must be above 0, not -1`.
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds, more than 0 (an interval, a timeout)."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """Seconds, 0 or more (a budget that may be none)."""
+    value = _number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, not {text}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """A whole number, 1 or more (a count, a size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
+
+
+def epoch_ms(text: str) -> int:
+    """Milliseconds since the epoch."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be milliseconds since the epoch, not {text!r}")
+    return value
+
+
+def not_empty(text: str) -> str:
+    """A topic, table or group name: not empty, no spaces around it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} has spaces around it")
+    return text
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value

@@ -142,7 +142,12 @@ class IcebergSink(FolderTableSink):
         return super().identity
 
     def table_name(self, name: str) -> str:
-        """A table, or `namespace.table`."""
+        """A table, or `namespace.table`: one level of namespace (lagless makes it)."""
+        if name.count(".") > 1:
+            raise BadInput(
+                f"Iceberg table {name!r} has {name.count('.')} dots: lagless takes TABLE or "
+                "NAMESPACE.TABLE (one namespace, no nested ones)"
+            )
         namespace, dot, table = name.partition(".")
         if dot:
             check_identifier(namespace, "namespace")
