@@ -278,7 +278,9 @@ def handle(args: argparse.Namespace) -> int:
                 Console().print(tables_table(plan))
             Console().print(plan_table(plan))
         return 0
-    summary = run_import(spec, RichCollector())
+    summary = run_import(
+        spec, RichCollector(summary=not args.json, follow=spec.mode == "continuous")
+    )
     if args.json:
         print(json.dumps(summary.as_dict()))
     return 0

@@ -189,7 +189,8 @@ class BatchWriter:
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
-        self.collector.batch(self.summary, self.remaining_lag(end))
+        self.summary.behind = self.remaining_lag(end)
+        self.collector.batch(self.summary, self.summary.behind)
 
     def _count_skipped(
         self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]

@@ -203,6 +203,14 @@ class Sink(ABC):
         """Where rows land, as a checkpoint remembers it: an absolute location, no secret."""
         return f"{self.scheme}:///{os.path.realpath(self.location)}"
 
+    @property
+    def destination(self) -> str:
+        """Where rows land, as the import's summary names it: a local store's absolute path
+        (its database file, its folder), else its URL without a password."""
+        local = f"{self.scheme}:///"
+        identity = self.identity
+        return identity[len(local) :] if identity.startswith(local + "/") else identity
+
     def table_name(self, name: str) -> str:
         """--table (or the topic's name) as this store takes it; BadInput if it cannot."""
         return check_identifier(name)

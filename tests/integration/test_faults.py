@@ -15,6 +15,7 @@ The default run keeps a few representative cases; the full matrix is marked `mat
 from __future__ import annotations
 
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -95,17 +97,34 @@ def embedded() -> Iterator[EmbeddedBroker]:
 class Import:
     """`python -m lagless --log-file LOG import ...` as a subprocess in its own session."""
 
-    def __init__(self, folder: Path, args: list[str], name: str) -> None:
+    def __init__(self, folder: Path, args: list[str], name: str, terminal: bool = False) -> None:
+        """terminal: stdout is a terminal's (a pseudo-terminal: `terminal_output()`)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / f"{name}.log"
         self.err = folder / f"{name}.err"
+        self._terminal: int | None = None
         with open(folder / f"{name}.out", "w") as out, open(self.err, "w") as err:
+            stdout: int | TextIO = out
+            if terminal:
+                self._terminal, stdout = pty.openpty()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "lagless", "--log-file", str(self.log), "import", *args],
-                stdout=out,
+                stdout=stdout,
                 stderr=err,
                 start_new_session=True,
             )
+            if isinstance(stdout, int):
+                os.close(stdout)
+
+    def terminal_output(self) -> str:
+        """What the import wrote to its terminal, once it ended."""
+        assert self._terminal is not None
+        chunks = []
+        with suppress(OSError):  # EIO: the other end is closed and drained
+            while chunk := os.read(self._terminal, 65536):
+                chunks.append(chunk)
+        os.close(self._terminal)
+        return b"".join(chunks).decode(errors="replace")
 
     def batches(self) -> list[tuple[int, int]]:
         """(batch id, records) of each batch the import logged as written."""
@@ -402,6 +421,7 @@ def test_sigterm_stops_a_continuous_import_waiting_for_a_hung_broker(broker_proc
         tmp_path / "run",
         import_args(broker_process.bootstrap, sink, tmp_path / "ckpt", "continuous"),
         "1",
+        terminal=True,
     )
     run.wait_for_batches(1)
     deadline = time.monotonic() + PROCESS_TIMEOUT_S
@@ -419,6 +439,11 @@ def test_sigterm_stops_a_continuous_import_waiting_for_a_hung_broker(broker_proc
     assert "lagless:" not in run.stderr() and "Traceback" not in run.stderr()
     assert "a stop was asked for; no longer waiting" in run.log.read_text()
     assert landed(sink) == expected
+    # On a terminal, a line per batch (issue 34.2), then the summary.
+    shown = run.terminal_output().splitlines()
+    batches = [line for line in shown if "records/s" in line and "behind" in line]
+    assert len(batches) == len(run.batches()), shown
+    assert shown[-1].strip() == "up to date", shown
 
 
 @pytest.mark.matrix
