@@ -34,6 +34,7 @@ from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import TaskWrittenSink
+from lagless.sinks.base import Written as Committed
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
@@ -50,10 +51,22 @@ class Written:
     bytes: int = 0
     written: int = 0
     dead: Counter[str] = field(default_factory=Counter)
+    # Records of table parts the ledger held already (another import committed them).
+    already: int = 0
 
-    def add(self, by_partition: dict[TP, int], size: int, written: int, dead: dict[str, int]):
+    def add(
+        self,
+        by_partition: dict[TP, int],
+        size: int,
+        written: int,
+        dead: dict[str, int],
+        already: bool = False,
+    ) -> None:
         self.by_partition.update(by_partition)
         self.bytes += size
+        if already:
+            self.already += sum(by_partition.values())
+            return
         self.written += written
         self.dead.update(dead)
 
@@ -183,6 +196,7 @@ class BatchWriter:
             written.bytes,
             written.written,
             {reason: n for reason, n in written.dead.items() if n},
+            written.already,
         )
         if not self.spec.fail_on_data_loss:
             self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
@@ -260,7 +274,7 @@ class BatchWriter:
             by_reason = dict(zip(reasons, counts, strict=True))
             self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
             log.info("batch %d: %d files of records left to Spark's rows", batch.id, len(left))
-        sink.commit_staged(files, target, batch)
+        committed = sink.commit_staged(files, target, batch)
         failpoint("after-write")
         if left:
             sink.discard_staged(target)  # the left files, read
@@ -270,8 +284,10 @@ class BatchWriter:
             strict=True,
         ):
             by_partition[(topic, partition)] += records
+        stored = sum(by_partition.values()) - sum(dead.values())
+        rows, replay = _written(committed, stored)
         size = pc.sum(collected.column("bytes")).as_py() or 0
-        written.add(by_partition, size, sum(by_partition.values()) - sum(dead.values()), dead)
+        written.add(by_partition, size, rows, dead, already=replay)
 
     def _shaped(
         self,
@@ -372,13 +388,20 @@ class BatchWriter:
         per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
-        if stored is None:
-            stored = sum(by_partition.values()) - sum(dead.values())
-        written.add(by_partition, observed["bytes"], stored, dead)
+        rows, replay = _written(stored, sum(by_partition.values()) - sum(dead.values()))
+        written.add(by_partition, observed["bytes"], rows, dead, already=replay)
 
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
+    """(rows the table gained or replaced, whether the ledger held the batch) from what the
+    store told; `stored`: the records it was given, what an append gains."""
+    if isinstance(told, Committed):
+        return (stored if told.rows is None else told.rows), told.replay
+    return (stored if told is None else told), False
 
 
 def _offsets_text(offsets: Offsets) -> str:

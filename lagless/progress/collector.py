@@ -23,6 +23,9 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    # Records of batches the table held already (a replay: a batch Spark's checkpoint runs
+    # again, or one another import committed meanwhile): read, not imported again.
+    already_in_table: int = 0
     # Offsets lost before they were read (deleted by retention, or a recreated topic's), skipped
     # under --skip-lost-offsets (failOnDataLoss=false).
     skipped: int = 0
@@ -46,18 +49,21 @@ class Summary:
         bytes_read: int,
         written: int,
         dead_lettered_by_reason: dict[str, int],
+        already_in_table: int = 0,
     ) -> None:
-        """Records read = imported + dead-lettered; `written` counts rows after coalescing."""
+        """Records read = imported + dead-lettered + already in the table (records of table
+        parts the ledger held); `written` counts the rows the tables gained or replaced."""
         self.batches += 1
         self.by_partition.update(records_by_partition)
         read = sum(records_by_partition.values())
-        dead = sum(dead_lettered_by_reason.values())
         self.records += read
-        self.imported += read - dead
-        self.dead_lettered += dead
         self.bytes += bytes_read
         self.last_records = read
         self.last_bytes = bytes_read
+        self.already_in_table += already_in_table
+        dead = sum(dead_lettered_by_reason.values())
+        self.imported += read - dead - already_in_table
+        self.dead_lettered += dead
         self.written += written
         self.dead_lettered_by_reason.update(dead_lettered_by_reason)
 
@@ -76,6 +82,7 @@ class Summary:
             "written": self.written,
             "dead_lettered": self.dead_lettered,
             "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
+            "already_in_table": self.already_in_table,
             "skipped": self.skipped,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
@@ -229,7 +236,7 @@ def summary_text(summary: Summary) -> str:
     topics = ", ".join(summary.topics) or "the topics"
     lines = [f"lagless import: {topics} -> table {summary.table!r} of {summary.destination}"]
     seconds = max(summary.seconds, 1e-9)
-    if summary.records:
+    if summary.imported or summary.dead_lettered:
         lines.append(
             f"  imported        {summary.imported:,} records ({summary.bytes / 1e6:,.1f} MB) in "
             f"{summary.seconds:.1f} s, {summary.records / seconds:,.0f} records/s"
@@ -241,6 +248,11 @@ def summary_text(summary: Summary) -> str:
         by_reason = sorted(summary.dead_lettered_by_reason.items())
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in by_reason)
         lines.append(f"  dead-lettered   {summary.dead_lettered:,} ({reasons})")
+    if summary.already_in_table:
+        lines.append(
+            f"  already held    {summary.already_in_table:,} records read again (the table "
+            "held their batches)"
+        )
     if summary.skipped:
         lines.append(f"  skipped         {summary.skipped:,} (deleted before they were read)")
     lines.append(f"  held before     {held_text(summary.held_before)}")

@@ -53,6 +53,21 @@ DEAD_LETTER_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Written:
+    """What committing a batch did to its table (Sink.write, TaskWrittenSink.commit_staged),
+    counted the same way in every store."""
+
+    # Rows the table gained or replaced (an upsert's newer record replaces its key's row);
+    # None: one per row given (an append).
+    rows: int | None = None
+    # The ledger held the batch's offsets already (a replay): nothing was written.
+    replay: bool = False
+
+
+ALREADY_HELD = Written(0, replay=True)
+
+
 def check_identifier(name: str, what: str = "table name") -> str:
     if not _IDENTIFIER.fullmatch(name):
         raise BadInput(
@@ -234,9 +249,10 @@ class Sink(ABC):
     @abstractmethod
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int | None:
+    ) -> int | Written | None:
         """Per batch: store rows (COLUMNS) idempotently with the batch's ranges in the ledger, in
-        one atomic step; returns the rows written (None: all of them). Calls before_commit
+        one atomic step; returns the rows the table gained or replaced (None: one per row
+        given), or Written (ALREADY_HELD: the ledger held the batch). Calls before_commit
         once the rows are staged (Spark's job over them has run) and before that step: the
         batch's dead letters are stored then, so the ledger never holds a batch whose dead
         letters a crash lost."""
@@ -308,10 +324,10 @@ class TaskWrittenSink(Sink):
         raise NotImplementedError(f"{type(self).__name__}'s tasks leave no records")
 
     @abstractmethod
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """Per batch, after the tasks wrote (files: theirs, and stage_rows'): make the batch
         visible with its ranges in the ledger, in one atomic step, unless the ledger holds
-        them already."""
+        them already (then ALREADY_HELD; None or Written: what the table gained)."""
 
 
 class DriverSink(Sink):
@@ -322,7 +338,7 @@ class DriverSink(Sink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int:
+    ) -> int | Written:
         columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
         table = rows.select(*columns).toArrow()
         before_commit()
@@ -338,12 +354,15 @@ class DriverSink(Sink):
             return F.to_json(name).alias(name)
         return F.col(name)
 
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int:
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()
-        return self.write_arrow(table.to_reader(), target, None)
+        self.write_arrow(table.to_reader(), target, None)
 
     @abstractmethod
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+    def write_arrow(
+        self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None
+    ) -> int | Written:
         """Store rows into the target, and the batch's ranges into its ledger, in one
         transaction; with no batch, rows are dead letters (DEAD_LETTER_COLUMNS) for the
-        dead-letter table. Returns the rows changed."""
+        dead-letter table. Returns the rows the target gained or replaced (ALREADY_HELD: the
+        ledger held the batch)."""

@@ -133,6 +133,12 @@ def verdict(batch: Batch, held: Mapping[TP, int]) -> Verdict:
     return states.pop() if states else Verdict.REPLAY
 
 
+def holds(batch: Batch, held: Mapping[TP, int]) -> bool:
+    """Whether the table holds every offset of `batch` already (verdict's REPLAY), for a
+    store whose unique key keeps a replay out by itself and only counts what it wrote."""
+    return all(tp in held and end <= held[tp] for tp, (_, end) in batch.covered.items())
+
+
 @dataclass(frozen=True)
 class Lacking:
     """A partition the checkpoint's committed batches covered up to `end` that the table

@@ -17,6 +17,8 @@ import pytest
 from lagless.exceptions import BadInput, TerminalError
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Target, sink_from_url
+from lagless.sinks.base import ALREADY_HELD, Written
+from lagless.sinks.ledger import Batch
 from lagless.sinks.sqlite import SqliteSink
 from lagless.sinks.task_files import FILE_SCHEMA, StagedFiles
 from lagless.source.executor_write import write_task
@@ -73,12 +75,16 @@ def test_a_batch_staged_by_the_tasks_lands_once_even_when_replayed(tmp_path: Pat
     sink.prepare(TARGET)
     tasks = [[OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 7)], [OffsetRange("t", 0, 5, 9)]]
 
+    batch = Batch(0, {("t", 0): (0, 9), ("t", 1): (3, 7)})
+
     sink.discard_staged(TARGET)
-    sink.commit_staged(run_tasks(sink, tasks), TARGET, 0)
+    assert sink.commit_staged(run_tasks(sink, tasks), TARGET, batch) == Written(13)
     first = stored(path)
-    # A replay (crash after the write, before Spark's commit), split into other tasks.
+    # A replay (crash after the write, before Spark's commit), split into other tasks: told
+    # apart (issue 31.5), nothing written.
     sink.discard_staged(TARGET)
-    sink.commit_staged(run_tasks(sink, [[p] for pieces in tasks for p in pieces]), TARGET, 0)
+    again = run_tasks(sink, [[p] for pieces in tasks for p in pieces])
+    assert sink.commit_staged(again, TARGET, batch) == ALREADY_HELD
 
     expected = sorted(
         ("t", p.partition, o, f"k{o}".encode(), f"v{o}".encode(), (1_700_000_000 + o) * 1000)

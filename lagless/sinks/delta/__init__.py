@@ -32,9 +32,11 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
 from lagless.sinks.base import (
+    ALREADY_HELD,
     TOMBSTONE,
     Target,
     WriteMode,
+    Written,
     check_writable_path,
 )
 from lagless.sinks.folder_table import FolderTableSink
@@ -107,20 +109,19 @@ class DeltaSink(FolderTableSink):
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """After the tasks wrote the batch (executorWriter): commit its files in one transaction."""
-        self._append(target.table, sorted(set(files)), batch)
+        return None if self._append(target.table, sorted(set(files)), batch) else ALREADY_HELD
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch of rows: tasks write the files, the driver appends them or merges them."""
         files = self._stage(rows, target, target.table)
         before_commit()
         if target.mode == "append":
-            self._append(target.table, files, batch)
-        else:
-            self._merge(files, target, batch)
+            return None if self._append(target.table, files, batch) else ALREADY_HELD
+        return self._merge(files, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
@@ -141,27 +142,30 @@ class DeltaSink(FolderTableSink):
             tables.append((target.tombstone_table, "upsert"))
         return tables
 
-    def _append(self, table: str, files: list[str], batch: Batch) -> None:
+    def _append(self, table: str, files: list[str], batch: Batch) -> bool:
         """Move the batch's files beside the table's and add them, with the batch's ranges, in
-        one commit, unless the log holds these offsets already (a replay). A batch without
-        files still records its ranges in a table that exists."""
+        one commit, unless the log holds these offsets already (a replay: False). A batch
+        without files still records its ranges in a table that exists."""
         delta = self._open_or_none(table) if not files else None
         if delta is None:
             if not files:
-                return
+                return True
             delta = self._open(table, "append", self._schema(files[0]))
         if _is_replay(delta, batch):
             self._drop(files)
-            return
+            return False
         folder = self.storage.join(self.location, table)
         actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
-        _commit(
-            delta,
-            batch,
-            lambda props: delta.create_write_transaction(
-                actions, "append", delta.schema(), commit_properties=props
-            ),
+        return (
+            _commit(
+                delta,
+                batch,
+                lambda props: delta.create_write_transaction(
+                    actions, "append", delta.schema(), commit_properties=props
+                ),
+            )
+            is not _LOST_TO_A_REPLAY
         )
 
     def _open_or_none(self, table: str) -> DeltaTable | None:
@@ -174,20 +178,20 @@ class DeltaSink(FolderTableSink):
         except TableNotFoundError:
             return None
 
-    def _merge(self, files: list[str], target: Target, batch: Batch) -> None:
+    def _merge(self, files: list[str], target: Target, batch: Batch) -> Written:
         """Tombstones into `<table>_tombstones`, then one MERGE into the target: a record only
         replaces an older row and only when newer than its key's tombstone; a tombstone deletes
         an older row. Both commits are newer-only, so a replay between them changes nothing."""
         import polars as pl
 
         if not files:
-            return
+            return Written(0)
         rows_schema = self._schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
         delta = self._open(target.table, "upsert", stored)
         if _is_replay(delta, batch):
             self._drop(files)
-            return
+            return ALREADY_HELD
         keys = target.unique
 
         def same_key(a: str, b: str) -> str:
@@ -227,7 +231,7 @@ class DeltaSink(FolderTableSink):
         whole = f"({newer('s', 't')})"
         # Every stored column from the source row: the tombstone flag itself is not stored.
         columns = {name: f's."{name}"' for name in stored.names}
-        _commit(
+        merged = _commit(
             delta,
             batch,
             lambda props: (
@@ -244,6 +248,10 @@ class DeltaSink(FolderTableSink):
                 .execute()
             ),
         )
+        if merged is _LOST_TO_A_REPLAY:
+            return ALREADY_HELD
+        # Rows gained or replaced, as every store counts them (not the tombstones' deletes).
+        return Written(merged["num_target_rows_inserted"] + merged["num_target_rows_updated"])
 
     def _schema(self, path: str) -> pa.Schema:
         return self.storage.parquet_metadata(path).schema.to_arrow_schema()
@@ -327,10 +335,15 @@ def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
     return {(t, int(p)): int(o) + 1 for t, p, o in found.iter_rows()}
 
 
-def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
+# What _commit returns when its commit lost to another writer of the same batch.
+_LOST_TO_A_REPLAY = object()
+
+
+def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
     """One Delta transaction that records the batch's ranges (an application transaction per
-    partition). A commit that lost a race to another writer of these partitions finds them
-    held (a stale driver of the same batch: done) or raises ConcurrentImport."""
+    partition); what `action` returned (a MERGE's metrics). A commit that lost a race to
+    another writer of these partitions finds them held (a stale driver of the same batch:
+    _LOST_TO_A_REPLAY) or raises ConcurrentImport."""
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties, Transaction
 
@@ -340,7 +353,7 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
         custom_metadata={"lagless.ranges": batch.to_json()},
     )
     try:
-        action(props)
+        done = action(props)
     except CommitFailedError:
         delta.update_incremental()
         if not _is_replay(delta, batch):
@@ -348,7 +361,9 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
                 f"a commit to {delta.table_uri} lost to another import of the same partitions; "
                 "rerun to resume after what the table holds"
             ) from None
+        done = _LOST_TO_A_REPLAY
     delta.update_incremental()
+    return done
 
 
 def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:

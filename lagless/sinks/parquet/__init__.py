@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
 from lagless.sinks.base import (
+    ALREADY_HELD,
     DEAD_LETTER_COLUMNS,
     Target,
+    Written,
     check_writable_path,
 )
 from lagless.sinks.folder_table import FolderTableSink
@@ -91,32 +93,33 @@ class ParquetSink(FolderTableSink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch's rows, written by Spark's tasks, then made visible in one rename (on S3:
         written by the tasks through pyarrow, committed by the lock's copy). Typed values
         keep their nested types; a field the schema added is a column of the files written
         since (readers merge the files' schemas)."""
         rows = rows.select(*target.schema().fieldNames())
-        self._write(rows, target, target.table, batch, before_commit)
+        return self._write(rows, target, target.table, batch, before_commit)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, as the rows are, before the batch's rows are visible."""
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(files))
         table = self.storage.join(self.location, target.table)
         if isinstance(self.storage, S3Storage):
-            _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
+            )
         gathering = _gathering(table, batch)
         shutil.rmtree(gathering, ignore_errors=True)
         os.makedirs(gathering)
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
-        _make_visible(table, batch)
+        return _said(_make_visible(table, batch))
 
     def _write(
         self,
@@ -125,18 +128,24 @@ class ParquetSink(FolderTableSink):
         table: str,
         batch: Batch,
         before_commit: Callable[[], None] = _no_op,
-    ) -> None:
+    ) -> Written | None:
         folder = self.storage.join(self.location, table)
         if isinstance(self.storage, S3Storage):
             staging = self._staging(target, table)
             clear = self.storage.remove_tree
             files = stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
             before_commit()
-            _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
+            )
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
         before_commit()
-        _make_visible(folder, batch)
+        return _said(_make_visible(folder, batch))
+
+
+def _said(visible: bool) -> Written | None:
+    """A batch made visible gains a row per record (None); one the table held, nothing."""
+    return None if visible else ALREADY_HELD
 
 
 def folder_name(batch: Batch) -> str:
@@ -148,9 +157,10 @@ def _gathering(table: str, batch: Batch) -> str:
     return os.path.join(table, f"_{folder_name(batch)}.partial")
 
 
-def _make_visible(table: str, batch: Batch) -> None:
+def _make_visible(table: str, batch: Batch) -> bool:
     """The gathered batch, with its ranges, becomes `batch=<digest>` in one rename, unless the
-    table holds its offsets already (ledger.verdict; then the gathered files are dropped)."""
+    table holds its offsets already (ledger.verdict; then the gathered files are dropped and
+    False is returned)."""
     gathering = _gathering(table, batch)
     with open(os.path.join(gathering, RANGES), "w", encoding="utf-8") as handle:
         handle.write(batch.to_json())
@@ -159,14 +169,15 @@ def _make_visible(table: str, batch: Batch) -> None:
     with storage.locked(os.path.join(table, LOCK), "", 0):
         if verdict(batch, held_until(_held_ranges(storage, table)[0])) is Verdict.REPLAY:
             shutil.rmtree(gathering)
-            return
+            return False
         failpoint("mid-write")  # files written, the batch not yet visible nor committed
         os.replace(gathering, os.path.join(table, folder_name(batch)))
+    return True
 
 
 def _commit_on_s3(
     storage: S3Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
-) -> None:
+) -> bool:
     """Under the table's lock object: unless the table holds the batch (then its staged files
     are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
     the commit point. Folders a crashed commit left without `_ranges.json` go first."""
@@ -180,12 +191,13 @@ def _commit_on_s3(
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
             for path in files:
                 storage.remove(path)
-            return
+            return False
         folder = storage.join(table, folder_name(batch))
         for path in files:
             storage.move(path, storage.join(folder, path.rsplit("/", 1)[-1]))
         failpoint("mid-write")  # files in the batch's folder, its ranges not yet written
         storage.write_text(storage.join(folder, RANGES), batch.to_json())
+    return True
 
 
 def _held_ranges(

@@ -25,7 +25,7 @@ from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.retry import retried
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter, TaskWrittenSink
+from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter, TaskWrittenSink, Written
 from lagless.sinks.ledger import TP, Batch
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
@@ -173,7 +173,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int:
+    ) -> int | Written:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
         what a crashed attempt left there is dropped), then one transaction merges it and drops
         it. Retried whole while the server is away, up to the retry budget."""
