@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run an embedded Kafka cluster (dev and tests) until Ctrl-C",
         description=__doc__,
     )
-    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument(
+        "--brokers", type=int, default=1, metavar="N", help="number of brokers (default: 1)"
+    )
     parser.add_argument(
         "--topic",
         action="append",

@@ -56,15 +56,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--out",
+        metavar="DIR",
         help="folder for demo.db and the checkpoint, kept (default: a temporary folder, removed "
         "at the end)",
     )
     parser.add_argument(
         "--scale",
         type=float,
-        help="size of the backlog: field report 000's lag / 1000 times this (default 10: 1.35M "
-        "records); with --typed, the deals profile's counts times this (default "
-        f"{DEMO_DEALS_SCALE:g}: 102,000 records)",
+        metavar="X",
+        help="size of the backlog: field report 000's lag / 1000 times this (default: 10, "
+        "1.35M records); with --typed, the deals profile's counts times this (default: "
+        f"{DEMO_DEALS_SCALE:g}, 102,000 records)",
     )
     parser.add_argument(
         "--typed",

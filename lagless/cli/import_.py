@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=not_empty,
         action="append",
         default=[],
+        metavar="TOPIC",
         help="topic to import (repeatable)",
     )
     parser.add_argument(
@@ -45,21 +46,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="REGEX",
         help="import every topic whose whole name matches REGEX, also those created while a "
         "continuous import runs (Spark's subscribePattern); each into the table --table names "
-        "for it (default '{topic}')",
+        "for it (default: '{topic}')",
     )
     parser.add_argument(
         "--sink",
         required=True,
+        metavar="URL",
         help="sqlite:///file.db | postgresql://user:password@host:port/db | parquet:///dir "
         "| delta:///dir | iceberg:///dir "
         "(three slashes: a relative path; four: an absolute one)",
     )
     parser.add_argument(
-        "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="checkpoint directory; a rerun resumes from it",
     )
     parser.add_argument(
         "--table",
         type=not_empty,
+        metavar="TABLE",
         help="target table (default: the topic name); Iceberg takes namespace.table; a table "
         "per topic with {topic} (the topic's name), {schema} and {table} (of <prefix>.<schema>."
         "<table>), characters a table name cannot hold as _",
@@ -69,14 +75,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("append", "upsert"),
         default="append",
         help="append: a row per record, unique on (topic, partition, offset); upsert: a row per "
-        "key, replaced only by a newer record (default %(default)s)",
+        "key, replaced only by a newer record (default: %(default)s)",
     )
     parser.add_argument(
         "--mode",
         choices=("bulk", "continuous"),
         default="bulk",
         help="bulk: drain up to the end offsets seen at start, then stop; continuous: follow "
-        "the topic until SIGINT/SIGTERM (default %(default)s)",
+        "the topic until SIGINT/SIGTERM (default: %(default)s)",
     )
     parser.add_argument(
         "--value-format",
@@ -86,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="value_format",
         help="raw: values stored as bytes; json: values must be UTF-8 JSON, stored as text "
         "(jsonb in PostgreSQL), or a column per field with --value-schema; avro: a column per "
-        "field of the Avro schema; values that do not fit are dead-lettered (default "
+        "field of the Avro schema; values that do not fit are dead-lettered (default: "
         "%(default)s)",
     )
     parser.add_argument(
@@ -138,21 +144,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-record-bytes",
         type=at_least_one,
+        metavar="N",
         help="dead-letter values larger than this many bytes",
     )
     parser.add_argument(
         "--dead-letter-topic",
         type=not_empty,
+        metavar="TOPIC",
         help="also send rejected records to this existing topic, error context in headers",
     )
     parser.add_argument(
-        "--slots", type=at_least_one, help="task slots to plan for (default: Spark parallelism x 2)"
+        "--slots",
+        type=at_least_one,
+        metavar="N",
+        help="task slots to plan for (default: Spark parallelism x 2)",
     )
     parser.add_argument(
         "--trigger-seconds",
         type=positive_seconds,
+        metavar="S",
         default=ImportSpec.trigger_seconds,
-        help="continuous mode: seconds between batch starts (default %(default)s)",
+        help="continuous mode: seconds between batch starts (default: %(default)s)",
     )
     parser.add_argument(
         "--retry-seconds",
@@ -161,7 +173,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="how long a broker or database that is away (unreachable, hung, restarting) is "
         "waited for, with retries, before the import exits 75; a rerun resumes "
-        "(default %(default).0f)",
+        "(default: %(default).0f)",
     )
     parser.add_argument(
         "--skip-lost-offsets",
@@ -171,10 +183,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--group",
         type=not_empty,
+        metavar="GROUP",
         help="also commit progress to this Kafka consumer group (for lag tools)",
     )
     parser.add_argument(
         "--master",
+        metavar="URL",
         help="Spark master URL, or sc://host:port for a Spark Connect server "
         "(default: $LAGLESS_SPARK_MASTER, else local[*])",
     )

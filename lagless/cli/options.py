@@ -13,7 +13,10 @@ from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     """--bootstrap and --kafka-option: read back with kafka_config(args)."""
     parser.add_argument(
-        "--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]"
+        "--bootstrap",
+        required=True,
+        metavar="HOST:PORT[,...]",
+        help="the Kafka cluster's bootstrap servers",
     )
     parser.add_argument(
         "--kafka-option",
@@ -33,10 +36,17 @@ def add_group_arguments(parser: argparse.ArgumentParser, group_required: bool = 
     """The broker, one consumer group and, optionally, one of its topics (lag, doctor)."""
     add_kafka_arguments(parser)
     parser.add_argument(
-        "--group", type=not_empty, required=group_required, help="consumer group id"
+        "--group",
+        type=not_empty,
+        required=group_required,
+        metavar="GROUP",
+        help="consumer group id",
     )
     parser.add_argument(
-        "--topic", type=not_empty, help="only this topic (default: every topic the group read)"
+        "--topic",
+        type=not_empty,
+        metavar="TOPIC",
+        help="only this topic (default: every topic the group read)",
     )
 
 
@@ -52,7 +62,7 @@ def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds_or_zero,
         default=DEFAULT_RETENTION_WARNING_S,
         metavar="S",
-        help="warn when retention deletes unread records within S seconds (default 3600)",
+        help="warn when retention deletes unread records within S seconds (default: 3600)",
     )
 
 
@@ -69,6 +79,14 @@ def positive_seconds(text: str) -> float:
     value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A number above 0 (a rate)."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
     return value
 
 

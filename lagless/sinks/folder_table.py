@@ -8,6 +8,7 @@ and the driver commits them; how it commits is each store's own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,15 @@ class FolderTableSink(TaskWrittenSink):
     def discard_staged(self, target: Target) -> None:
         """Before a batch's tasks run: drop what a crashed attempt staged."""
         self.storage.remove_tree(self._staging(target))
+
+    def tidy_staging(self, target: Target) -> None:
+        """After a batch's commit: its staging folder goes, and `_staging` with it once no other
+        import of the table stages there, so a clean run leaves only the table's own files."""
+        staging = self._staging(target)
+        self.storage.remove_tree(staging)
+        if not self.s3:
+            with contextlib.suppress(OSError):  # another import's folder is there
+                os.rmdir(os.path.dirname(staging))
 
     def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:
         """The records the tasks left in `_left` files, read by Spark's tasks."""

@@ -42,6 +42,8 @@ def orders_broker():  # type: ignore[no-untyped-def]
     ("over", "says"),
     [
         ({"--topic": "missing"}, "topic 'missing' does not exist"),
+        ({"--topic": "ordrs"}, "topic 'ordrs' does not exist on 127.0.0.1:"),
+        ({"--topic": "ordrs"}, "; its topics: orders"),  # issue 34.6: what there is
         ({"--sink": "mysql://db/x"}, "sink URL scheme 'mysql' is not one of"),
         ({"--sink": "sqlite://"}, "has no path"),
         ({"--table": "1bad;drop"}, "table name '1bad;drop' is not a valid identifier"),
@@ -105,6 +107,21 @@ def test_unknown_option_is_one_line(tmp_path):
     result = run_cli("import", "--no-such-flag")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["import", "--bootstrp", "x:1", "--topic", "t"], "--bootstrp (did you mean --bootstrap?)"),
+        (["lag", "--bootstrap", "x:1", "--grup", "g"], "--grup (did you mean --group?)"),
+        (["--log-levl=debug", "lag"], "--log-levl (did you mean --log-level?)"),
+    ],
+)
+def test_a_misspelt_option_is_told_with_the_one_meant(argv, says):
+    """Issue 34.6: before argparse's "required: --bootstrap", which would hide the typo."""
+    result = run_cli(*argv)
+    assert result.returncode == 2
+    assert result.stderr == f"lagless: error: unrecognized option {says}\n"
 
 
 def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):

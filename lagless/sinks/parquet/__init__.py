@@ -119,7 +119,9 @@ class ParquetSink(FolderTableSink):
         os.makedirs(gathering)
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
-        return _said(_make_visible(table, batch))
+        said = _said(_make_visible(table, batch))
+        self.tidy_staging(target)
+        return said
 
     def _write(
         self,
