@@ -133,7 +133,7 @@ def test_cli_prints_each_strategy_and_writes_the_chart(
     ("args", "error"),
     [
         (["--counts", "5,x", "--consumers", "2"], "--counts: 'x' is not a whole number"),
-        (["--counts", "5,6", "--consumers", "0"], "simulate needs partitions, consumers >= 1"),
+        (["--counts", "5,6", "--consumers", "0"], "argument --consumers: must be at least 1"),
         (["--lag-table", "/nonexistent/lag.md", "--consumers", "2"], "cannot read"),
     ],
 )
