@@ -143,10 +143,13 @@ def one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_in(argv))
-    wrong = misspelt(parser, argv)
-    if wrong is not None:
-        parser.error(wrong)
-    args = parser.parse_args(argv)
+    try:
+        wrong = misspelt(parser, argv)
+        if wrong is not None:
+            parser.error(wrong)
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, or bad input said in one line (OneLineParser)
+        return int(done.code or 0)
     where = logs.configure(args.log_level, args.log_file, args.log_json)
     interrupt_on_sigterm()
     log.debug("lagless %s", " ".join(argv))
