@@ -1,8 +1,8 @@
 """The embedded dev broker: librdkafka's mock cluster, listening on loopback TCP.
 
 It lives inside the process that starts it; other processes (Spark workers, kcat) reach it
-over TCP through `bootstrap`. It keeps about 5 MB per partition, dropping older records as
-retention would.
+over TCP through `bootstrap`. It keeps about 5 MB per partition (RETENTION), dropping older
+records as retention would; librdkafka fixes that size.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ from lagless.broker.librdkafka import err2str, library
 from lagless.exceptions import BadInput, TerminalError
 
 _PRODUCER = 0
+
+# What librdkafka's mock keeps of a partition (rdkafka_mock.c, fixed there): past either, it
+# deletes the oldest produce batches, as retention would.
+RETENTION_BYTES = 5 * 1024 * 1024
+RETENTION_BATCHES = 100_000
+RETENTION = (
+    f"keeps about {RETENTION_BYTES // (1024 * 1024)} MB ({RETENTION_BATCHES:,} produce batches) "
+    "a partition, then deletes the oldest records"
+)
 
 # Kafka API keys, for injected request errors.
 API_KEYS = {

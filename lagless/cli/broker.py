@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from lagless.broker import EmbeddedBroker, parse_topic_spec
+from lagless.broker.cluster import RETENTION
 from lagless.exceptions import BadInput
 from lagless.signals import stop_requests
 
@@ -49,7 +50,7 @@ def handler(args: argparse.Namespace) -> int:
         print(broker.bootstrap, flush=True)
         described = ", ".join(f"{n}:{p}" for n, p in topics.items()) or "no topics"
         print(
-            f"embedded Kafka: {args.brokers} broker(s), {described}; Ctrl-C to stop",
+            f"embedded Kafka: {args.brokers} broker(s), {described}; {RETENTION}; Ctrl-C to stop",
             file=sys.stderr,
             flush=True,
         )

@@ -109,6 +109,9 @@ class Collector:
     def close(self) -> None:
         """The import is over, finished or failed: release the display."""
 
+    def warn(self, text: str) -> None:
+        """Something the user should know before the import runs (one line)."""
+
     def start(self, lag: int) -> None:
         """The import begins with `lag` records to read (as far as is known)."""
 
@@ -181,6 +184,11 @@ class RichCollector(Collector):
         self._clock = clock
         self._rate = RecentRate(clock())
 
+    def warn(self, text: str) -> None:
+        self.console.print(
+            f"lagless: warning: {text}", highlight=False, markup=False, soft_wrap=True
+        )
+
     def start(self, lag: int) -> None:
         self._rate = RecentRate(self._clock())
         self._progress.start()
@@ -213,6 +221,7 @@ class RichCollector(Collector):
             f"{per_second:,.0f} records/s  behind {lag:,}  imported {summary.imported:,}",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
 
     def close(self) -> None:

@@ -92,3 +92,22 @@ def test_the_summary_says_where_the_rows_went_and_a_rerun_says_up_to_date_withou
         assert (body["destination"], body["table"], body["records"]) == (str(database), TOPIC, 0)
         assert body["held_before"] == {f"{TOPIC}[0]": 30, f"{TOPIC}[1]": 20}
         assert body["up_to_date"] is True
+
+
+def test_records_deleted_before_an_import_read_them_are_told(tmp_path: Path) -> None:
+    """Issue 34.3: the embedded broker keeps about 5 MB a partition and deletes the oldest
+    records past it, as retention does: an import that finds a log starting above 0, where it
+    never read, says so in one line (a fresh import of 726,918 records read 625,237 unsaid)."""
+    with EmbeddedBroker(topics={TOPIC: 2}) as broker:
+        produce_profile(KafkaConfig(broker.bootstrap), TOPIC, explicit([300, 200]))
+        broker.delete_records(TOPIC, 0, 300)  # retention took all of partition 0
+        broker.delete_records(TOPIC, 1, 200)  # and of partition 1: nothing left to import
+
+        done = run_import(broker.bootstrap, tmp_path, "log")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"lagless: warning: the broker deleted 500 records of 2 partition(s) ({TOPIC}[0], "
+        f"{TOPIC}[1]) before they were read: their logs start above offset 0 (retention)"
+    )
+    assert done.stdout.splitlines()[-1] == "up to date"
