@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     drains = simulate_all(backlog, args.consumers, args.rate, args.timeout_s)
     ideal_s = ideal_drain_s(backlog, args.consumers, args.rate)
     table = Table(
-        title=f"{sum(backlog)} records on {len(backlog)} partitions, {args.consumers} "
-        f"consumers at {args.rate:g} records/s; ideal {format_duration(ideal_s)}"
+        title=f"{sum(backlog):,} records on {len(backlog)} partitions, {args.consumers} "
+        f"consumers at {args.rate:,g} records/s; ideal {format_duration(ideal_s)}"
     )
     table.add_column("strategy")
     table.add_column("drain time", justify="right")
