@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 from typing import Any
@@ -20,12 +21,16 @@ from lagless.cli.options import (
     positive_seconds,
     seconds_or_zero,
 )
+from lagless.importer.class_archive import build_in_background
 from lagless.importer.explain import explain
 from lagless.importer.job import run_import
+from lagless.importer.spark import is_connect
 from lagless.importer.spec import ImportSpec
 from lagless.progress import RichCollector
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks.url import relative_that_looks_absolute
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -297,6 +302,8 @@ def handle(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(summary.as_dict()))
+    if not is_connect(spec.master) and build_in_background():
+        log.info("no class archive for Spark's driver yet: building it in the background")
     return 0
 
 
