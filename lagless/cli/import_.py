@@ -22,7 +22,6 @@ from lagless.cli.options import (
     seconds_or_zero,
 )
 from lagless.importer.class_archive import build_in_background
-from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spark import is_connect
 from lagless.importer.spec import ImportSpec
@@ -289,6 +288,8 @@ def handle(args: argparse.Namespace) -> int:
     if ambiguous is not None:
         print(f"lagless: warning: {ambiguous}", file=sys.stderr, flush=True)
     if args.explain:
+        from lagless.importer.explain import explain
+
         plan = explain(spec)
         if args.json:
             print(json.dumps(plan))

@@ -7,7 +7,6 @@ import argparse
 import math
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
-from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +51,8 @@ def add_group_arguments(parser: argparse.ArgumentParser, group_required: bool = 
 
 def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
     """The metrics' cluster label and retention warning (serve, lag --prometheus)."""
+    from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S  # only these commands load it
+
     parser.add_argument(
         "--cluster-name",
         metavar="NAME",

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-import adbc_driver_sqlite.dbapi as adbc_sqlite
 import pyarrow as pa
 
 from lagless.exceptions import BadInput, TerminalError
@@ -185,6 +184,10 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             statements = [insert(target_layout(target, "sqlite"), f"temp.{STAGE}")]
         recorded = record_ranges(ledger_layout(target, "sqlite"), batch) if batch else []
         changed = 0
+        # Here, not at the top: ADBC's DB-API loads pandas and polars (2 s on a busy machine),
+        # which an import with nothing to write (up to date) never needs.
+        import adbc_driver_sqlite.dbapi as adbc_sqlite
+
         with closing(adbc_sqlite.connect(self.location)) as conn, closing(conn.cursor()) as cur:
             cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             cur.adbc_ingest(STAGE, rows, mode="create", temporary=True)
