@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TypeVar
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
+
+T = TypeVar("T", int, float)
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,47 +81,31 @@ def cluster_name(args: argparse.Namespace) -> str:
 def positive_seconds(text: str) -> float:
     """Seconds, more than 0 (an interval, a timeout)."""
     value = _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
-    return value
+    return _refused_unless(value > 0, value, "a number of seconds above 0", text)
 
 
 def positive_number(text: str) -> float:
     """A number above 0 (a rate)."""
     value = _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
-    return value
+    return _refused_unless(value > 0, value, "a number above 0", text)
 
 
 def seconds_or_zero(text: str) -> float:
     """Seconds, 0 or more (a budget that may be none)."""
     value = _number(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, not {text}")
-    return value
+    return _refused_unless(value >= 0, value, "a number of seconds, 0 or more", text)
 
 
 def at_least_one(text: str) -> int:
     """A whole number, 1 or more (a count, a size)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
+    value = _whole(text)
+    return _refused_unless(value >= 1, value, "at least 1", text)
 
 
 def epoch_ms(text: str) -> int:
     """Milliseconds since the epoch."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be milliseconds since the epoch, not {text!r}")
-    return value
+    value = _whole(text)
+    return _refused_unless(value >= 0, value, "milliseconds since the epoch", text)
 
 
 def not_empty(text: str) -> str:
@@ -128,6 +115,19 @@ def not_empty(text: str) -> str:
     if text != text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} has spaces around it")
     return text
+
+
+def _refused_unless(ok: bool, value: T, wanted: str, text: str) -> T:
+    if not ok:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, not {text}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
 
 
 def _number(text: str) -> float:

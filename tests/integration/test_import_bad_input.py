@@ -148,7 +148,7 @@ def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):
         (["--kafka-option", "no.such.setting=1"], "kafka option no.such.setting: No such"),
         (["--kafka-option", "fetch.wait.max.ms=soon"], "kafka option fetch.wait.max.ms"),
         (["--mode", "continuous", "--ending-timestamp", "1"], "--ending-timestamp needs"),
-        (["--starting-timestamp", "-1"], "--starting-timestamp must be milliseconds"),
+        (["--starting-timestamp", "-1"], "--starting-timestamp: must be milliseconds since"),
     ],
 )
 def test_refused_kafka_settings_are_one_line_exit_2_and_write_nothing(
