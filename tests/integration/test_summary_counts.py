@@ -4,18 +4,14 @@ gained or replaced, the same in every store; a batch the ledger held already is 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
+from lagless.progress import Summary
 from tests.integration.test_crash_safety import stored
 
 pytestmark = pytest.mark.spark
@@ -55,43 +51,35 @@ def test_an_upsert_writes_the_same_count_in_every_store(
         assert imported("one_by_one", max_records_per_batch=1) == (30, 30)
 
 
-def test_a_batch_the_table_held_is_already_in_the_table_not_imported(tmp_path: Path) -> None:
-    """Killed after the store committed its first batch, before Spark did: the rerun replays
-    that batch, which the ledger holds: counted apart, and not written again."""
-    with EmbeddedBroker(topics={"orders": 1}) as running:
-        from lagless.kafka.config import KafkaConfig
+def test_two_imports_of_the_same_records_count_each_record_imported_once(
+    broker, kafka, topic_name, tmp_path, spark
+):
+    """Two imports into one table at once, each with its checkpoint (they read the table's
+    ledger before either committed): every batch is committed by one and is a replay for the
+    other, which counts it as already in the table. Before, both said imported and written 50
+    for a table that gained 50."""
+    broker.create_topic(topic_name, 2)
+    produce_profile(kafka, topic_name, explicit([30, 20]))
+    url = f"parquet:///{tmp_path}/lake"
 
-        produce_profile(KafkaConfig(running.bootstrap), "orders", explicit([50]))
-        args = [
-            *("--bootstrap", running.bootstrap, "--topic", "orders"),
-            *("--sink", f"sqlite:///{tmp_path}/out.db", "--checkpoint", str(tmp_path / "ckpt")),
-            *("--max-records-per-batch", "10", "--json"),
-        ]
+    def imported(name: str) -> Summary:
+        spec = ImportSpec(
+            kafka=kafka,
+            topics=(topic_name,),
+            sink_url=url,
+            checkpoint=str(tmp_path / name),
+            max_records_per_batch=10,
+        )
+        return run_import(spec, spark=spark)
 
-        def lagless(**env: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "lagless",
-                    "--log-file",
-                    str(tmp_path / "log"),
-                    "import",
-                    *args,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env={**os.environ, **env},
-            )
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(imported, ["a", "b"])
 
-        killed = lagless(LAGLESS_FAILPOINT="after-write")
-        assert killed.returncode == -9, killed.stderr
-        rerun = lagless()
-
-    assert rerun.returncode == 0, rerun.stderr
-    body = json.loads(rerun.stdout)
-    assert (body["records"], body["already_in_table"], body["imported"]) == (50, 10, 40)
-    assert body["written"] == 40
-    offsets = [o for (o,) in stored(f"sqlite:///{tmp_path}/out.db", "orders", ("offset",))]
-    assert sorted(offsets) == list(range(50))
+    assert a.imported + b.imported == 50  # the table gained 50, counted once
+    assert a.written + b.written == 50
+    # What each read beyond what it imported was in the table already (the other's).
+    assert (a.already_in_table, b.already_in_table) == (
+        a.records - a.imported,
+        b.records - b.imported,
+    )
+    assert len(stored(url, topic_name, ("offset",))) == 50
