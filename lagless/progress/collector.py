@@ -23,8 +23,8 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
-    # Records of batches the table held already (a replay: a batch Spark's checkpoint runs
-    # again, or one another import committed meanwhile): read, not imported again.
+    # Records of batches the table held already when they were committed (another import
+    # committed them meanwhile, or a replay): read, not imported again.
     already_in_table: int = 0
     # Offsets lost before they were read (deleted by retention, or a recreated topic's), skipped
     # under --skip-lost-offsets (failOnDataLoss=false).
@@ -259,8 +259,8 @@ def summary_text(summary: Summary) -> str:
         lines.append(f"  dead-lettered   {summary.dead_lettered:,} ({reasons})")
     if summary.already_in_table:
         lines.append(
-            f"  already held    {summary.already_in_table:,} records read again (the table "
-            "held their batches)"
+            f"  already held    {summary.already_in_table:,} records read (their batches were "
+            "in the table already)"
         )
     if summary.skipped:
         lines.append(f"  skipped         {summary.skipped:,} (deleted before they were read)")
