@@ -25,8 +25,16 @@ from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.retry import retried
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter, TaskWrittenSink, Written
-from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.base import (
+    ALREADY_HELD,
+    DriverSink,
+    Sink,
+    Target,
+    TaskWriter,
+    TaskWrittenSink,
+    Written,
+)
+from lagless.sinks.ledger import TP, Batch, holds
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
@@ -195,7 +203,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
                 raise TransientError(unreachable[0])
             return collected
 
-        def attempt() -> int:
+        def attempt() -> int | Written:
             if copy_into is not None:
                 # Each task COPYs its rows straight into the table, all or nothing. A replay
                 # meets rows written before: those tasks wrote nothing, and the batch is staged
@@ -217,7 +225,8 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             failpoint("mid-write")  # the batch staged, not yet merged
             before_commit()
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-                return self._merge(conn, cur, statements, recorded)
+                # The target's statement is the one before the DROP of the stage.
+                return self._merge(conn, cur, statements, recorded, statements[-2], (target, batch))
 
         return self._retried(attempt)
 
@@ -245,7 +254,9 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             reason=first_line,
         )
 
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+    def write_arrow(
+        self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None
+    ) -> int | Written:
         """Retries while the server is away, up to the retry budget; each try is one transaction:
         the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
         cell), then one INSERT ... ON CONFLICT (three in upsert mode: tombstones delete, are
@@ -262,31 +273,50 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             statements = self._statements(target, STAGE)
             copy_into = _copies_into(target)
         table = rows.read_all()
-        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded))
+        of = (target, batch) if batch is not None else None
+        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded, of))
 
     def _write_once(
-        self, table: pa.Table, statements: list[str], copy_into: str | None, recorded: list[str]
-    ) -> int:
+        self,
+        table: pa.Table,
+        statements: list[str],
+        copy_into: str | None,
+        recorded: list[str],
+        of: tuple[Target, Batch] | None,
+    ) -> int | Written:
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
             if copy_into is not None and _appended(conn, cur, table, copy_into, recorded):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            return self._merge(conn, cur, statements, recorded)
+            return self._merge(conn, cur, statements, recorded, statements[-1], of)
 
     def _merge(
-        self, conn: Any, cur: Any, statements: list[str], recorded: Sequence[str] = ()
-    ) -> int:
+        self,
+        conn: Any,
+        cur: Any,
+        statements: list[str],
+        recorded: Sequence[str] = (),
+        counted: str | None = None,
+        of: tuple[Target, Batch] | None = None,
+    ) -> int | Written:
         """The statements, then the ledger's (`recorded`), in one transaction; the rows the
-        statements changed."""
+        `counted` statement (the target's: an upsert's tombstones delete, and are remembered,
+        before it) changed, or ALREADY_HELD when the ledger held the batch (`of`) already."""
         changed = 0
         for statement in statements:
             cur.execute(statement)
-            changed += max(cur.rowcount, 0)
+            if statement == counted:
+                changed = max(cur.rowcount, 0)
+        replay = False
+        if of is not None:
+            target, batch = of
+            cur.execute(held_offsets(ledger_layout(target, "postgresql")))
+            replay = holds(batch, {(t, int(p)): int(end) for t, p, end in cur.fetchall()})
         for statement in recorded:
             cur.execute(statement)
         conn.commit()
-        return changed
+        return ALREADY_HELD if replay else changed
 
     def _connect_arrow(self) -> Any:
         """An ADBC connection (its temporary tables go with it)."""
