@@ -19,7 +19,14 @@ pytestmark = pytest.mark.spark
 KEYS = 10
 
 
-@pytest.mark.parametrize("store", ["sqlite", "delta", "iceberg", "postgresql"])
+# SQLite (the default store) in CI; the others with the matrix (scripts/test).
+@pytest.mark.parametrize(
+    "store",
+    [
+        "sqlite",
+        *(pytest.param(s, marks=pytest.mark.matrix) for s in ("delta", "iceberg", "postgresql")),
+    ],
+)
 def test_an_upsert_writes_the_same_count_in_every_store(
     broker, kafka, topic_name, tmp_path, spark, store, request
 ):
