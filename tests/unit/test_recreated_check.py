@@ -28,7 +28,10 @@ class Log:
 
     def at(self, starts: Mapping[TP, int]) -> dict[TP, list[RecordInfo]]:
         self.asked = dict(starts)
-        return {tp: [RecordInfo(None, 1, offset, 5, b"k")] for tp, offset in starts.items()}
+        return {
+            tp: [RecordInfo(None, 1, offset=offset, timestamp_ms=5, key=b"k")]
+            for tp, offset in starts.items()
+        }
 
 
 def test_only_offsets_the_log_holds_are_read() -> None:

@@ -259,6 +259,17 @@ class DeltaSink(FolderTableSink):
                 .execute()
             ),
         )
+        if not _is_replay(delta, batch):
+            # A MERGE that changed nothing (tombstones of keys the table lacks, records that
+            # lost) commits nothing, so its ranges and log times would be missing: a rerun
+            # would read the batch again and find the tombstones' table holding it already.
+            _commit(
+                delta,
+                batch,
+                lambda props: delta.create_write_transaction(
+                    [], "append", delta.schema(), commit_properties=props
+                ),
+            )
 
     def _schema(self, path: str) -> pa.Schema:
         return self.storage.parquet_metadata(path).schema.to_arrow_schema()
