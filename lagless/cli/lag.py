@@ -194,4 +194,10 @@ def run_table_lag(args: argparse.Namespace) -> int:
             row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
         )
     Console().print(shown)
+    for row in rows:
+        if row.another_topic is not None:
+            print(
+                f"table {args.table or args.topic} holds the history of another topic of that "
+                f"name (deleted and recreated since): {row.another_topic}"
+            )
     return 0

@@ -29,6 +29,7 @@ from lagless.importer.rows import (
     dead_letters,
     rejection_reasons,
     shape,
+    sql_string,
 )
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
@@ -94,6 +95,10 @@ class BatchWriter:
         self.target_end = target_end
         # Where the query's first batch starts.
         self.first_start = first_start or {}
+        # Upsert: each partition's log time where the next batch starts (upsert_order.py):
+        # each table's ledger's at the start (read after prepare, which gives a ledger an
+        # earlier lagless made its column), then what each batch read.
+        self.log_times: dict[TP, int] = ledger_log_times(checked)
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
         self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
         self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
@@ -308,12 +313,18 @@ class BatchWriter:
         # partition: building Columns costs a JVM round trip each, which on 24 partitions was
         # half a second of every batch.
         observation = Observation(f"lagless_batch_{batch.id}_{target.table}")
-        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
-            observation,
+        metrics = [
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
-        )
-        return shaped, observation, reasons
+        ]
+        upsert = target.mode == "upsert" and partitions
+        if upsert:  # the newest timestamp of each partition: its log time at the batch's end
+            metrics.append(
+                F.expr(f"array({_per_partition_sql(partitions, 'max', 'timestamp')}) AS newest")
+            )
+        log_times = self.log_times if target.mode == "upsert" else None
+        shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
+        return shaped.observe(observation, *metrics), observation, reasons
 
     def _store_dead_letters(
         self,
@@ -379,17 +390,32 @@ class BatchWriter:
         dead: dict[str, int] = {}
 
         def store_dead_letters() -> None:
-            counts = observation.get["counts"][len(partitions) :]
+            observed = observation.get
+            if target.mode == "upsert":
+                batch.log_times.update(self._log_times_after(partitions, observed["newest"]))
+            counts = observed["counts"][len(partitions) :]
             by_reason = dict(zip(reasons, counts, strict=True))
             self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
 
         stored = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
         observed = observation.get
+        if target.mode == "upsert":
+            self.log_times.update(self._log_times_after(partitions, observed["newest"]))
         per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
         rows, replay = _written(stored, sum(by_partition.values()) - sum(dead.values()))
         written.add(by_partition, observed["bytes"], rows, dead, already=replay)
+
+    def _log_times_after(self, partitions: list[TP], newest: list[int | None]) -> dict[TP, int]:
+        """Each partition's log time at the batch's end: the newest of where it started and of
+        the timestamps the batch read (None: it read none)."""
+        after = {}
+        for tp, stamp in zip(partitions, newest, strict=True):
+            known = [t for t in (self.log_times.get(tp), stamp) if t is not None]
+            if known:
+                after[tp] = max(known)
+        return after
 
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
@@ -404,24 +430,41 @@ def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
     return (stored if told is None else told), False
 
 
+def ledger_log_times(checked: Checked) -> dict[TP, int]:
+    """Each upsert table's log times where its ledger ends (Sink.log_times): a topic partition
+    lands in one table."""
+    found: dict[TP, int] = {}
+    for each in checked.destinations:
+        if each.target.mode == "upsert":
+            found.update(checked.sink.log_times(each.target, each.partitions))
+    return found
+
+
 def _offsets_text(offsets: Offsets) -> str:
     return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "-"
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _per_partition_sql(partitions: list[tuple[str, int]], aggregate: str, value: str) -> str:
+    """`aggregate` of `value` over each partition's rows, as SQL aggregates."""
+    one_topic = len({topic for topic, _ in partitions}) == 1
+    return ", ".join(
+        f"{aggregate}(CASE WHEN {_of_partition(t, p, one_topic)} THEN {value} END)"
+        for t, p in partitions
+    )
+
+
+def _of_partition(topic: str, partition: int, one_topic: bool) -> str:
+    """SQL: the row is of this partition. With one topic, the partition's number alone tells
+    (every condition is evaluated on every row)."""
+    if one_topic:
+        return f"partition = {partition}"
+    return f"topic = {sql_string(topic)} AND partition = {partition}"
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates. Each is evaluated
-    on every row: with one topic, the partition's number alone tells them apart."""
+    """Records per partition, then per rejection reason, as SQL aggregates."""
     one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
-        [
-            f"count_if(partition = {p})"
-            if one_topic
-            else f"count_if(topic = {_sql_string(t)} AND partition = {p})"
-            for t, p in partitions
-        ]
-        + [f"count_if({ERROR} = {_sql_string(r)})" for r in reasons]
+        [f"count_if({_of_partition(t, p, one_topic)})" for t, p in partitions]
+        + [f"count_if({ERROR} = {sql_string(r)})" for r in reasons]
     )

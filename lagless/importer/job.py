@@ -28,6 +28,7 @@ from lagless.exceptions import (
     TerminalError,
     TransientError,
     from_spark,
+    worker_error,
 )
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
@@ -49,6 +50,7 @@ from lagless.importer.spec import (
     slots_for,
     timestamp_offsets,
 )
+from lagless.importer.table_lag import history_of_another_topic
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopFile, StopRequest, stop_requests
@@ -204,7 +206,26 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
+        refuse_a_recreated_topic(checked, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost)
+
+
+def refuse_a_recreated_topic(
+    checked: Checked, destination: Destination, low: Offsets, high: Offsets
+) -> None:
+    """BadInput, before anything is written, when a topic the table holds was deleted and
+    recreated since (ledger.recreated): its new log's offsets would be taken for those the
+    table holds, and the new records below them never imported. --skip-lost-offsets does not
+    change this: the table's rows are the deleted topic's, not lost offsets of this one."""
+    found = history_of_another_topic(
+        checked.sink, destination.target, checked.reader.records, destination.held, low, high
+    )
+    if found:
+        raise BadInput(
+            f"{destination.where} holds the history of another topic of that name: {found[0]}; "
+            "the topic was deleted and recreated since. Import it into another --table (with a "
+            "new --checkpoint), or drop the table to import the new topic from its start"
+        )
 
 
 def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination]) -> None:
@@ -497,7 +518,9 @@ def late_worker(failure: BaseException) -> bool:
 def stopped_by(failure: BaseException) -> LaglessError:
     """The query's failure as lagless's own: the class it was raised as in foreachBatch, a
     task or the source (exceptions.from_spark); a Python worker that kept failing to start is
-    transient (a rerun on a quieter machine passes); any other failure is terminal."""
+    transient (a rerun on a quieter machine passes); any other failure is terminal, named by
+    the innermost error a Python worker raised (exceptions.worker_error: a full disk's OSError,
+    not Spark's "An exception was thrown from the Python worker"), else by its first line."""
     found = from_spark(failure)
     log.error("the import failed", exc_info=failure)
     if found is not None:
@@ -507,4 +530,4 @@ def stopped_by(failure: BaseException) -> LaglessError:
             "Spark's Python workers did not start within its 10 s, "
             f"{LATE_WORKER_RETRIES + 1} times: the machine is too busy; run it again later"
         )
-    return TerminalError(f"import stopped: {first_line(str(failure))}")
+    return TerminalError(f"import stopped: {worker_error(failure) or first_line(str(failure))}")

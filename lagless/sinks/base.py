@@ -13,14 +13,15 @@ import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
-from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.ledger import TP, Batch, HeldRecord
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -163,11 +164,17 @@ class Target:
             "value": StringType() if self.value_format == "json" else BinaryType(),
             "timestamp": LongType(),
         }
+        # Upsert: each row's rank needs its log time (upsert_order.py), last so that a table an
+        # earlier lagless made gains it where a column added goes.
+        ranked = [StructField(LOG_TIME, LongType(), True)] if self.mode == "upsert" else []
         if self.fields is None:
-            return StructType([StructField(n, types[n], n not in self.unique) for n in COLUMNS])
+            return StructType(
+                [StructField(n, types[n], n not in self.unique) for n in COLUMNS] + ranked
+            )
         return StructType(
             [StructField(n, types[n], n not in self.unique) for n in TYPED_COLUMNS]
             + [StructField(f.name, f.dataType, f.name not in self.unique) for f in self.fields]
+            + ranked
         )
 
 
@@ -189,7 +196,8 @@ class Sink(ABC):
        before anything is opened;
     2. `check`: before anything is written anywhere;
     3. `prepare`: once every check passed;
-    4. `ledger`: once, before the first batch: where each partition resumes;
+    4. `ledger`: once, before the first batch: where each partition resumes; then
+       `newest_rows`: what tells the topic the table holds from one recreated since;
     5. per batch, `write`, which calls back for `write_dead_letters` when a record was
        rejected;
     6. `close`: last, also when the import fails.
@@ -245,6 +253,19 @@ class Sink(ABC):
         """After prepare, before the first batch: for each of these partitions the table holds
         records of, the first offset above everything it holds (ledger.py). The import starts
         there, whatever its checkpoint says."""
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        """After `ledger`, before the first batch: for partitions of `held` (what `ledger`
+        found), the offset, timestamp and key of the table's row of the highest offset below
+        it (ledger.recreated compares them with the log). A partition left out says nothing;
+        a store that cannot tell returns {}."""
+        return {}
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """Upsert, with `ledger`: each partition's log time where the ledger ends (kept with
+        Batch.log_times; upsert_order.py), where the next batch's running maximum starts. A
+        partition left out: none kept (an append table, or one an earlier lagless wrote)."""
+        return {}
 
     @abstractmethod
     def write(

@@ -84,10 +84,10 @@ class LocalStorage:
         """delta-rs's / polars' storage_options: none for a local path."""
         return None
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(path)
+        return pq.read_table(path, columns=columns)
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -235,10 +235,12 @@ class S3Storage:
 
         return pq.read_metadata(path.removeprefix("s3://"), filesystem=self.filesystem)
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(path.removeprefix("s3://"), filesystem=self.filesystem)
+        return pq.read_table(
+            path.removeprefix("s3://"), filesystem=self.filesystem, columns=columns
+        )
 
     @property
     def filesystem(self) -> pafs.S3FileSystem:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -39,10 +39,11 @@ from lagless.sinks.base import (
     Written,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
-from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
+from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.sql import newer
 from lagless.sinks.task_files import stage_rows
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
 # Columns every lagless table has, whatever the shaping makes of values.
 IDENTITY = ("partition", "offset", "timestamp")
+# What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
+RANKED = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 # In upsert mode a record without a value deletes its key (Kafka's compaction convention).
 IS_TOMBSTONE = f's."{TOMBSTONE}"'
 
@@ -108,6 +111,22 @@ class DeltaSink(FolderTableSink):
         held = {tp: v for tp in partitions if (v := delta.transaction_version(_app_id(tp)))}
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """Kept as an application transaction per partition (its version the log time)."""
+        delta = self._open_or_none(target.table) if target.mode == "upsert" else None
+        if delta is None:
+            return {}
+        found = {tp: delta.transaction_version(_log_time_id(tp)) for tp in partitions}
+        return {tp: ms for tp, ms in found.items() if ms is not None}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        import polars as pl
+
+        delta = self._open_or_none(target.table)
+        if delta is None or not held:
+            return {}
+        return newest_rows_in(pl.scan_delta(delta), held)
 
     def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """After the tasks wrote the batch (executorWriter): commit its files in one transaction."""
@@ -198,11 +217,7 @@ class DeltaSink(FolderTableSink):
             return " AND ".join(f'{a}."{k}" = {b}."{k}"' for k in keys)
 
         source = pl.scan_parquet(files, storage_options=self.storage.client_options())
-        tombstones = (
-            source.filter(pl.col(TOMBSTONE))
-            .select(*keys, "partition", "offset", "timestamp")
-            .collect()
-        )
+        tombstones = source.filter(pl.col(TOMBSTONE)).select(*keys, *RANKED).collect()
         graves = self._open(target.tombstone_table, "upsert", tombstones.to_arrow().schema)
         if tombstones.height and not _is_replay(graves, batch):
             _commit(
@@ -250,6 +265,17 @@ class DeltaSink(FolderTableSink):
         )
         if merged is _LOST_TO_A_REPLAY:
             return ALREADY_HELD
+        if not _is_replay(delta, batch):
+            # A MERGE that changed nothing (tombstones of keys the table lacks, records that
+            # lost) commits nothing, so its ranges and log times would be missing: a rerun
+            # would read the batch again and find the tombstones' table holding it already.
+            _commit(
+                delta,
+                batch,
+                lambda props: delta.create_write_transaction(
+                    [], "append", delta.schema(), commit_properties=props
+                ),
+            )
         # Rows gained or replaced, as every store counts them (not the tombstones' deletes).
         return Written(merged["num_target_rows_inserted"] + merged["num_target_rows_updated"])
 
@@ -288,12 +314,29 @@ class DeltaSink(FolderTableSink):
             storage_options=self.storage.client_options(),
         )
         delta.update_incremental()
-        if _columns(delta.schema()) != _columns(Schema.from_arrow(schema)):
+        wanted = _columns(Schema.from_arrow(schema))
+        added = _added_for_ranks(_columns(delta.schema()), wanted)
+        if added:  # a table an earlier lagless made: the columns the rank needs, added
+            delta.alter.add_columns(
+                [f for f in Schema.from_arrow(schema).fields if f.name in added]
+            )
+            delta.update_incremental()
+        if _columns(delta.schema()) != wanted:
             raise TerminalError(
                 f"the batch's columns ({', '.join(schema.names)}) differ from those of Delta "
                 f"table {path!r}; pick another --table"
             )
         return delta
+
+
+def _added_for_ranks(found: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:
+    """The columns of an upsert's rank (upsert_order.py) an earlier lagless's table lacks, when
+    they are all it lacks (they come last, where a column added goes)."""
+    missing = wanted[len(found) :]
+    names = [name for name, _ in missing]
+    if wanted[: len(found)] != found or not missing or not set(names) <= {"topic", LOG_TIME}:
+        return []
+    return names
 
 
 def _columns(schema: Any) -> list[tuple[str, str]]:
@@ -304,6 +347,11 @@ def _columns(schema: Any) -> list[tuple[str, str]]:
 def _app_id(tp: TP) -> str:
     """The application transaction that holds a partition's place in the table's log."""
     return f"lagless:{tp[0]}:{tp[1]}"
+
+
+def _log_time_id(tp: TP) -> str:
+    """The application transaction whose version is an upsert partition's log time."""
+    return f"lagless-log-time:{tp[0]}:{tp[1]}"
 
 
 def _is_replay(delta: DeltaTable, batch: Batch) -> bool:
@@ -348,8 +396,14 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
     from deltalake.transaction import CommitProperties, Transaction
 
     ranges = batch.covered
+    log_times = [
+        Transaction(_log_time_id(tp), ms)
+        for tp, ms in sorted(batch.log_times.items())
+        if tp in ranges
+    ]
     props = CommitProperties(
-        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()],
+        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()]
+        + log_times,
         custom_metadata={"lagless.ranges": batch.to_json()},
     )
     try:

@@ -28,7 +28,7 @@ import sqlite3
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -48,13 +48,13 @@ from lagless.sinks.base import (
     check_identifier,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
+from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
-from lagless.sinks.iceberg.summary import held_in, properties
-from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
+from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
 from lagless.sinks.task_files import Conform, stage_rows
 from lagless.sinks.url import parse_local
@@ -198,6 +198,28 @@ class IcebergSink(FolderTableSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        if target.mode != "upsert":
+            return {}
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return log_times_in(found) if found is not None else {}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        import polars as pl
+
+        if not held:
+            return {}
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            if found is None:
+                return {}
+            with warnings.catch_warnings():  # polars would rather plan with a plugin
+                warnings.simplefilter("ignore", pl.exceptions.PerformanceWarning)
+                return newest_rows_in(pl.scan_iceberg(found), held)
 
     def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
@@ -438,7 +460,8 @@ class IcebergSink(FolderTableSink):
             if verdict(batch, held) is Verdict.REPLAY:
                 return False
             tx = found.transaction()
-            build(tx, found, properties(held, batch))
+            log_times = log_times_in(found) if batch.log_times else None
+            build(tx, found, properties(held, batch, log_times))
             try:
                 tx.commit_transaction()
                 return True

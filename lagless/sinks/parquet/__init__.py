@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
@@ -42,8 +44,8 @@ from lagless.sinks.base import (
     Written,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
-from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
+from lagless.sinks.folder_table import HELD_RECORD_COLUMNS, FolderTableSink, newest_rows_in
+from lagless.sinks.ledger import TP, Batch, HeldRecord, Range, Verdict, held_until, verdict
 from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 
@@ -90,6 +92,29 @@ class ParquetSink(FolderTableSink):
             with self.storage.errors(f"Parquet table {table}"):
                 return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
         return held_until(_held_ranges(self.storage, table)[0])
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        """Read in the batch folder that holds each partition's newest range only."""
+        import polars as pl
+
+        table = self.storage.join(self.location, target.table)
+        newest: dict[TP, tuple[int, str]] = {}
+        for folder, tp, (_, end) in _held_in_folders(self.storage, table, self.s3 is not None)[0]:
+            if tp in held and end > newest.get(tp, (-1, ""))[0]:
+                newest[tp] = (end, folder)
+        found: dict[TP, HeldRecord] = {}
+        for folder in sorted({folder for _, folder in newest.values()}):
+            files = [
+                self.storage.read_parquet(self.storage.join(folder, name), HELD_RECORD_COLUMNS)
+                for name in self.storage.names(folder)
+                if name.endswith(".parquet") and not name.startswith(("_", "."))
+            ]
+            if files:
+                rows = pl.from_arrow(pa.concat_tables(files, promote_options="default"))
+                assert isinstance(rows, pl.DataFrame)
+                wanted = {tp: held[tp] for tp, (_, where) in newest.items() if where == folder}
+                found |= newest_rows_in(rows.lazy(), wanted)
+        return found
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
@@ -207,7 +232,15 @@ def _held_ranges(
 ) -> tuple[list[tuple[TP, Range]], list[str]]:
     """Every range the visible batches of the table hold, and on S3 the batch folders a
     crashed commit left without ranges."""
-    held: list[tuple[TP, Range]] = []
+    held, incomplete = _held_in_folders(storage, table, on_s3)
+    return [(tp, held_range) for _, tp, held_range in held], incomplete
+
+
+def _held_in_folders(
+    storage: Storage, table: str, on_s3: bool = False
+) -> tuple[list[tuple[str, TP, Range]], list[str]]:
+    """_held_ranges, each range with the batch folder that holds it."""
+    held: list[tuple[str, TP, Range]] = []
     incomplete = []
     for name in storage.names(table):
         folder = storage.join(table, name)
@@ -215,11 +248,13 @@ def _held_ranges(
             continue
         listed = storage.read_text(storage.join(folder, RANGES))
         if listed is not None:
-            held.extend(Batch.ranges_from_json(listed).items())
+            ranges: Iterable[tuple[TP, Range]] = Batch.ranges_from_json(listed).items()
         elif on_s3:
             incomplete.append(folder)
+            continue
         else:
-            held.extend(_ranges_in_files(folder))
+            ranges = _ranges_in_files(folder)
+        held.extend((folder, tp, held_range) for tp, held_range in ranges)
     return held, incomplete
 
 

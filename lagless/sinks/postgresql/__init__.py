@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,16 +34,18 @@ from lagless.sinks.base import (
     TaskWrittenSink,
     Written,
 )
-from lagless.sinks.ledger import TP, Batch, holds
+from lagless.sinks.ledger import TP, Batch, HeldRecord, holds
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
     evolve,
     held_offsets,
+    held_records,
     insert,
     layouts,
     ledger_layout,
+    log_times,
     quoted,
     record_ranges,
     target_layout,
@@ -51,6 +53,7 @@ from lagless.sinks.sql import (
     upsert,
 )
 from lagless.sinks.task_ingest import RECEIPT_SCHEMA, ingest_task_rows
+from lagless.sinks.upsert_order import newest_first_sql
 from lagless.sinks.url import SinkUrl, parse_server
 
 if TYPE_CHECKING:
@@ -159,14 +162,25 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         return self._retried(attempt)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, held_offsets)
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, log_times) if target.mode == "upsert" else {}
+
+    def _from_ledger(self, target: Target, query: Callable[[Layout], str]) -> dict[TP, int]:
+        """(topic, partition, a number) of each partition, by `query` of the ledger table."""
         layout = ledger_layout(target, "postgresql")
         with self._connect() as conn:
             if conn.execute("SELECT to_regclass(%s)", (quoted(layout.table),)).fetchone() == (
                 None,
             ):
                 return {}  # no import into the table yet, or one by a lagless before the ledger
-            found = conn.execute(held_offsets(layout)).fetchall()
-        return {(topic, int(p)): int(end) for topic, p, end in found}
+            found = conn.execute(query(layout)).fetchall()
+        return {(topic, int(p)): int(value) for topic, p, value in found}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        with self._connect() as conn:
+            return held_records(conn, target.table, held)
 
     def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """The tasks committed their records themselves; the batch's ranges follow in a
@@ -190,7 +204,6 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
         stage = staging_table(target.table, batch.id)
         statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
-        recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
         columns = _arrow_schema(shipped)
         uri = Secret(self._arrow_uri(TASK_APPLICATION))
         copy_into = _copies_into(target)
@@ -224,6 +237,8 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             ingest(stage)
             failpoint("mid-write")  # the batch staged, not yet merged
             before_commit()
+            # After before_commit: an upsert's log times are the batch's then.
+            recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
                 # The target's statement is the one before the DROP of the stage.
                 return self._merge(conn, cur, statements, recorded, statements[-2], (target, batch))
@@ -239,7 +254,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             # One statement may not update a row twice: keep each key's newest record.
             newest = (
                 f"(SELECT DISTINCT ON ({keys}) * FROM {source} "
-                f'ORDER BY {keys}, "timestamp" DESC, "partition" DESC, "offset" DESC)'
+                f"ORDER BY {keys}, {newest_first_sql()})"
             )
             return upsert(layout, tombstone_layout(target, "postgresql"), newest)
         return [insert(target_layout(target, "postgresql"), source)]
