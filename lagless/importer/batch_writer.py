@@ -31,11 +31,13 @@ from lagless.importer.rows import (
     dead_letters,
     rejection_reasons,
     shape,
+    sql_string,
 )
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import TaskWrittenSink
+from lagless.sinks.base import Written as Committed
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
@@ -52,10 +54,22 @@ class Written:
     bytes: int = 0
     written: int = 0
     dead: Counter[str] = field(default_factory=Counter)
+    # Records of table parts the ledger held already (another import committed them).
+    already: int = 0
 
-    def add(self, by_partition: dict[TP, int], size: int, written: int, dead: dict[str, int]):
+    def add(
+        self,
+        by_partition: dict[TP, int],
+        size: int,
+        written: int,
+        dead: dict[str, int],
+        already: bool = False,
+    ) -> None:
         self.by_partition.update(by_partition)
         self.bytes += size
+        if already:
+            self.already += sum(by_partition.values())
+            return
         self.written += written
         self.dead.update(dead)
 
@@ -83,6 +97,10 @@ class BatchWriter:
         self.target_end = target_end
         # Where the query's first batch starts.
         self.first_start = first_start or {}
+        # Upsert: each partition's log time where the next batch starts (upsert_order.py):
+        # each table's ledger's at the start (read after prepare, which gives a ledger an
+        # earlier lagless made its column), then what each batch read.
+        self.log_times: dict[TP, int] = ledger_log_times(checked)
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
         self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
         self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
@@ -185,13 +203,15 @@ class BatchWriter:
             written.bytes,
             written.written,
             {reason: n for reason, n in written.dead.items() if n},
+            written.already,
         )
         if not self.spec.fail_on_data_loss:
             self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
-        self.collector.batch(self.summary, self.remaining_lag(end))
+        self.summary.behind = self.remaining_lag(end)
+        self.collector.batch(self.summary, self.summary.behind)
 
     def _count_skipped(
         self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]
@@ -261,7 +281,7 @@ class BatchWriter:
             by_reason = dict(zip(reasons, counts, strict=True))
             self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
             log.info("batch %d: %d files of records left to Spark's rows", batch.id, len(left))
-        sink.commit_staged(files, target, batch)
+        committed = sink.commit_staged(files, target, batch)
         failpoint("after-write")
         if left:
             sink.discard_staged(target)  # the left files, read
@@ -271,8 +291,10 @@ class BatchWriter:
             strict=True,
         ):
             by_partition[(topic, partition)] += records
+        stored = sum(by_partition.values()) - sum(dead.values())
+        rows, replay = _written(committed, stored)
         size = pc.sum(collected.column("bytes")).as_py() or 0
-        written.add(by_partition, size, sum(by_partition.values()) - sum(dead.values()), dead)
+        written.add(by_partition, size, rows, dead, already=replay)
 
     def _shaped(
         self,
@@ -293,16 +315,20 @@ class BatchWriter:
         # partition: building Columns costs a JVM round trip each, which on 24 partitions was
         # half a second of every batch.
         observation = Observation(f"lagless_batch_{batch.id}_{target.table}")
-        observed = [
+        metrics = [
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
         ]
+        upsert = target.mode == "upsert" and partitions
+        if upsert:  # the newest timestamp of each partition: its log time at the batch's end
+            metrics.append(
+                F.expr(f"array({_per_partition_sql(partitions, 'max', 'timestamp')}) AS newest")
+            )
         if target.value_format == "debezium":
-            observed.append(F.expr(f"collect_set({NEW_SCHEMA}) AS schemas"))
-        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
-            observation, *observed
-        )
-        return shaped, observation, reasons
+            metrics.append(F.expr(f"collect_set({NEW_SCHEMA}) AS schemas"))
+        log_times = self.log_times if target.mode == "upsert" else None
+        shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
+        return shaped.observe(observation, *metrics), observation, reasons
 
     def _store_dead_letters(
         self,
@@ -391,44 +417,83 @@ class BatchWriter:
         dead: dict[str, int] = {}
 
         def store_dead_letters() -> None:
-            if target.value_format == "debezium" and observation.get["schemas"]:
-                raise SchemaChanged(list(observation.get["schemas"]))
-            counts = observation.get["counts"][len(partitions) :]
+            observed = observation.get
+            if target.value_format == "debezium" and observed["schemas"]:
+                raise SchemaChanged(list(observed["schemas"]))
+            if target.mode == "upsert":
+                batch.log_times.update(self._log_times_after(partitions, observed["newest"]))
+            counts = observed["counts"][len(partitions) :]
             by_reason = dict(zip(reasons, counts, strict=True))
             self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
 
         stored = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
         observed = observation.get
+        if target.mode == "upsert":
+            self.log_times.update(self._log_times_after(partitions, observed["newest"]))
         per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
-        if stored is None:
-            stored = sum(by_partition.values()) - sum(dead.values())
-        written.add(by_partition, observed["bytes"], stored, dead)
+        rows, replay = _written(stored, sum(by_partition.values()) - sum(dead.values()))
+        written.add(by_partition, observed["bytes"], rows, dead, already=replay)
+
+    def _log_times_after(self, partitions: list[TP], newest: list[int | None]) -> dict[TP, int]:
+        """Each partition's log time at the batch's end: the newest of where it started and of
+        the timestamps the batch read (None: it read none)."""
+        after = {}
+        for tp, stamp in zip(partitions, newest, strict=True):
+            known = [t for t in (self.log_times.get(tp), stamp) if t is not None]
+            if known:
+                after[tp] = max(known)
+        return after
 
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
 
+def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
+    """(rows the table gained or replaced, whether the ledger held the batch) from what the
+    store told; `stored`: the records it was given, what an append gains."""
+    if isinstance(told, Committed):
+        return (stored if told.rows is None else told.rows), told.replay
+    return (stored if told is None else told), False
+
+
+def ledger_log_times(checked: Checked) -> dict[TP, int]:
+    """Each upsert table's log times where its ledger ends (Sink.log_times): a topic partition
+    lands in one table."""
+    found: dict[TP, int] = {}
+    for each in checked.destinations:
+        if each.target.mode == "upsert":
+            found.update(checked.sink.log_times(each.target, each.partitions))
+    return found
+
+
 def _offsets_text(offsets: Offsets) -> str:
     return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "-"
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _per_partition_sql(partitions: list[tuple[str, int]], aggregate: str, value: str) -> str:
+    """`aggregate` of `value` over each partition's rows, as SQL aggregates."""
+    one_topic = len({topic for topic, _ in partitions}) == 1
+    return ", ".join(
+        f"{aggregate}(CASE WHEN {_of_partition(t, p, one_topic)} THEN {value} END)"
+        for t, p in partitions
+    )
+
+
+def _of_partition(topic: str, partition: int, one_topic: bool) -> str:
+    """SQL: the row is of this partition. With one topic, the partition's number alone tells
+    (every condition is evaluated on every row)."""
+    if one_topic:
+        return f"partition = {partition}"
+    return f"topic = {sql_string(topic)} AND partition = {partition}"
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates. Each is evaluated
-    on every row: with one topic, the partition's number alone tells them apart."""
+    """Records per partition, then per rejection reason, as SQL aggregates."""
     one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
-        [
-            f"count_if(partition = {p})"
-            if one_topic
-            else f"count_if(topic = {_sql_string(t)} AND partition = {p})"
-            for t, p in partitions
-        ]
-        + [f"count_if({ERROR} = {_sql_string(r)})" for r in reasons]
+        [f"count_if({_of_partition(t, p, one_topic)})" for t, p in partitions]
+        + [f"count_if({ERROR} = {sql_string(r)})" for r in reasons]
     )

@@ -28,6 +28,7 @@ from lagless.exceptions import crossing_spark
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
+from lagless.signals import StopFile
 from lagless.source.data_loss import Lost
 
 if TYPE_CHECKING:
@@ -115,17 +116,6 @@ class ProgressFile(Collector):
         os.replace(partial, self.path)
 
 
-class StopFile(threading.Event):
-    """On the server: the client's stop request, a file it writes (BatchWriter.stop)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-
-    def is_set(self) -> bool:
-        return self.path.exists()
-
-
 class ConnectWriter:
     """In this process: what job.py reads of a BatchWriter (summary, done, failure, stop),
     from the server's progress file; `refresh` polls it and passes a stop request on."""
@@ -171,7 +161,7 @@ class ConnectWriter:
 
     def refresh(self) -> None:
         if self.stop is not None and self.stop.is_set():
-            Path(self.channel, STOP).touch()
+            StopFile(Path(self.channel, STOP)).set()
         try:
             stat = Path(self.channel, PROGRESS).stat()
         except FileNotFoundError:

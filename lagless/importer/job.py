@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+import uuid
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from lagless.exceptions import (
     TerminalError,
     TransientError,
     from_spark,
+    worker_error,
 )
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
@@ -47,14 +50,15 @@ from lagless.importer.spec import (
     slots_for,
     timestamp_offsets,
 )
+from lagless.importer.table_lag import history_of_another_topic
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
-from lagless.signals import StopRequest, stop_requests
+from lagless.signals import StopFile, StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import lacking, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.executor_write import ROUTED_WRITER
-from lagless.source.options import LOG_TO
+from lagless.source.options import LOG_TO, STOP_FILE
 from lagless.source.sampling import sample_meanwhile
 from lagless.source.warmup import SOURCE_MODULES
 
@@ -101,14 +105,18 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         low, high = checked.reader.log.watermarks(checked.partitions)
         read_ledgers(spec, checked, checked.destinations, low, high)
         done = last_end_offsets(spec.checkpoint)
+        held = checked.held
+        gone = deleted_before_read(low, held, done)
+        if gone is not None:
+            collector.warn(gone)
+        starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
+        # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
+        # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
+        if spec.mode == "bulk" and not checked.lost and all(starts[tp] >= high[tp] for tp in high):
+            return up_to_date(spec, checked, collector)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
-        held = checked.held
-        sizes = sample_meanwhile(
-            checked.reader.records,
-            {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low},
-            high,
-        )
+        sizes = sample_meanwhile(checked.reader.records, starts, high)
         warm_up = None
         if spark is None:
             task_writer = spec.tasks_writer(checked.destinations)
@@ -128,13 +136,55 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         write_first_start(spec.checkpoint, start.first_start)
         writer = _writer(spec, checked, collector, start, opened, remote=is_remote(spark))
         opened.enter_context(collector)
-        collector.start(start.backlog())
+        writer.summary.behind = start.backlog()
+        collector.start(writer.summary.behind)
         started = time.monotonic()
         run_query(spark, spec, checked, writer, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
+        described(writer.summary, spec, checked, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
+
+
+def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
+    """A bulk import with nothing to read (the tables hold the log up to its end, or the log is
+    empty): said without starting Spark. The tables are made (a first import of an empty topic
+    leaves an empty table) and the group, if any, is moved up to what the tables hold."""
+    if checked.fit is not None:
+        write_fit(spec.checkpoint, checked.fit)
+    prepare(spec, checked, checked.destinations)
+    held = checked.held
+    if spec.group and held:
+        GroupCommitter(checked.reader.groups, spec.group).commit(held)
+    summary = described(Summary(), spec, checked, held)
+    with collector:
+        collector.finish(summary)
+    log.info("nothing to import, up to date: %s", summary.as_dict())
+    return summary
+
+
+def deleted_before_read(low: Offsets, held: Offsets, done: Offsets) -> str | None:
+    """One line when partitions no table read start above offset 0: the broker deleted their
+    first records (retention; the embedded broker keeps about 5 MB a partition) before any
+    import read them. None when there are none."""
+    gone = {tp: o for tp, o in sorted(low.items()) if o and tp not in held and tp not in done}
+    if not gone:
+        return None
+    named = ", ".join(f"{t}[{p}]" for t, p in list(gone)[:4]) + (", ..." if len(gone) > 4 else "")
+    return (
+        f"the broker deleted {sum(gone.values()):,} records of {len(gone)} partition(s) "
+        f"({named}) before they were read: their logs start above offset 0 (retention)"
+    )
+
+
+def described(summary: Summary, spec: ImportSpec, checked: Checked, held: Offsets) -> Summary:
+    """The summary with where its rows went (the store, its tables) and what they held before."""
+    summary.destination = checked.sink.destination
+    summary.table = ", ".join(sorted({each.target.table for each in checked.destinations}))
+    summary.topics = tuple(sorted(topics_of(checked.partitions)))
+    summary.held_before = dict(held)
+    return summary
 
 
 def read_ledgers(
@@ -156,7 +206,26 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
+        refuse_a_recreated_topic(checked, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost)
+
+
+def refuse_a_recreated_topic(
+    checked: Checked, destination: Destination, low: Offsets, high: Offsets
+) -> None:
+    """BadInput, before anything is written, when a topic the table holds was deleted and
+    recreated since (ledger.recreated): its new log's offsets would be taken for those the
+    table holds, and the new records below them never imported. --skip-lost-offsets does not
+    change this: the table's rows are the deleted topic's, not lost offsets of this one."""
+    found = history_of_another_topic(
+        checked.sink, destination.target, checked.reader.records, destination.held, low, high
+    )
+    if found:
+        raise BadInput(
+            f"{destination.where} holds the history of another topic of that name: {found[0]}; "
+            "the topic was deleted and recreated since. Import it into another --table (with a "
+            "new --checkpoint), or drop the table to import the new topic from its start"
+        )
 
 
 def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination]) -> None:
@@ -229,18 +298,22 @@ def run_query(
 
     slots = spec.slots or slots_for(parallelism(spark))
     late_workers = 0
+    stop_file = _stop_file(spec.checkpoint)
     # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
     with stop_requests() as stop:
         writer.stop = stop
+        checked.reader.connection.stop = stop  # the group commits' waits, in this process
         while True:
             options = spec.source_options(slots, checked.held, sizes, checked)
+            options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
             warm_up = None  # the planning process is up from the first query on
             try:
-                _await(query, stop, writer)
+                _await(query, stop, writer, stop_file)
             finally:
                 _stop(query)
                 writer.refresh()
+                stop_file.clear()  # asked and answered; a restarted query starts afresh
             failure = None if stop.is_set() else writer.failure or query.exception()
             if failure is not None and late_worker(failure) and late_workers < LATE_WORKER_RETRIES:
                 late_workers += 1
@@ -367,10 +440,21 @@ def _task_modules(task_writer: TaskWriter | None) -> tuple[str, ...]:
     return SOURCE_MODULES + tuple(sorted({name.partition(":")[0] for name in names}))
 
 
-def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -> None:
+def _stop_file(checkpoint: str) -> StopFile:
+    """Where this run's stop request is passed to Spark's processes, which no signal reaches:
+    the source's planning and tasks then leave a wait for a broker that is away (retry.py).
+    In the checkpoint, which a Spark Connect server sees too; a name of its own per run, so
+    that one a killed run left behind stops no other."""
+    return StopFile(os.path.join(os.path.abspath(checkpoint), f"stop-{uuid.uuid4().hex[:12]}"))
+
+
+def _await(
+    query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter, stop_file: StopFile
+) -> None:
     """Until the query ends, or until a stop was asked for and the batch in flight is done
     (the batch after it is refused by the writer); a second signal: at once, abandoning the
-    batch in flight, which the checkpoint replays."""
+    batch in flight, which the checkpoint replays. A stop request is passed on to Spark's
+    processes (stop_file): one waiting for the broker fails the query at once."""
     from pyspark.errors import StreamingQueryException
 
     done_at_stop: int | None = None
@@ -381,6 +465,7 @@ def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -
             if done_at_stop is None:
                 done_at_stop = writer.done
                 log.warning("%s: stopping after the batch in flight", stop.first.name)
+                stop_file.set()
             if stop.insisted:
                 log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
                 return
@@ -433,7 +518,9 @@ def late_worker(failure: BaseException) -> bool:
 def stopped_by(failure: BaseException) -> LaglessError:
     """The query's failure as lagless's own: the class it was raised as in foreachBatch, a
     task or the source (exceptions.from_spark); a Python worker that kept failing to start is
-    transient (a rerun on a quieter machine passes); any other failure is terminal."""
+    transient (a rerun on a quieter machine passes); any other failure is terminal, named by
+    the innermost error a Python worker raised (exceptions.worker_error: a full disk's OSError,
+    not Spark's "An exception was thrown from the Python worker"), else by its first line."""
     found = from_spark(failure)
     log.error("the import failed", exc_info=failure)
     if found is not None:
@@ -443,4 +530,4 @@ def stopped_by(failure: BaseException) -> LaglessError:
             "Spark's Python workers did not start within its 10 s, "
             f"{LATE_WORKER_RETRIES + 1} times: the machine is too busy; run it again later"
         )
-    return TerminalError(f"import stopped: {first_line(str(failure))}")
+    return TerminalError(f"import stopped: {worker_error(failure) or first_line(str(failure))}")

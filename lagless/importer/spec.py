@@ -328,6 +328,8 @@ def _json(fields: StructType | None) -> str | None:
 def check(spec: ImportSpec) -> Checked:
     """Every bad-input check, before anything is written to the sink or the checkpoint; a
     routed import's per table (check_destinations)."""
+    if not spec.trigger_seconds > 0:
+        raise BadInput(f"--trigger-seconds must be above 0, not {spec.trigger_seconds:g}")
     if spec.ending_timestamp is not None and spec.mode != "bulk":
         raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
     if spec.topic_pattern is not None and spec.topics:

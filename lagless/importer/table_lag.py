@@ -13,11 +13,12 @@ import time
 from dataclasses import asdict, dataclass
 
 from lagless.cdc.envelope import source_ts_ms
-from lagless.kafka import TP
+from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
-from lagless.kafka.records import RecordInfo
-from lagless.sinks import Target, sink_from_url
+from lagless.kafka.records import RecordInfo, Records
+from lagless.sinks import Sink, Target, sink_from_url
+from lagless.sinks.ledger import HeldRecord, Recreated, recreated
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class PartitionInTable:
     # A mirror's: seconds since the database committed the oldest change not yet applied; 0
     # when caught up; None when the records are not Debezium change events.
     source_lag_s: float | None = None
+    # The table holds another topic's history: the topic was deleted and recreated since
+    # (ledger.recreated); what it says, else None.
+    another_topic: str | None = None
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -62,6 +66,10 @@ def table_lag(
         # A few: a change's tombstone carries no source time.
         found = reader.records.at(oldest_missing, dict.fromkeys(oldest_missing, 3))
         newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
+        differs = {
+            each.tp: str(each)
+            for each in history_of_another_topic(sink, target, reader.records, held, low, high)
+        }
     now = time.time() if now is None else now
     mirror = any(_committed_ms(found.get(tp) or newest.get(tp) or []) for tp in partitions)
     rows = []
@@ -86,6 +94,7 @@ def table_lag(
                 max(0, high[tp] - start),
                 lag_s,
                 source_lag_s,
+                differs.get(tp),
             )
         )
     return rows
@@ -98,3 +107,26 @@ def _committed_ms(records: list[RecordInfo]) -> int | None:
         if found is not None:
             return found
     return None
+
+
+def history_of_another_topic(
+    sink: Sink, target: Target, records: Records, held: Offsets, low: Offsets, high: Offsets
+) -> list[Recreated]:
+    """The partitions whose newest row in the table is not the log's record at its offset
+    now (ledger.recreated): the topic was deleted and recreated since. Only offsets the log
+    still holds (`low`, `high`: its watermarks) are read: a record retention removed tells
+    nothing, and waiting for it would only hold the import up."""
+    newest = {
+        tp: row
+        for tp, row in sink.newest_rows(target, held).items()
+        if low.get(tp, 0) <= row.offset < high.get(tp, 0)
+    }
+    if not newest:
+        return []
+    found = records.at({tp: row.offset for tp, row in newest.items()})
+    now = {
+        tp: HeldRecord(seen[0].offset, seen[0].timestamp_ms, seen[0].key)
+        for tp, seen in found.items()
+        if seen
+    }
+    return recreated(newest, now)

@@ -14,6 +14,7 @@ from lagless.first_line import first_line
 from lagless.importer.debezium import mirror_columns
 from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
 from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +65,9 @@ def resolve(
         return schema
     for field in schema.fields:
         check_identifier(field.name, "value field")
-        if field.name in (*TYPED_COLUMNS, TOMBSTONE):
+        if field.name in (*TYPED_COLUMNS, TOMBSTONE) or (
+            spec.write == "upsert" and field.name == LOG_TIME
+        ):
             raise BadInput(f"value field {field.name!r} has the name of a column lagless adds")
     for name in spec.key_fields:
         if name not in schema.fields.fieldNames():

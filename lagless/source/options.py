@@ -124,6 +124,9 @@ DECODE_AVRO_VALUES = "decodeAvroValues"
 # Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
 # not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
 LOG_TO = "logTo"
+# A file whose appearance asks the query to stop (lagless import's signals.StopFile): the
+# planning's and the tasks' waits for a broker that is away end then (retry.py).
+STOP_FILE = "stopFile"
 
 KNOWN = (
     SUBSCRIBE,
@@ -165,6 +168,7 @@ KNOWN = (
     DECODE_JSON_VALUES,
     DECODE_AVRO_VALUES,
     LOG_TO,
+    STOP_FILE,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
 BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
@@ -218,6 +222,7 @@ class SourceOptions:
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
     log_to: str | None = None
+    stop_file: str | None = None
     decode_json_values: str | None = None
     decode_avro_values: str | None = None
 
@@ -354,6 +359,7 @@ class SourceOptions:
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
             log_to=_raw(lowered, LOG_TO) or None,
+            stop_file=_raw(lowered, STOP_FILE) or None,
             decode_json_values=_json_fields(lowered),
             decode_avro_values=_avro_values(lowered),
         )

@@ -249,3 +249,14 @@ def test_mirror_puts_debeziums_rate_beside_each_stores() -> None:
     rows = [line.split("|") for line in printed.splitlines() if line.startswith("| snapshot")]
     assert len(rows) == 1 and float(rows[0][5].strip().rstrip("x")) > 0, printed[-2000:]
     assert "sustained 100 updates/s" in printed
+
+
+@pytest.mark.matrix
+def test_first_import_shows_a_fresh_installations_first_and_second_import() -> None:
+    """~4 minutes: the background build of the class archive is most of it (matrix only)."""
+    figures, printed = run_bench(
+        "first_import.py", *("--records", "4000", "--partitions", "2"), timeout=1500
+    )
+    assert figures["records"] == 4000 and "archive mapped" in printed
+    for name in ("script_s", "first_s", "archive_build_s", "second_s"):
+        assert between(figures[name], 0.01, 1200), (name, figures)
