@@ -38,6 +38,7 @@ from lagless.cdc.envelope import (
 )
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
+from lagless.sinks.upsert_order import LOG_TIME
 from lagless.sinks.ledger import Batch
 from lagless.sinks.sqlite import SqliteSink
 
@@ -360,6 +361,7 @@ def batch_rows(
                 "key": k,
                 "timestamp": offset,
                 **{name: change.row.get(name) for name in FIELDS.fieldNames()},
+                LOG_TIME: offset,  # timestamps that never go back: the log time is the timestamp
                 TOMBSTONE: change.delete,
             }
             earlier = newest.get(row["id"])
@@ -388,6 +390,7 @@ def write(
             ("name", pa.string()),
             ("n", pa.int64()),
             ("price", pa.string()),  # as SqliteSink.transported sends decimals
+            (LOG_TIME, pa.int64()),
             (TOMBSTONE, pa.bool_()),
         ]
     )
