@@ -38,9 +38,9 @@ from lagless.cdc.envelope import (
 )
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
-from lagless.sinks.upsert_order import LOG_TIME
 from lagless.sinks.ledger import Batch
 from lagless.sinks.sqlite import SqliteSink
+from lagless.sinks.upsert_order import LOG_TIME
 
 TOPIC = "db.public.t"
 ROW_FIELDS = [
