@@ -5,7 +5,11 @@ of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth t
 it stands for librdkafka's abort there.
 
 `mid-write` counts sink writes, not batches: a SQL store reaches it once for the target and
-once more for the dead-letter table when a batch has dead letters."""
+once more for the dead-letter table when a batch has dead letters.
+
+`mid-compaction` is reached with a compaction's new files written, not yet committed;
+`mid-expiry` with old versions dropped, the files only they read not yet removed
+(sinks/<store>/maintenance.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,15 @@ import os
 import signal
 from collections import Counter
 
-NAMES = ("before-write", "mid-write", "after-write", "after-group-commit", "describe-group")
+NAMES = (
+    "before-write",
+    "mid-write",
+    "after-write",
+    "after-group-commit",
+    "describe-group",
+    "mid-compaction",
+    "mid-expiry",
+)
 _reached: Counter[str] = Counter()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lagless.cli.options import add_kafka_arguments, kafka_config
+from lagless.cli.options import add_kafka_arguments, add_maintenance_arguments, kafka_config
 from lagless.importer.explain import explain
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
@@ -125,6 +125,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=ImportSpec.trigger_seconds,
         help="continuous mode: seconds between batch starts (default %(default)s)",
     )
+    add_maintenance_arguments(parser)
+    parser.add_argument(
+        "--maintain-every",
+        type=float,
+        default=ImportSpec.maintain_every_s,
+        metavar="S",
+        help="Parquet, Delta and Iceberg: a round of table maintenance (compaction, and expiry "
+        "of versions older than --keep-history) between batches at most every S seconds; 0: "
+        "none (default %(default)g; docs/maintenance.md)",
+    )
     parser.add_argument(
         "--retry-seconds",
         type=float,
@@ -182,6 +192,8 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
+    if not args.maintain_every >= 0:
+        raise BadInput("--maintain-every must be at least 0")
     if not args.retry_seconds >= 0:
         raise BadInput("--retry-seconds must be at least 0")
     return ImportSpec(
@@ -210,6 +222,9 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         retry_seconds=args.retry_seconds,
         spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
         shared_disk=args.shared_disk,
+        target_file_size=args.target_file_size,
+        keep_history_s=args.keep_history,
+        maintain_every_s=args.maintain_every,
     )
 
 

@@ -14,18 +14,20 @@ from rich.table import Table
 
 from lagless.cli.options import (
     add_group_arguments,
+    add_maintenance_arguments,
     add_metric_arguments,
     cluster_name,
     kafka_config,
 )
 from lagless.exceptions import BadInput
-from lagless.importer.table_lag import table_lag
+from lagless.importer.table_lag import PartitionInTable, table_health, table_lag
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo, require_commits
 from lagless.lag.report import History, build_report, collect, committed_records
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.sinks.maintenance import Health, Policy
 
 SAMPLES_PER_WINDOW = 4
 DEFAULT_WINDOW_S = 1.0
@@ -44,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "against the log), whatever group or checkpoint wrote it; needs --topic",
     )
     parser.add_argument("--table", help="with --sink: the table (default: the topic name)")
+    add_maintenance_arguments(parser, history=False)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -165,16 +168,31 @@ def prometheus_once(
 
 def run_table_lag(args: argparse.Namespace) -> int:
     """`lag --sink URL --topic T [--table T]`: per partition, the first offset the table does
-    not hold, the log's end, the records behind and the oldest missing record's age."""
+    not hold, the log's end, the records behind and the oldest missing record's age; per table
+    of a folder store, its files (with --json: {"partitions": [...], "tables": [...]})."""
     if args.topic is None:
         raise BadInput("lag --sink needs --topic (the topic the table is fed from)")
     if args.group is not None or args.watch is not None or args.prometheus or args.markdown:
-        raise BadInput("lag --sink takes --topic, --table and --json only")
-    rows = table_lag(kafka_config(args), args.sink, args.table or args.topic, [args.topic])
+        raise BadInput("lag --sink takes --topic, --table, --target-file-size and --json only")
+    table = args.table or args.topic
+    rows = table_lag(kafka_config(args), args.sink, table, [args.topic])
+    tables = table_health(args.sink, table, Policy(target_file_size=args.target_file_size))
     if args.json:
-        print(json.dumps([row.as_json() for row in rows], indent=2))
+        shown = {
+            "partitions": [row.as_json() for row in rows],
+            "tables": [each.as_json() for each in tables],
+        }
+        print(json.dumps(shown, indent=2))
         return 0
-    shown = Table(title=f"table {args.table or args.topic}: what it holds against the log")
+    console = Console()
+    console.print(partitions_table(table, rows))
+    if tables:
+        console.print(health_table(tables))
+    return 0
+
+
+def partitions_table(table: str, rows: list[PartitionInTable]) -> Table:
+    shown = Table(title=f"table {table}: what it holds against the log")
     for name in ("topic", "partition", "table holds up to", "log end", "behind", "time lag"):
         shown.add_column(name, justify="left" if name == "topic" else "right")
     for row in rows:
@@ -183,5 +201,21 @@ def run_table_lag(args: argparse.Namespace) -> int:
         shown.add_row(
             row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
         )
-    Console().print(shown)
-    return 0
+    return shown
+
+
+def health_table(tables: list[Health]) -> Table:
+    shown = Table(title="its files (docs/maintenance.md)")
+    columns = ("table", "data files", "small", "versions", "on disk", "live")
+    for name in columns:
+        shown.add_column(name, justify="left" if name == "table" else "right")
+    for each in tables:
+        shown.add_row(
+            each.table,
+            f"{each.data_files:,}",
+            f"{each.small_file_share:.0%}",
+            f"{each.versions:,}",
+            f"{each.bytes_on_disk / 1e6:,.1f} MB",
+            f"{each.live_bytes / 1e6:,.1f} MB",
+        )
+    return shown

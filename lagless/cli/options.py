@@ -7,6 +7,7 @@ import argparse
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
+from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, parse_size
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,3 +54,44 @@ def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cluster_name(args: argparse.Namespace) -> str:
     return str(args.cluster_name or args.bootstrap)
+
+
+def add_maintenance_arguments(parser: argparse.ArgumentParser, history: bool = True) -> None:
+    """--target-file-size and, with `history`, --keep-history (import, maintain; lag --sink
+    takes the size alone, for the small-file share)."""
+    parser.add_argument(
+        "--target-file-size",
+        type=file_size,
+        default=DEFAULT_TARGET_FILE_SIZE,
+        metavar="B",
+        help="table maintenance: files smaller than this are merged into files of up to this "
+        "size; bytes, or with K, M, G (default 128M)",
+    )
+    if not history:
+        return
+    parser.add_argument(
+        "--keep-history",
+        type=seconds,
+        default=DEFAULT_KEEP_HISTORY_S,
+        metavar="S",
+        help="table maintenance: versions (Delta log entries, Iceberg snapshots, merged "
+        "Parquet folders) older than S seconds are expired and the files only they read "
+        "removed (default %(default).0f)",
+    )
+
+
+def file_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a size in bytes, K, M or G ({exc})") from None
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, at least 0")
+    return value

@@ -19,6 +19,7 @@ from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
+from lagless.importer.maintenance import schedule_for
 from lagless.importer.rows import (
     BYTES,
     ERROR,
@@ -78,6 +79,10 @@ class BatchWriter:
         self.done = 0
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
+        # Compaction and expiry of the target's tables between batches (maintenance.py).
+        self.maintenance = schedule_for(
+            checked.sink, self.target.table, spec.maintenance_policy, spec.maintain_every_s
+        )
 
     def refresh(self) -> None:
         """Nothing to fetch: this writer runs in this process (connect_writer.py's does not)."""
@@ -118,6 +123,8 @@ class BatchWriter:
             _offsets_text(self.last_end),
             time.monotonic() - started,
         )
+        if self.maintenance is not None:
+            self.maintenance.between_batches()
 
     def _write(self, records: DataFrame, batch_id: int) -> None:
         batch, end = self.batch(batch_id)

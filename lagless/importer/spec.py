@@ -28,6 +28,7 @@ from lagless.sinks.base import (
     WriteMode,
     check_writable_path,
 )
+from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, Policy
 from lagless.sinks.url import absolute
 from lagless.source import avro_values, json_values, to_json_offsets
 from lagless.source import options as o
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 MIN_TASK_RECORDS = 1000
 
 RunMode = Literal["bulk", "continuous"]
+
+# Seconds between maintenance rounds of an import (importer/maintenance.py).
+DEFAULT_MAINTAIN_EVERY_S = 10.0
 
 # Task slots per Spark core: a little more than one keeps a core busy while a task starts.
 SLOTS_PER_CORE = 2
@@ -86,6 +90,15 @@ class ImportSpec:
     spark_conf: tuple[tuple[str, str], ...] = ()
     # The executors see the driver's filesystem at the same paths (--shared-disk).
     shared_disk: bool = False
+    # Table maintenance between batches (importer/maintenance.py): files merged up to this
+    # size, versions kept this long, a round at most this often (0: none).
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    keep_history_s: float = DEFAULT_KEEP_HISTORY_S
+    maintain_every_s: float = DEFAULT_MAINTAIN_EVERY_S
+
+    @property
+    def maintenance_policy(self) -> Policy:
+        return Policy(self.target_file_size, self.keep_history_s)
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         if self.table is None and len(self.topics) != 1:

@@ -3,6 +3,7 @@ whatever group or checkpoint wrote it (`lagless lag --sink URL`).
 
 Per partition: the first offset the table does not hold, the log's start and end, the records
 behind, and the time lag: now minus the timestamp of the oldest record not yet in the table.
+Per table of a folder store: its files (`table_health`, sinks/maintenance.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from lagless.kafka import TP
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.sinks import Target, sink_from_url
+from lagless.sinks.maintenance import Health, Policy
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,16 @@ def table_lag(
             )
         )
     return rows
+
+
+def table_health(sink_url: str, table: str, policy: Policy) -> list[Health]:
+    """The files of the table and of those beside it (`_dlq`, `_tombstones`): data files,
+    small ones, versions kept, bytes on disk against live bytes. None for a store that keeps
+    its own files (SQL)."""
+    sink = sink_from_url(sink_url)
+    with sink:
+        maintenance = sink.maintenance()
+        if maintenance is None:
+            return []
+        found = (maintenance.health(each, policy) for each in maintenance.tables(table))
+        return [each for each in found if each is not None]

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from lagless.sinks.maintenance import StoreMaintenance
+
 WriteMode = Literal["append", "upsert"]
 ValueFormat = Literal["raw", "json", "avro"]
 
@@ -248,6 +250,12 @@ class Sink(ABC):
 
     # What the refusal suggests instead, beside --shared-disk.
     without_shared_disk: ClassVar[str] = "import into PostgreSQL or a table on S3"
+
+    def maintenance(self) -> StoreMaintenance | None:
+        """Compaction and expiry of this store's tables (sinks/maintenance.py), which the
+        import runs between batches and `lagless maintain` once; None: the store needs none
+        (a database keeps its own files)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Last in the lifecycle, also when the import fails: release connections."""
