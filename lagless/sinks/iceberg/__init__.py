@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
 
+    from lagless.sinks.maintenance import StoreMaintenance
+
 CATALOG_NAME = "lagless"
 CATALOG_FILE = "catalog.db"
 NAMESPACE = "default"
@@ -191,6 +193,11 @@ class IcebergSink(FolderTableSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
+
+    def maintenance(self) -> StoreMaintenance:
+        from lagless.sinks.iceberg.maintenance import IcebergMaintenance
+
+        return IcebergMaintenance(self)
 
     def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""

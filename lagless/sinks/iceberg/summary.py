@@ -5,8 +5,9 @@ Every snapshot of a batch carries `lagless.ranges`, the batch's ranges, and `lag
 first offset above everything the table holds per partition once the batch is in: the held map
 of the snapshot it was built on, raised by the batch. Commits are serialized by the catalog
 (a commit built on an older snapshot fails and is built again), so the newest lagless snapshot
-of the table's current lineage says what the table holds; a snapshot another tool added since
-(a compaction) carries nothing and is passed over. A snapshot rolled back is not in the
+of the table's current lineage says what the table holds; lagless's compactions carry
+`lagless.held` on (sinks/iceberg/maintenance.py), a snapshot another tool added carries nothing
+and is passed over. A snapshot rolled back is not in the
 lineage, so what it held counts as not held: the rows are gone with it.
 """
 
@@ -50,5 +51,11 @@ def properties(held: Mapping[TP, int], batch: Batch) -> dict[str, str]:
     after = dict(held)
     for tp, (_, end) in batch.covered.items():
         after[tp] = max(after.get(tp, 0), end)
-    listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(after.items())]
-    return {RANGES: batch.to_json(), HELD: json.dumps(listed, separators=(",", ":"))}
+    return {RANGES: batch.to_json(), **carried(after)}
+
+
+def carried(held: Mapping[TP, int]) -> dict[str, str]:
+    """The summary properties of a snapshot that changes no row (a compaction): what the table
+    holds, as it was, so that expiring the snapshots before it keeps the ledger."""
+    listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(held.items())]
+    return {HELD: json.dumps(listed, separators=(",", ":"))}
