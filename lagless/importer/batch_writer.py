@@ -81,7 +81,7 @@ class BatchWriter:
         self.last_end: Offsets = {}
         # Compaction and expiry of the target's tables between batches (maintenance.py).
         self.maintenance = schedule_for(
-            checked.sink, self.target.table, spec.maintenance_policy, spec.maintain_every_s
+            checked.sink, self.target, spec.maintenance_policy, spec.maintain_every_s
         )
 
     def refresh(self) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from lagless.exceptions import LaglessError
 from lagless.first_line import first_line
-from lagless.sinks import Sink
+from lagless.sinks import Sink, Target
 from lagless.sinks.maintenance import Policy, Round, StoreMaintenance
 
 log = logging.getLogger(__name__)
@@ -91,13 +92,13 @@ def run_round(
     return done
 
 
-def schedule_for(sink: Sink, table: str, policy: Policy, every_s: float) -> Schedule | None:
+def schedule_for(sink: Sink, target: Target, policy: Policy, every_s: float) -> Schedule | None:
     """The import's schedule for its table; None when the store keeps its own files or
     maintenance is off (every_s 0)."""
-    maintenance = sink.maintenance()
+    maintenance = sink.maintenance(target.run_id)
     if maintenance is None or every_s <= 0:
         return None
-    return Schedule(maintenance, table, policy, every_s)
+    return Schedule(maintenance, target.table, policy, every_s)
 
 
 def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Round]:
@@ -107,6 +108,7 @@ def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Roun
     from lagless.exceptions import BadInput
     from lagless.sinks import sink_from_url
 
+    policy = replace(policy, thorough=True)
     with sink_from_url(sink_url) as sink:
         maintenance = sink.maintenance()
         if maintenance is None:

@@ -45,6 +45,9 @@ class Policy:
 
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     keep_history_s: float = DEFAULT_KEEP_HISTORY_S
+    # Every small file merged into files of up to the target at once, as OPTIMIZE does
+    # (`lagless maintain`); else step by step up the ladder (`plan`), as an import does.
+    thorough: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class StoreMaintenance(ABC):
         """The table's files now; None when there is no such table."""
 
 
-def plan(files: Sequence[DataFile], target: int) -> list[list[DataFile]]:
+def plan(files: Sequence[DataFile], target: int, thorough: bool = False) -> list[list[DataFile]]:
     """Which files to merge, each group into one file: groups of at least two files, each file
     smaller than `target`, a group's bytes at most its rung (so at most `target`), no file in
     two groups, smallest groups first.
@@ -154,8 +157,9 @@ def plan(files: Sequence[DataFile], target: int) -> list[list[DataFile]]:
     The rung is the highest at which the files below it are RATIO or more and fill a file of
     its size (merging below it then makes files of about its size, which wait for the next
     rung up); when more than MOST_SMALL_FILES small files would remain, the lowest rung that
-    brings them under it. Files are packed in the table's order, adjacent ones together."""
-    rung = _rung(files, target)
+    brings them under it; `thorough`: the target whenever two files are small. Files are
+    packed in the table's order, adjacent ones together."""
+    rung = target if thorough else _rung(files, target)
     if rung is None:
         return []
     groups: list[list[DataFile]] = []

@@ -262,17 +262,18 @@ def test_maintain_compacts_a_table_a_bulk_import_filled_and_lag_shows_it(
     assert before["data_files"] >= 600 // BATCH_RECORDS
     assert before["small_file_share"] == 1.0
 
-    done = maintain(url, "--table", topic_name, "--target-file-size", "1M", "--keep-history", "1")
-    assert done.returncode == 0, done.stderr
-    time.sleep(1.5)
-    done = maintain(url, "--table", topic_name, "--keep-history", "1", "--json")
-    assert done.returncode == 0, done.stderr
-    rounds = {each["table"]: each for each in json.loads(done.stdout)}
+    rounds = []
+    for wait_s in (0, 1.5):  # the second once the first's replaced files left the window
+        time.sleep(wait_s)
+        done = maintain(url, "--table", topic_name, "--keep-history", "1", "--json")
+        assert done.returncode == 0, done.stderr
+        rounds += [each for each in json.loads(done.stdout) if each["table"] == topic_name]
 
     assert stored(url, topic_name, COLUMNS) == rows_of(records)
     after = table_health(kafka, url, topic_name)
     assert after["data_files"] <= 2, after
-    assert rounds[topic_name]["removed_files"] >= before["data_files"] - 2
+    assert rounds[0]["compacted_files"] >= before["data_files"] - 2
+    assert sum(each["removed_files"] for each in rounds) >= before["data_files"] - 2
     assert after["bytes_on_disk"] < before["bytes_on_disk"]
     assert after["live_bytes"] <= after["bytes_on_disk"]
 

@@ -91,7 +91,7 @@ class DeltaSink(FolderTableSink):
                     "pick another --table or --write mode"
                 )
 
-    def maintenance(self) -> StoreMaintenance:
+    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
         from lagless.sinks.delta.maintenance import DeltaMaintenance
 
         return DeltaMaintenance(self)

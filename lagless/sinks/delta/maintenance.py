@@ -70,7 +70,7 @@ class DeltaMaintenance(StoreMaintenance):
             if refused:
                 done.skipped = refused
                 return
-            groups = plan(_data_files(delta), policy.target_file_size)
+            groups = plan(_data_files(delta), policy.target_file_size, policy.thorough)
             if not groups:
                 return
             if not self._rewrite(table, delta, groups[0], policy, done):

@@ -194,7 +194,7 @@ class IcebergSink(FolderTableSink):
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
 
-    def maintenance(self) -> StoreMaintenance:
+    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
         from lagless.sinks.iceberg.maintenance import IcebergMaintenance
 
         return IcebergMaintenance(self)

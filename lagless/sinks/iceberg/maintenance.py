@@ -71,6 +71,7 @@ class IcebergMaintenance(StoreMaintenance):
             groups = plan(
                 [DataFile(path, f.file_size_in_bytes) for path, f in current.items()],
                 policy.target_file_size,
+                policy.thorough,
             )
             chosen: list[IcebergFile] = []
             written: list[IcebergFile] = []
