@@ -151,50 +151,69 @@ class StoreMaintenance(ABC):
 
 def plan(files: Sequence[DataFile], target: int, thorough: bool = False) -> list[list[DataFile]]:
     """Which files to merge, each group into one file: groups of at least two files, each file
-    smaller than `target`, a group's bytes at most its rung (so at most `target`), no file in
-    two groups, smallest groups first.
+    smaller than `target`, a group's bytes at most `target`, no file in two groups, smallest
+    groups first.
 
-    The rung is the highest at which the files below it are RATIO or more and fill a file of
-    its size (merging below it then makes files of about its size, which wait for the next
-    rung up); when more than MOST_SMALL_FILES small files would remain, the lowest rung that
-    brings them under it; `thorough`: the target whenever two files are small. Files are
-    packed in the table's order, adjacent ones together."""
-    rung = target if thorough else _rung(files, target)
-    if rung is None:
-        return []
+    Small files fall into tiers by size, RATIO apart (`_tier`). A tier holding RATIO files or
+    more is merged into files of the tier above, so each byte is rewritten about once per tier
+    on its way to the target; while more than MOST_SMALL_FILES small files would remain, the
+    lowest tiers are merged together (they are the cheapest). `thorough`: every small file at
+    once, into files of up to the target (`lagless maintain`). Files are packed in the
+    table's order."""
+    small = [f for f in files if f.size < target]
+    if thorough:
+        return _packed(small, target)
+    tiers: dict[int, list[DataFile]] = {}
+    for each in small:
+        tiers.setdefault(_tier(each.size, target), []).append(each)
+    groups: list[list[DataFile]] = []
+    merged: set[int] = set()
+    for tier, members in tiers.items():
+        if len(members) >= RATIO:
+            groups += _packed(members, min(target, _top(tier, target) * RATIO))
+            merged.add(tier)
+    # The tiers left, smallest first: merged together (into one file, give or take) while too
+    # many small files would remain.
+    left = [tier for tier in sorted(tiers, reverse=True) if tier not in merged]
+    untouched = sum(len(tiers[tier]) for tier in left)
+    after_merges = len(small) - untouched - sum(len(g) - 1 for g in groups)
+    chosen: set[str] = set()
+    while left and after_merges + untouched + (1 if chosen else 0) > MOST_SMALL_FILES:
+        tier = left.pop(0)
+        chosen.update(f.path for f in tiers[tier])
+        untouched -= len(tiers[tier])
+    if len(chosen) > 1:
+        groups += _packed([f for f in small if f.path in chosen], target)
+    return sorted((g for g in groups if len(g) > 1), key=lambda g: sum(f.size for f in g))
+
+
+def _tier(size: int, target: int) -> int:
+    """0 for [target / RATIO, target), 1 for the next RATIO below, ...; the lowest tier holds
+    everything below LOWEST_RUNG."""
+    tier, top = 0, target
+    while size < top // RATIO and top // RATIO >= LOWEST_RUNG:
+        tier, top = tier + 1, top // RATIO
+    return tier
+
+
+def _top(tier: int, target: int) -> int:
+    """The size a tier's files stay below."""
+    return target // RATIO**tier
+
+
+def _packed(files: Sequence[DataFile], most: int) -> list[list[DataFile]]:
+    """Files in order, into groups of at most `most` bytes (a file alone is no group)."""
     groups: list[list[DataFile]] = []
     current: list[DataFile] = []
     filled = 0
     for each in files:
-        if each.size >= rung:
-            continue
-        if current and filled + each.size > rung:
+        if current and filled + each.size > most:
             groups.append(current)
             current, filled = [], 0
         current.append(each)
         filled += each.size
     groups.append(current)
-    return sorted((g for g in groups if len(g) > 1), key=lambda g: sum(f.size for f in g))
-
-
-def _rung(files: Sequence[DataFile], target: int) -> int | None:
-    rungs = [target]
-    while rungs[-1] // RATIO >= LOWEST_RUNG:
-        rungs.append(rungs[-1] // RATIO)
-    rungs.reverse()
-    chosen: int | None = None
-    for rung in rungs:
-        below = [f.size for f in files if f.size < rung]
-        if len(below) >= RATIO and sum(below) >= rung:
-            chosen = rung
-    small = [f.size for f in files if f.size < target]
-    if len(small) > MOST_SMALL_FILES:
-        for rung in rungs:
-            below = [size for size in small if size < rung]
-            after = len(small) - len(below) + math.ceil(sum(below) / rung)
-            if after <= MOST_SMALL_FILES or rung == target:
-                return max(chosen or 0, rung)
-    return chosen
+    return [g for g in groups if len(g) > 1]
 
 
 def parse_size(text: str) -> int:

@@ -49,6 +49,9 @@ COLUMNS = ("partition", "offset", "key", "value", "timestamp")
 BATCH_RECORDS = 50
 POLICY = Policy(target_file_size=1024 * 1024, keep_history_s=1.0)
 MAINTAIN_EVERY_S = 0.5
+# A continuous import's records: CHUNKS produced a moment apart, CHUNK per partition each.
+CHUNKS, CHUNK = 12, 25
+TOTAL = CHUNKS * CHUNK * PARTITIONS
 WAIT_S = 150.0
 
 
@@ -113,37 +116,45 @@ class Reader(threading.Thread):
             self.reads += 1
 
 
-def import_while_reading(
-    spec: ImportSpec, spark: Any, records: list[Record], table: str
-) -> tuple[Reader, Any]:
-    """The import, continuous, stopped (SIGINT, its usual end) once the table holds every
-    record and maintenance ran a few rounds; a Reader meanwhile."""
-    first = {p: min(r.offset for r in records if r.partition == p) for p in range(PARTITIONS)}
-    reader = Reader(spec.sink_url, table, first)
-    wanted = len({(r.partition, r.offset) for r in records})
+def import_while_producing(
+    spec: ImportSpec, spark: Any, kafka: KafkaConfig, table: str, keys: int
+) -> tuple[Reader, Any, list[Record]]:
+    """The import, continuous, while a producer adds CHUNKS of records a moment apart and a
+    Reader reads the table; stopped (SIGINT, its usual end) once the table holds every record.
+    Returns the reader, the summary and the topic's records."""
+    reader = Reader(spec.sink_url, table, dict.fromkeys(range(PARTITIONS), 0))
+    ended = threading.Event()
+    produced = threading.Event()
 
-    def stop_when_done() -> None:
+    def produce_then_stop() -> None:
+        for chunk in range(CHUNKS):
+            if ended.wait(0.4):
+                return
+            produce_profile(kafka, table, explicit([CHUNK] * PARTITIONS), keys=keys, seed=chunk)
+        produced.set()
         deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not ended.is_set():
             time.sleep(0.5)
             try:
-                if len(stored(spec.sink_url, table, ("partition", "offset"))) >= wanted:
+                if len(stored(spec.sink_url, table, ("partition", "offset"))) >= TOTAL:
                     break
-            except FileNotFoundError:
+            except Exception:
                 continue
-        time.sleep(4 * MAINTAIN_EVERY_S + 2 * POLICY.keep_history_s)  # rounds after the last batch
-        os.kill(os.getpid(), signal.SIGINT)
+        if not ended.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
-    helper = threading.Thread(target=stop_when_done, daemon=True)
+    helper = threading.Thread(target=produce_then_stop, daemon=True)
     reader.start()
     helper.start()
     try:
         summary = run_import(spec, spark=spark)
     finally:
+        ended.set()
         helper.join()
         reader.stop.set()
         reader.join()
-    return reader, summary
+    assert produced.is_set()
+    return reader, summary, read_topic(kafka, table, PARTITIONS)
 
 
 APPEND_STORES = [
@@ -160,22 +171,20 @@ APPEND_STORES = [
 def test_a_continuous_append_compacted_and_expired_as_it_runs_keeps_every_record_once(
     store, request, broker, kafka, topic_name, tmp_path, spark
 ):
-    """Small batches, a maintenance round every half second with a one-second history: the
-    readers never see a record missing or doubled, the table ends exact with a few files where
-    the batches wrote dozens, its old versions expired; and an import from a fresh checkpoint
-    finds everything held (the ledger survived every rewrite)."""
+    """Records arriving in small batches, a maintenance round every half second with a
+    one-second history: the readers never see a record missing or doubled, the table ends
+    exact with a few files where the batches wrote dozens, its old versions expired; and an
+    import from a fresh checkpoint finds everything held (the ledger survived every rewrite)."""
     broker.create_topic(topic_name, PARTITIONS)
-    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=12)
-    records = read_topic(kafka, topic_name, PARTITIONS)
     url = sink_url(store, tmp_path, request)
     spec = spec_for(kafka, topic_name, url, tmp_path, mode="continuous", trigger_seconds=0.2)
 
-    reader, summary = import_while_reading(spec, spark, records, topic_name)
+    reader, summary, records = import_while_producing(spec, spark, kafka, topic_name, keys=12)
 
     assert not reader.wrong, reader.wrong[:3]
     assert reader.reads > 3 * len(reader.failed), reader.failed[:3]
     assert stored(url, topic_name, COLUMNS) == rows_of(records)
-    assert summary.batches >= 600 // BATCH_RECORDS
+    assert summary.batches >= CHUNKS
     found = health(url, topic_name)
     assert found.data_files <= 4, found  # the batches wrote a file or two each
     assert found.live_bytes > 0
@@ -192,11 +201,13 @@ def test_a_continuous_append_compacted_and_expired_as_it_runs_keeps_every_record
 def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
     store, request, broker, kafka, topic_name, tmp_path, spark, caplog
 ):
-    """Upserts rewrite the files they touch; compaction merges small files between batches
-    (a target of 8 KiB, so that this small table has some): the table ends as the newest record
-    per key, and a fresh checkpoint imports nothing twice."""
+    """Upserts rewrite the files they touch; maintenance between batches merges small files (a
+    target of 8 KiB, so that this small table has some) and removes the replaced ones: the table
+    ends as the newest record per key in a few files, and a fresh checkpoint imports nothing
+    twice."""
     broker.create_topic(topic_name, PARTITIONS)
-    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=40)
+    # Keys enough that batches add files (new keys) and rewrite some (keys seen before).
+    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
     records = read_topic(kafka, topic_name, PARTITIONS)
     url = sink_url(store, tmp_path, request)
     spec = spec_for(
@@ -215,8 +226,13 @@ def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
     newest = newest_per_key(records)
     assert stored(url, topic_name, COLUMNS) == rows_of(list(newest.values()))
     assert summary.batches >= 600 // BATCH_RECORDS
-    rounds = [r.getMessage() for r in caplog.records if "files compacted" in r.getMessage()]
+    # Delta's MERGE rewrites what it touches into one file: its rounds remove the files
+    # replaced; Iceberg's upserts add files: its rounds merge them too.
+    rounds = [r.getMessage() for r in caplog.records if r.getMessage().startswith("maintenance")]
     assert any(f"maintenance: {topic_name}: " in line for line in rounds), rounds
+    assert any("files removed" in line for line in rounds), rounds
+    found = health(url, topic_name)
+    assert found.data_files <= 4, found
     again = run_import(
         spec_for(kafka, topic_name, url, tmp_path / "fresh", write="upsert"), spark=spark
     )
