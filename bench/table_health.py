@@ -27,6 +27,8 @@ import json
 import os
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import Launched, import_args, sink_url
+from benchlib import CliRun, cli_env, import_args, sink_url
 from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
@@ -48,6 +50,52 @@ from lagless.sinks.maintenance import Health, Policy
 TOPIC = "health"
 GOALS = {"files_over": 16, "bytes_x": 2.0, "read_x": 1.3, "p99_s": 2.0}
 console = Console(stderr=True)
+
+
+# --- the import: `lagless import`'s arguments, its run_import on a session made first ----------
+
+# The CLI's own start also warms up the source's read planner beside the query's start; on this
+# machine under load (load average 20+ on 2 cores) that made every CLI import fail ("Python
+# worker failed to connect back"), on main as on this branch. The import here is the CLI's, its
+# arguments parsed by the CLI, on a session made before it, as the test suite runs it.
+RUNNER = """
+import sys
+from lagless.cli.import_ import spec_from_args
+from lagless.cli.main import build_parser
+from lagless.importer.job import run_import
+from lagless.importer.spark import spark_session
+args = build_parser("import").parse_args(["import", *sys.argv[1:]])
+spec = spec_from_args(args)
+run_import(spec, spark=spark_session(spec.master))
+"""
+
+
+class Launched:
+    """The import's process: interrupted (SIGINT, a continuous import's usual end) at the end."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in wait()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            env=cli_env(),
+            start_new_session=True,
+        )
+
+    def interrupt(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+
+    def wait(self, timeout_s: float = 180) -> CliRun:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.seek(0)
+        tail = "\n".join(self.stderr.read().decode(errors="replace").strip().splitlines()[-15:])
+        self.stderr.close()
+        return CliRun("", [], self.process.returncode, None, 0.0, {}, tail)
 
 
 # --- producing at a steady rate, each record's produce time by its offset ---------------------
@@ -324,10 +372,6 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
                 import_args(
                     broker.bootstrap, TOPIC, url, work / "ckpt", "continuous", args, *extra
                 ),
-                store,
-                url,
-                TOPIC,
-                probe=False,
             )
             watcher = LedgerWatcher(url, producer, args.poll_ms / 1000)
             watcher.start()

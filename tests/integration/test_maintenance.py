@@ -100,6 +100,10 @@ class Reader(threading.Thread):
         self.failed: list[str] = []
 
     def run(self) -> None:
+        # Not before the import made the table: a pyiceberg reader opening the catalog would
+        # make its tables, racing the import's own making of them.
+        while not self.stop.is_set() and not self._table_exists():
+            time.sleep(0.1)
         while not self.stop.is_set():
             try:
                 found = stored(self.url, self.table, ("partition", "offset"))
@@ -114,6 +118,12 @@ class Reader(threading.Thread):
                 if offsets != list(range(start, start + len(offsets))):
                     self.wrong.append(f"partition {partition}: {offsets[:5]}... {len(offsets)}")
             self.reads += 1
+
+    def _table_exists(self) -> bool:
+        with sink_from_url(self.url) as sink:
+            maintenance = sink.maintenance()
+            assert maintenance is not None
+            return bool(maintenance.tables(self.table))
 
 
 def import_while_producing(
