@@ -17,7 +17,7 @@ produce → visible p99 within 2 s (as without maintenance: `--without` runs eac
 and, with --png-dir, a chart per run.
 
     .venv/bin/python bench/table_health.py --png-dir bench/results
-    small: --stores delta --workloads append --seconds 20 --keys 2000 --rate 200
+    small: --stores delta --workloads append --seconds 20 --keys 2000 --rate 200 --upsert-rate 200
 """
 
 from __future__ import annotations
@@ -358,9 +358,11 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
             producer = SteadyProducer(
                 kafka, args.partitions, args.record_bytes, args.keys if upsert else 0
             )
-            if upsert:
-                with console.status(f"producing {args.keys:,} keys to preload"):
-                    producer.preload(args.keys)
+            # An upsert's table starts with --keys rows; an append's with a record per
+            # partition, so that the steady rate starts once the import runs.
+            preload = args.keys if upsert else args.partitions
+            with console.status(f"producing {preload:,} records to preload"):
+                producer.preload(preload)
             extra = [
                 *("--trigger-seconds", str(args.trigger_seconds)),
                 *("--maintain-every", str(every_s)),
@@ -375,8 +377,8 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
             )
             watcher = LedgerWatcher(url, producer, args.poll_ms / 1000)
             watcher.start()
-            _wait_for_preload(launched, watcher, producer, args.keys if upsert else 0)
-            producer.rate = args.rate
+            _wait_for_preload(launched, watcher, producer, preload)
+            producer.rate = args.upsert_rate if upsert else args.rate
             producer.start()
             started = time.time()
             next_sample = started
@@ -412,7 +414,7 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
 def _wait_for_preload(
     launched: Launched, watcher: LedgerWatcher, producer: SteadyProducer, keys: int
 ) -> None:
-    """Until the table holds the preloaded keys (or, for an append, exists)."""
+    """Until the table holds the preloaded records."""
     per_partition = keys // producer.partitions
     with console.status("waiting for the import's first rows") as status:
         while True:
@@ -501,7 +503,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--stores", nargs="+", default=["delta", "iceberg", "parquet"])
     parser.add_argument("--workloads", nargs="+", default=["append", "upsert"])
     parser.add_argument("--seconds", type=float, default=180.0, help="steady import, per case")
-    parser.add_argument("--rate", type=float, default=2000.0, help="records/s (2000)")
+    parser.add_argument("--rate", type=float, default=2000.0, help="appends/s (2000)")
+    parser.add_argument("--upsert-rate", type=float, default=3000.0, help="upserts/s (3000)")
     parser.add_argument("--keys", type=int, default=1_000_000, help="upsert: the table's rows")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--record-bytes", type=int, default=24)

@@ -217,3 +217,22 @@ def test_breakdown_of_a_typed_json_import(tmp_path: Path) -> None:
         typed = db.execute('SELECT count(*) FROM "bench" WHERE "seq" IS NOT NULL').fetchone()[0]
     assert {"seq", "pad"} <= set(columns) and "value" not in columns, columns
     assert typed == 3000
+
+
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
+def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> None:
+    figures, printed = run_bench(
+        "table_health.py",
+        *("--stores", "delta", "--workloads", "upsert", "--seconds", "12", "--keys", "400"),
+        *("--upsert-rate", "100", "--sample-seconds", "4", "--settle-seconds", "2"),
+        *("--maintain-every", "1", "--keep-history", "5", "--png-dir", str(tmp_path)),
+        timeout=600,
+    )
+    assert figures["store"] == "delta" and figures["exit_code"] == 0
+    assert figures["visible"] > 0 and between(figures["p99_s"], 0.0, 60)
+    last = figures["last"]
+    assert last["live_bytes"] > 0 and last["bytes_on_disk"] >= last["live_bytes"]
+    assert between(figures["worst_read_x"], 0.01, 100)
+    assert "table health under a continuous import" in printed
+    assert (tmp_path / "table_health-delta-upsert.png").read_bytes().startswith(PNG_MAGIC)
