@@ -19,7 +19,6 @@ Neither changes what a reader of the table's current version sees.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
