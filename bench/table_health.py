@@ -111,7 +111,12 @@ class SteadyProducer(threading.Thread):
             kafka.producer(**{"linger.ms": 5, "compression.type": "zstd", "acks": 1})
         )
         self.partitions = partitions
-        self.value = b"v" * value_bytes
+        # Random letters: values that compress about as text does, not to nothing.
+        self.value_bytes = value_bytes
+        self.values = [
+            bytes(random.Random(n).choices(b"abcdefghijklmnopqrstuvwxyz0123456789", k=value_bytes))
+            for n in range(1024)
+        ]
         self.keys = keys
         self.rate = 0.0
         self.produced = 0
@@ -139,8 +144,9 @@ class SteadyProducer(threading.Thread):
 
         while True:
             try:
+                value = self.values[self.produced % len(self.values)]
                 self.producer.produce(
-                    TOPIC, value=self.value, key=key, partition=partition, on_delivery=delivered
+                    TOPIC, value=value, key=key, partition=partition, on_delivery=delivered
                 )
                 break
             except BufferError:
@@ -350,6 +356,7 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
     work = Path(tempfile.mkdtemp(prefix=f"lagless-health-{store}-"))
     run = Run(store, workload, every_s)
     policy = Policy(args.target_file_size, args.keep_history)
+    launched: Launched | None = None
     try:
         with EmbeddedBroker(topics={TOPIC: args.partitions}) as broker:
             kafka = KafkaConfig(broker.bootstrap)
@@ -407,6 +414,9 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
             result = launched.wait(timeout_s=180)
             run.exit_code, run.stderr_tail = result.returncode, result.stderr_tail
     finally:
+        if launched is not None and launched.process.poll() is None:
+            os.killpg(launched.process.pid, signal.SIGKILL)  # the bench itself failed
+            launched.process.wait()
         shutil.rmtree(work, ignore_errors=True)
     return run
 

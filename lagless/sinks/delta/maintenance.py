@@ -45,6 +45,8 @@ RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 # Writer features whose tables lagless's entries keep valid; any other (row tracking, deletion
 # vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
 KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColumns"}
+# Log entries a reader replays past the last checkpoint, at most (a compaction round's).
+CHECKPOINT_EVERY = 10
 
 
 class DeltaMaintenance(StoreMaintenance):
@@ -60,6 +62,21 @@ class DeltaMaintenance(StoreMaintenance):
         return [name for name in names if self._open(name) is not None]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        try:
+            self._compact(table, policy, deadline, done)
+        finally:
+            self._checkpoint(table)
+
+    def _checkpoint(self, table: str) -> None:
+        """A checkpoint once the log grew by CHECKPOINT_EVERY entries: a reader then replays
+        at most that many (delta-rs checkpoints every 100 of its own commits)."""
+        delta = self._open(table)
+        if delta is None:
+            return
+        if delta.version() - _last_checkpoint(self.storage, self._path(table)) >= CHECKPOINT_EVERY:
+            delta.create_checkpoint()
+
+    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         first = True
         while first or time.monotonic() < deadline:
             first = False
