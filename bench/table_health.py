@@ -60,10 +60,12 @@ console = Console(stderr=True)
 # arguments parsed by the CLI, on a session made before it, as the test suite runs it.
 RUNNER = """
 import sys
+from lagless import logs
 from lagless.cli.import_ import spec_from_args
 from lagless.cli.main import build_parser
 from lagless.importer.job import run_import
 from lagless.importer.spark import spark_session
+logs.configure("info", sys.argv.pop(1))
 args = build_parser("import").parse_args(["import", *sys.argv[1:]])
 spec = spec_from_args(args)
 run_import(spec, spark=spark_session(spec.master))
@@ -73,10 +75,10 @@ run_import(spec, spark=spark_session(spec.master))
 class Launched:
     """The import's process: interrupted (SIGINT, a continuous import's usual end) at the end."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], log: Path) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in wait()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, *args],
+            [sys.executable, "-c", RUNNER, str(log), *args],
             stdout=subprocess.DEVNULL,
             stderr=self.stderr,
             env=cli_env(),
@@ -315,6 +317,8 @@ class Run:
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (at, latency)
     exit_code: int | None = None
     stderr_tail: str = ""
+    # The seconds of each maintenance round the import logged.
+    rounds: list[float] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -341,6 +345,9 @@ class Run:
                 (s.bytes_on_disk / (2 * s.live_bytes + s.window_bytes) for s in later),
                 default=None,
             ),
+            "maintenance_rounds": len(self.rounds),
+            "maintenance_s": round(sum(self.rounds), 1),
+            "longest_round_s": max(self.rounds, default=0.0),
             "exit_code": self.exit_code,
             "load": [round(x, 2) for x in os.getloadavg()],
         }
@@ -381,6 +388,7 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
                 import_args(
                     broker.bootstrap, TOPIC, url, work / "ckpt", "continuous", args, *extra
                 ),
+                work / "import.log",
             )
             watcher = LedgerWatcher(url, producer, args.poll_ms / 1000)
             watcher.start()
@@ -413,12 +421,24 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
                 launched.interrupt()
             result = launched.wait(timeout_s=180)
             run.exit_code, run.stderr_tail = result.returncode, result.stderr_tail
+            run.rounds = maintenance_rounds(work / "import.log")
     finally:
         if launched is not None and launched.process.poll() is None:
             os.killpg(launched.process.pid, signal.SIGKILL)  # the bench itself failed
             launched.process.wait()
         shutil.rmtree(work, ignore_errors=True)
     return run
+
+
+def maintenance_rounds(log: Path) -> list[float]:
+    """The seconds of each table's round, from the import's log lines (`... in 0.31 s`)."""
+    if not log.exists():
+        return []
+    return [
+        float(line.rsplit(" in ", 1)[1].split()[0])
+        for line in log.read_text().splitlines()
+        if "maintenance: " in line and line.rstrip().endswith(" s")
+    ]
 
 
 def _wait_for_preload(
@@ -489,7 +509,16 @@ def draw(path: Path, run: Run, policy: Policy) -> None:
 
 def show(reports: list[dict[str, Any]]) -> None:
     table = Table(title="table health under a continuous import (goals: issue 32)")
-    columns = ("case", "maintenance", "most files", "on disk / goal", "read x", "p50 s", "p99 s")
+    columns = (
+        "case",
+        "maintenance",
+        "rounds, s",
+        "most files",
+        "on disk / goal",
+        "read x",
+        "p50 s",
+        "p99 s",
+    )
     for name in columns:
         table.add_column(name, justify="left" if name == "case" else "right")
     for r in reports:
@@ -497,6 +526,7 @@ def show(reports: list[dict[str, Any]]) -> None:
         table.add_row(
             f"{r['store']} {r['workload']}",
             f"every {r['maintain_every_s']:g} s" if r["maintain_every_s"] else "none",
+            f"{r['maintenance_rounds']}, {r['maintenance_s']:g}",
             str(r["most_files"]),
             "-" if over is None else f"{over:.2f}",
             f"{r['worst_read_x']:.2f}",
