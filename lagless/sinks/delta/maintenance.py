@@ -59,40 +59,32 @@ class DeltaMaintenance(StoreMaintenance):
             names = self.storage.names(self.sink.location)
         else:
             names = [table, f"{table}_dlq", f"{table}_tombstones"]
-        return [name for name in names if self._open(name) is not None]
+        return [name for name in names if self._has_log(name)]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
-        try:
-            self._compact(table, policy, deadline, done)
-        finally:
-            self._checkpoint(table)
-
-    def _checkpoint(self, table: str) -> None:
-        """A checkpoint once the log grew by CHECKPOINT_EVERY entries: a reader then replays
-        at most that many (delta-rs checkpoints every 100 of its own commits)."""
+        """Groups until the deadline, each planned on the table as its last commit left it;
+        then a checkpoint once the log grew by CHECKPOINT_EVERY entries since the last (a
+        reader replays at most that many; delta-rs checkpoints every 100 of its commits)."""
         delta = self._open(table)
         if delta is None:
             return
-        if delta.version() - _last_checkpoint(self.storage, self._path(table)) >= CHECKPOINT_EVERY:
-            delta.create_checkpoint()
-
-    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        refused = _unwritable(delta)
+        if refused:
+            done.skipped = refused
+            return
         first = True
         while first or time.monotonic() < deadline:
             first = False
-            delta = self._open(table)
-            if delta is None:
-                return
-            refused = _unwritable(delta)
-            if refused:
-                done.skipped = refused
-                return
             groups = plan(_data_files(delta), policy.target_file_size, policy.thorough)
             if not groups:
-                return
+                break
             if not self._rewrite(table, delta, groups[0], policy, done):
                 done.skipped = "another writer took the version; planned again next round"
-                return
+                break
+            delta.update_incremental()
+        delta.update_incremental()
+        if delta.version() - _last_checkpoint(self.storage, self._path(table)) >= CHECKPOINT_EVERY:
+            delta.create_checkpoint()
 
     def _rewrite(
         self, table: str, delta: DeltaTable, group: list[DataFile], policy: Policy, done: Round
@@ -177,10 +169,11 @@ class DeltaMaintenance(StoreMaintenance):
     def _path(self, table: str) -> str:
         return self.storage.join(self.sink.location, table)
 
+    def _has_log(self, table: str) -> bool:
+        return bool(self.storage.names(self.storage.join(self._path(table), LOG)))
+
     def _open(self, table: str) -> DeltaTable | None:
-        if not self.storage.names(self.storage.join(self._path(table), LOG)):
-            return None
-        return self.sink._open_or_none(table)
+        return self.sink._open_or_none(table) if self._has_log(table) else None
 
 
 def _data_files(delta: DeltaTable) -> list[DataFile]:
