@@ -6,8 +6,10 @@ file, both with `dataChange: false` (readers of changes skip it; the rows are th
 entry is written by lagless itself, only if its version is still free (a put-if-absent of
 `_delta_log/<version>.json`, as delta-rs commits): delta-rs 1.6 rebases a compaction (its own
 OPTIMIZE too) over a concurrent commit without checking that the files it removes are still
-there, which doubled rows in a test. A version taken meanwhile drops the written file and the
-round plans again next time. The table's application transactions, its ledger, are untouched.
+there, which doubled rows in a test. A version another writer took meanwhile is read: appends
+are passed (the entry goes to the next version), a removal of one of the group's files or a
+change of schema or protocol drops the written file, and the round plans again next time.
+The table's application transactions, its ledger, are untouched.
 
 Expiry is Delta's own: the history window is set as the table's
 `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration` (so that any Delta tool's
@@ -45,6 +47,8 @@ RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 # Writer features whose tables lagless's entries keep valid; any other (row tracking, deletion
 # vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
 KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColumns"}
+# Versions other writers took (appends) that a compaction's entry moves past before it gives up.
+COMMIT_ATTEMPTS = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's).
 CHECKPOINT_EVERY = 10
 
@@ -113,16 +117,40 @@ class DeltaMaintenance(StoreMaintenance):
         failpoint("mid-compaction")  # the merged file beside the table's, not in its log
         size, modified = self.storage.stat(path)
         stats = footer_stats(self.storage.parquet_metadata(path))
-        version = delta.version() + 1
-        entry = _entry(delta.version(), group, name, size, modified, stats, policy)
-        log_path = self.storage.join(folder, LOG, f"{version:020d}.json")
-        if not self.storage.create_new(log_path, entry.encode()):
+        if not self._commit(folder, delta.version(), group, name, size, modified, stats, policy):
             self.storage.remove(path)
             return False
         done.compacted_files += len(group)
         done.written_files += 1
         done.rewritten_bytes += size
         return True
+
+    def _commit(
+        self,
+        folder: str,
+        read_version: int,
+        group: list[DataFile],
+        name: str,
+        size: int,
+        modified: int,
+        stats: dict[str, Any],
+        policy: Policy,
+    ) -> bool:
+        """The log entry put as the first free version after `read_version`. A version another
+        writer took meanwhile is read: one that removed a file of the group, or changed the
+        table's schema or protocol, conflicts (False); appends do not, and the entry is tried
+        at the next version (Delta's own rule for a rewrite beside blind appends)."""
+        gone = {each.path for each in group}
+        version = read_version + 1
+        for _ in range(COMMIT_ATTEMPTS):
+            entry = _entry(version - 1, group, name, size, modified, stats, policy)
+            log_path = self.storage.join(folder, LOG, f"{version:020d}.json")
+            if self.storage.create_new(log_path, entry.encode()):
+                return True
+            if _conflicts(self.storage.read_text(log_path) or "", gone):
+                return False
+            version += 1
+        return False
 
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         delta = self._open(table)
@@ -260,6 +288,20 @@ def _entry(
         for each in group
     ]
     return "".join(json.dumps(action) + "\n" for action in actions)
+
+
+def _conflicts(entry: str, gone: set[str]) -> bool:
+    """Another writer's log entry removed one of `gone`, or changed the table's metadata or
+    protocol (an entry not yet readable counts as a conflict)."""
+    if not entry:
+        return True
+    for line in entry.splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "metaData" in action or "protocol" in action:
+            return True
+        if "remove" in action and action["remove"]["path"] in gone:
+            return True
+    return False
 
 
 def _log_entries(names: list[str]) -> set[str]:
