@@ -4,9 +4,11 @@ Compaction reads the small data files of the current snapshot (`plan`), writes t
 through pyiceberg's writer (field ids, metrics, the table's target file size) and commits one
 snapshot that deletes the group's files and adds the new ones (pyiceberg 0.12 has no rewrite
 action: an `overwrite` snapshot whose rows are the same). The snapshot carries `lagless.held`
-(summary.py), so the ledger survives the expiry of every snapshot before it. A commit built on
-a snapshot another writer replaced meanwhile fails (the table's commits are not retried:
-NO_RETRIES) and the written files are removed; the next round plans again.
+(summary.py), so the ledger survives the expiry of every snapshot before it. A commit another
+writer beat (the catalog refuses a commit built on an older snapshot; the table's commits are
+not retried by pyiceberg: NO_RETRIES) is built again on the new snapshot while the group's
+files are all still in it (an append passes); else the written files are removed and the next
+round plans again.
 
 Expiry drops the snapshots older than the history window, except the one current at the
 window's start (a reader may still be reading it) and the snapshots from the current one back
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from lagless.sinks.iceberg import IcebergSink
 
 METADATA = ("data", "metadata")
+# Commits other writers made first that a compaction is built again after before it gives up.
+COMMIT_ATTEMPTS = 20
 
 
 class IcebergMaintenance(StoreMaintenance):
@@ -84,7 +88,7 @@ class IcebergMaintenance(StoreMaintenance):
             if not chosen:
                 return
             failpoint("mid-compaction")  # the merged files written, not in any snapshot
-            if not self._commit(found, chosen, written):
+            if not self._commit(table, chosen, written):
                 done.skipped = "another writer committed meanwhile; planned again next round"
                 return
         done.compacted_files += len(chosen)
@@ -108,22 +112,32 @@ class IcebergMaintenance(StoreMaintenance):
             _dataframe_to_data_files(found.metadata, rows, found.io, write_uuid=uuid.uuid4())
         )
 
-    def _commit(self, found: Table, removed: list[IcebergFile], added: list[IcebergFile]) -> bool:
+    def _commit(self, table: str, removed: list[IcebergFile], added: list[IcebergFile]) -> bool:
+        """One snapshot that swaps `removed` for `added`. A commit another writer beat is built
+        again on the table it left while that writer removed none of `removed` (appends
+        pass); else the written files are removed and False."""
         from pyiceberg.exceptions import CommitFailedException
 
-        tx = found.transaction()
-        with tx.update_snapshot(snapshot_properties=carried(held_in(found))).overwrite() as swap:
-            for each in removed:
-                swap.delete_data_file(each)
-            for each in added:
-                swap.append_data_file(each)
-        try:
-            tx.commit_transaction()
-            return True
-        except CommitFailedException:
-            for each in added:
-                self.storage.remove(_path(each.file_path))
-            return False
+        for _ in range(COMMIT_ATTEMPTS):
+            found = self.sink._table(table)
+            current = _data_files(found)
+            if any(each.file_path not in current for each in removed):
+                break
+            tx = found.transaction()
+            properties = carried(held_in(found))
+            with tx.update_snapshot(snapshot_properties=properties).overwrite() as swap:
+                for each in removed:
+                    swap.delete_data_file(current[each.file_path])
+                for each in added:
+                    swap.append_data_file(each)
+            try:
+                tx.commit_transaction()
+                return True
+            except CommitFailedException:
+                continue
+        for each in added:
+            self.storage.remove(_path(each.file_path))
+        return False
 
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         with self.sink._catalog_errors():
