@@ -27,14 +27,16 @@ from dataclasses import asdict, dataclass, field
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 # Versions a reader that started an hour ago may still be reading, and time travel within it.
 DEFAULT_KEEP_HISTORY_S = 3600.0
-# The compaction ladder: files below a rung are merged into files of up to that rung, rungs a
-# factor of RATIO apart (so each byte is rewritten about once per rung on its way to the
-# target), from the target down to LOWEST_RUNG.
+# The compaction tiers: small files by size, RATIO apart (so each byte is rewritten about once
+# per tier on its way to the target), from the target down to LOWEST_RUNG.
 RATIO = 4
 LOWEST_RUNG = 64 * 1024
-# A rung is merged once it holds RATIO files and bytes enough for a full file; past this many
-# small files, the lowest rungs are merged whatever they hold.
+# Past this many small files, the lowest tiers are merged whatever they hold.
 MOST_SMALL_FILES = 12
+# While the small files add up to less than target / ALL_BELOW (8 MiB of 128 MiB), RATIO of
+# them are merged all together: a reader then opens one file, at most that much rewritten a
+# round.
+ALL_BELOW = 16
 
 
 @dataclass(frozen=True)
@@ -156,11 +158,12 @@ def plan(files: Sequence[DataFile], target: int, thorough: bool = False) -> list
     Small files fall into tiers by size, RATIO apart (`_tier`). A tier holding RATIO files or
     more is merged into files of the tier above, so each byte is rewritten about once per tier
     on its way to the target; while more than MOST_SMALL_FILES small files would remain, the
-    lowest tiers are merged together (they are the cheapest). `thorough`: every small file at
-    once, into files of up to the target (`lagless maintain`). Files are packed in the
-    table's order."""
+    lowest tiers are merged together (they are the cheapest). While all small files add up to
+    less than target / ALL_BELOW, RATIO of them are merged all together (a small table stays
+    one file). `thorough`: every small file at once, into files of up to the target
+    (`lagless maintain`). Files are packed in the table's order."""
     small = [f for f in files if f.size < target]
-    if thorough:
+    if thorough or (len(small) >= RATIO and sum(f.size for f in small) <= target // ALL_BELOW):
         return _packed(small, target)
     tiers: dict[int, list[DataFile]] = {}
     for each in small:

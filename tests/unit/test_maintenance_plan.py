@@ -68,20 +68,31 @@ def test_thorough_leaves_at_most_one_small_file_per_target_of_small_bytes_plus_o
 
 
 def test_a_day_of_small_batches_keeps_few_files_at_a_few_rewrites_per_byte():
-    """A continuous import's files (47 KB, a round after each): the small files stay under the
-    goal (live bytes / target + 16) and each byte is rewritten a few times on its way up."""
+    """A continuous import's files (47 KB a batch, a round every 20 batches: every 10 s at
+    lagless's half-second trigger): the small files stay under the goal (live bytes / target
+    + 16) and each byte is rewritten a few times on its way up."""
     files: list[DataFile] = []
     written = rewritten = 0
     most = 0
     for batch in range(6000):
         files.append(DataFile(f"b{batch}", 47_000))
         written += 47_000
+        most = max(most, len(files) - written // TARGET)
+        if batch % 20:
+            continue
         groups = plan(files, TARGET)
         rewritten += sum(f.size for g in groups for f in g)
         files = merged(files, groups, f"c{batch}")
-        most = max(most, len(files) - written // TARGET)
-    assert most <= 16
-    assert rewritten / written <= 7  # log4(128 MiB / 47 KB) = 5.7 tiers
+    assert most <= 16 + 20
+    assert rewritten / written <= 8  # log4(128 MiB / 8 MiB) tiers, and 8 MiB merged whole
+
+
+def test_a_table_below_a_sixteenth_of_the_target_is_kept_one_file():
+    files = files_of([300_000] + [47_000] * 5)
+    groups = plan(files, TARGET)
+    assert [len(g) for g in groups] == [6]
+    big = files_of([TARGET // 16] + [47_000] * 5)
+    assert [len(g) for g in plan(big, TARGET)] == [5]  # the tier of 47 KB files only
 
 
 def test_sizes_read_with_units():
