@@ -26,6 +26,7 @@ import logging
 import math
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -51,6 +52,16 @@ KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColu
 COMMIT_ATTEMPTS = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's).
 CHECKPOINT_EVERY = 10
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A compaction's file, beside the table's: its name, bytes, time and statistics."""
+
+    name: str
+    size: int
+    modified: int
+    stats: dict[str, Any]
 
 
 class DeltaMaintenance(StoreMaintenance):
@@ -116,8 +127,8 @@ class DeltaMaintenance(StoreMaintenance):
         self.storage.write_parquet(path, rows)
         failpoint("mid-compaction")  # the merged file beside the table's, not in its log
         size, modified = self.storage.stat(path)
-        stats = footer_stats(self.storage.parquet_metadata(path))
-        if not self._commit(folder, delta.version(), group, name, size, modified, stats, policy):
+        merged = Merged(name, size, modified, footer_stats(self.storage.parquet_metadata(path)))
+        if not self._commit(folder, delta.version(), group, merged, policy):
             self.storage.remove(path)
             return False
         done.compacted_files += len(group)
@@ -126,15 +137,7 @@ class DeltaMaintenance(StoreMaintenance):
         return True
 
     def _commit(
-        self,
-        folder: str,
-        read_version: int,
-        group: list[DataFile],
-        name: str,
-        size: int,
-        modified: int,
-        stats: dict[str, Any],
-        policy: Policy,
+        self, folder: str, read_version: int, group: list[DataFile], merged: Merged, policy: Policy
     ) -> bool:
         """The log entry put as the first free version after `read_version`. A version another
         writer took meanwhile is read: one that removed a file of the group, or changed the
@@ -143,7 +146,7 @@ class DeltaMaintenance(StoreMaintenance):
         gone = {each.path for each in group}
         version = read_version + 1
         for _ in range(COMMIT_ATTEMPTS):
-            entry = _entry(version - 1, group, name, size, modified, stats, policy)
+            entry = _entry(version - 1, group, merged, policy)
             log_path = self.storage.join(folder, LOG, f"{version:020d}.json")
             if self.storage.create_new(log_path, entry.encode()):
                 return True
@@ -240,15 +243,7 @@ def _unwritable(delta: DeltaTable) -> str | None:
     return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
 
 
-def _entry(
-    read_version: int,
-    group: list[DataFile],
-    name: str,
-    size: int,
-    modified: int,
-    stats: dict[str, Any],
-    policy: Policy,
-) -> str:
+def _entry(read_version: int, group: list[DataFile], merged: Merged, policy: Policy) -> str:
     """The log entry: commit info, the merged file added, the group removed, no data change."""
     now = int(time.time() * 1000)
     actions: list[dict[str, Any]] = [
@@ -265,12 +260,12 @@ def _entry(
         },
         {
             "add": {
-                "path": name,
+                "path": merged.name,
                 "partitionValues": {},
-                "size": size,
-                "modificationTime": modified,
+                "size": merged.size,
+                "modificationTime": merged.modified,
                 "dataChange": False,
-                "stats": json.dumps(stats),
+                "stats": json.dumps(merged.stats),
             }
         },
     ]
