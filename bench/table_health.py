@@ -113,12 +113,9 @@ class SteadyProducer(threading.Thread):
             kafka.producer(**{"linger.ms": 5, "compression.type": "zstd", "acks": 1})
         )
         self.partitions = partitions
-        # Random letters: values that compress about as text does, not to nothing.
+        # Random hex, each record's own: values that compress as little as an id does (a
+        # pool of values would let a compaction's dictionary encoding shrink the table).
         self.value_bytes = value_bytes
-        self.values = [
-            bytes(random.Random(n).choices(b"abcdefghijklmnopqrstuvwxyz0123456789", k=value_bytes))
-            for n in range(1024)
-        ]
         self.keys = keys
         self.rate = 0.0
         self.produced = 0
@@ -146,7 +143,7 @@ class SteadyProducer(threading.Thread):
 
         while True:
             try:
-                value = self.values[self.produced % len(self.values)]
+                value = os.urandom(self.value_bytes // 2).hex().encode()
                 self.producer.produce(
                     TOPIC, value=value, key=key, partition=partition, on_delivery=delivered
                 )

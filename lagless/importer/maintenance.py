@@ -24,8 +24,10 @@ log = logging.getLogger(__name__)
 
 # A round's compaction stops starting groups after this long (a group under way finishes).
 SLICE_S = 1.0
-# Expiry lists the table's files: at most this often, and at least twice per history window.
+# Expiry lists the table's files: in a round at least this often, and EXPIRIES_PER_WINDOW
+# times per history window (a file out of the window waits at most a sixth of it).
 EXPIRE_EVERY_S = 60.0
+EXPIRIES_PER_WINDOW = 6
 
 
 class Schedule:
@@ -44,7 +46,9 @@ class Schedule:
         self.table = table
         self.policy = policy
         self.every_s = every_s
-        self.expire_every_s = min(EXPIRE_EVERY_S, max(every_s, policy.keep_history_s / 2))
+        self.expire_every_s = min(
+            EXPIRE_EVERY_S, max(every_s, policy.keep_history_s / EXPIRIES_PER_WINDOW)
+        )
         self.clock = clock
         self.last_round = clock()
         self.last_expiry = self.last_round
