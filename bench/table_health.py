@@ -226,6 +226,11 @@ def read_table(url: str, table: str, work: Path) -> tuple[Any, float]:
     return rows, time.monotonic() - began
 
 
+def table_folder(url: str, work: Path) -> Path:
+    """Where the table's files lie (an Iceberg table in its namespace's folder)."""
+    return work / "lake" / ("default" if url.startswith("iceberg:") else "") / TOPIC
+
+
 def _read(url: str, table: str, work: Path) -> Any:
     import pyarrow.dataset as ds
 
@@ -286,7 +291,7 @@ def sample(url: str, work: Path, policy: Policy, started: float) -> Sample | Non
     window_from = time.time() - policy.keep_history_s
     window = sum(
         entry.stat().st_size
-        for entry in (work / "lake" / TOPIC).rglob("*")
+        for entry in table_folder(url, work).rglob("*")
         if entry.is_file() and entry.stat().st_mtime >= window_from
     )
     return Sample(
