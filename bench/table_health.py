@@ -274,9 +274,10 @@ def compacted_read(url: str, rows: Any, scratch: Path) -> float:
         catalog.create_namespace("default")
         catalog.create_table("default.copy", schema=rows.schema).append(rows)
         catalog.engine.dispose()
-    else:
-        (scratch / "lake" / "copy" / "batch=0").mkdir(parents=True)
-        pq.write_table(rows, scratch / "lake" / "copy" / "batch=0" / "part-0.parquet")
+    else:  # one batch folder; the rows' `batch` column was the folders' names
+        folder = scratch / "lake" / "copy" / "batch=compacted"
+        folder.mkdir(parents=True)
+        pq.write_table(rows.drop_columns(["batch"]), folder / "part-0.parquet")
     return read_table(url, "copy", scratch)[1]
 
 
