@@ -7,6 +7,9 @@ it stands for librdkafka's abort there.
 `mid-write` counts sink writes, not batches: a SQL store reaches it once for the target and
 once more for the dead-letter table when a batch has dead letters.
 
+`between-tables` is in a routed import's batch (importer/routing.py), after one table's part
+committed and before the next table's: reached once per table after the first.
+
 `mid-compaction` is reached with a compaction's new files written, not yet committed;
 `mid-expiry` with old versions dropped, the files only they read not yet removed
 (sinks/<store>/maintenance.py)."""
@@ -21,6 +24,7 @@ NAMES = (
     "before-write",
     "mid-write",
     "after-write",
+    "between-tables",
     "after-group-commit",
     "describe-group",
     "mid-compaction",

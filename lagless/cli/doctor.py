@@ -10,6 +10,7 @@ from lagless.exceptions import BadInput
 from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, require_commits
+from lagless.lag.status import DEFAULT_WINDOW_S
 
 SAMPLES = 10
 SHORTEST_INTERVAL_S = 0.1
@@ -21,13 +22,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_group_arguments(parser)
     parser.add_argument(
-        "--seconds", type=float, default=10.0, help="how long to watch the group (default 10)"
+        "--seconds",
+        type=float,
+        default=DEFAULT_WINDOW_S,
+        metavar="S",
+        help="how long to watch the group, the span its status is judged over, as lag's and "
+        "serve's --window (default: %(default)g)",
     )
     parser.add_argument(
         "--fetch-bytes",
         type=int,
+        metavar="N",
         default=DEFAULT_FETCH_BYTES,
-        help="the consumers' fetch size per partition, to judge record sizes (default 1 MiB)",
+        help="the consumers' fetch size per partition, to judge record sizes (default: 1 MiB)",
     )
     parser.add_argument(
         "--json",

@@ -21,16 +21,21 @@ from lagless.cli.options import (
 )
 from lagless.exceptions import BadInput
 from lagless.importer.table_lag import PartitionInTable, table_health, table_lag
-from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource, OffsetSource, RecordInfo, require_commits
-from lagless.lag.report import History, build_report, collect, committed_records
+from lagless.lag.offsets import (
+    FleetSource,
+    KafkaOffsetSource,
+    OffsetSource,
+    RecordInfo,
+    require_commits,
+)
+from lagless.lag.report import History, build_report, collect, committed_records, watched_span
+from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.sinks.maintenance import Health, Policy
 
 SAMPLES_PER_WINDOW = 4
-DEFAULT_WINDOW_S = 1.0
 WATCH_WINDOW_REFRESHES = 5
 
 
@@ -45,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="instead of a group: the table's own lag in this store (what its ledger holds "
         "against the log), whatever group or checkpoint wrote it; needs --topic",
     )
-    parser.add_argument("--table", help="with --sink: the table (default: the topic name)")
+    parser.add_argument(
+        "--table", metavar="TABLE", help="with --sink: the table (default: the topic name)"
+    )
     add_maintenance_arguments(parser, history=False)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
@@ -62,8 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--window",
         type=float,
         metavar="S",
-        help=f"seconds of samples behind the status and time lag "
-        f"(default {DEFAULT_WINDOW_S:g}; with --watch, {WATCH_WINDOW_REFRESHES} refreshes)",
+        help=f"seconds of samples behind the status and time lag, as doctor's --seconds and "
+        f"serve's --window (default: {DEFAULT_WINDOW_S:g}; with --watch, "
+        f"{WATCH_WINDOW_REFRESHES} refreshes; 0: one sample)",
     )
     add_metric_arguments(parser)
     parser.set_defaults(func=run)
@@ -95,18 +103,19 @@ def run(args: argparse.Namespace) -> int:
             return 0
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
         if args.prometheus:
-            membership = KafkaMembership(config)
-            try:
-                text = prometheus_once(
-                    args.group, source, membership, window_s, cluster_name(args), args
-                )
-            finally:
-                membership.close()
+            text = prometheus_once(args.group, source.fleet, window_s, cluster_name(args), args)
             print(text, end="")
             return 0
-        history = History(keep_s=window_s)
-        collect(source, history, window_s, window_s / SAMPLES_PER_WINDOW)
-        report = build_report(args.group, history, window_s, committed_records(source, history))
+        interval_s = window_s / SAMPLES_PER_WINDOW
+        history = History(keep_s=window_s + interval_s)
+        collect(source, history, window_s, interval_s)
+        report = build_report(
+            args.group,
+            history,
+            watched_span(history, window_s),
+            committed_records(source, history),
+            source.description,
+        )
     finally:
         source.close()
     now = time.time()
@@ -135,7 +144,8 @@ def watch(
     def table() -> Table:
         history.add(source.sample())
         found = committed_records(source, history, records)
-        return rich_table(build_report(group, history, window_s, found), time.time())
+        report = build_report(group, history, window_s, found, source.description)
+        return rich_table(report, time.time())
 
     with Live(table(), console=console, auto_refresh=False) as live:
         try:
@@ -148,8 +158,7 @@ def watch(
 
 def prometheus_once(
     group: str,
-    source: OffsetSource,
-    membership: KafkaMembership,
+    source: FleetSource,
     window_s: float,
     cluster: str,
     args: argparse.Namespace,
@@ -158,11 +167,12 @@ def prometheus_once(
     """The serve command's metrics for one group, sampled over the window once."""
     interval_s = window_s / SAMPLES_PER_WINDOW
     settings = SamplerSettings(interval_s, window_s, args.retention_warning)
-    sampler = Sampler(lambda _group: source, membership, settings, [group])
+    sampler = Sampler(source, settings, [group])
     for round_number in range(SAMPLES_PER_WINDOW + 1):
         if round_number:
             sleep(interval_s)
         sampler.sample_once()
+    sampler.settle(timeout_s=interval_s + 2.0)
     return metrics.render(sampler.views(), time.time(), cluster)
 
 
@@ -186,6 +196,12 @@ def run_table_lag(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(partitions_table(table, rows))
+    for row in rows:
+        if row.another_topic is not None:
+            print(
+                f"table {table} holds the history of another topic of that name (deleted and "
+                f"recreated since): {row.another_topic}"
+            )
     if tables:
         console.print(health_table(tables))
     return 0

@@ -10,7 +10,7 @@ import json
 
 from rich.console import Console
 
-from lagless.cli.options import add_maintenance_arguments
+from lagless.cli.options import add_maintenance_arguments, not_empty
 from lagless.importer.maintenance import maintain_once
 from lagless.sinks.maintenance import Policy
 
@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--table",
+        type=not_empty,
+        metavar="TABLE",
         help="the table, with its _dlq and _tombstones (default: every table of the store)",
     )
     add_maintenance_arguments(parser)

@@ -20,8 +20,9 @@ from lagless.cli.options import (
 )
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka.config import KafkaConfig
-from lagless.lag.members import KafkaMembership
-from lagless.lag.offsets import KafkaOffsetSource, OffsetSource
+from lagless.lag.offsets import KafkaFleetSource
+from lagless.lag.status import DEFAULT_WINDOW_S
+from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
 from lagless.serve.service import LagService, bind
@@ -44,19 +45,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="G",
         help="consumer group to watch (repeatable; default: every group the broker lists)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: %(default)s)",
     )
     parser.add_argument(
-        "--interval", type=float, default=2.0, metavar="S", help="seconds between samples (2)"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on (default: %(default)s; 0: any free one)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between samples (default: %(default)g)",
     )
     parser.add_argument(
         "--window",
         type=float,
-        default=30.0,
+        default=DEFAULT_WINDOW_S,
         metavar="S",
-        help="seconds of samples behind each status; STOP is no commit for longer (30)",
+        help="seconds of samples behind each status, as lag's --window and doctor's --seconds; "
+        "STOP is no commit for longer (default: %(default)g)",
     )
     add_metric_arguments(parser)
     parser.set_defaults(func=run)
@@ -86,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     # Bind first: a port in use is told at once, before the broker is asked anything.
     server = bind(args.host, args.port, content)
     try:
-        started.append(open_sampler(config, args.group, settings))
+        started.append(open_sampler(config, args.group, settings, content.cluster))
     except BaseException:
         server.server_close()
         raise
@@ -105,28 +120,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def open_sampler(
-    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings
+    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings, cluster: str
 ) -> Sampler:
     """A sampler of the named groups (one that has not committed yet is shown so, and judged
     once it commits or its members hold partitions), or of every group the broker lists; bad
     input when the broker cannot be reached, or no group is named and the broker does not
     answer ListGroups."""
-    membership = KafkaMembership(config)
-
-    def open_source(group: str) -> OffsetSource:
-        return KafkaOffsetSource(config, group, request_timeout_s=REQUEST_TIMEOUT_S)
-
-    if groups is None:
-        try:
-            listed = membership.list_groups()
-        except TransientError as exc:
-            raise BadInput(f"cannot reach the broker at {config.bootstrap} ({exc})") from None
-        if listed is None:
-            raise BadInput(
-                f"the broker at {config.bootstrap} does not answer ListGroups (the embedded "
-                "broker does not): name the groups with --group"
-            )
-    return Sampler(open_source, membership, settings, groups)
+    source = KafkaFleetSource(config, request_timeout_s=REQUEST_TIMEOUT_S)
+    try:
+        source.topics()  # unreachable: bad input, said now
+        if groups is None:
+            try:
+                listed = source.list_groups()
+            except TransientError as exc:
+                raise BadInput(f"cannot reach the broker at {config.bootstrap} ({exc})") from None
+            if listed is None:
+                raise BadInput(
+                    f"the broker at {config.bootstrap} does not answer ListGroups (the embedded "
+                    "broker does not): name the groups with --group"
+                )
+    except BaseException:
+        source.close()
+        raise
+    return Sampler(
+        source, settings, groups, after_round=lambda views: metrics.prepare(views, cluster)
+    )
 
 
 def wait_for_signal() -> None:

@@ -2,22 +2,25 @@
 expiry) on the tables the import writes (sinks/maintenance.py), bounded in time so that the next
 batch waits little; and `lagless maintain`'s one round, unbounded.
 
-A round runs after a batch has committed and before Spark starts the next, in the batch's
-thread: no commit of the import races it. A kill during a round leaves the table as a crash
-of its store's commit does (all or nothing); Spark replays the batch, which the ledger skips.
-A round that fails is logged and tried again next time: the import's rows do not depend on it.
+A round runs after a batch has committed (every table's part) and before Spark starts the next,
+in the batch's thread: no commit of the import races it. A routed import's round covers every
+table it writes, those of topics that appeared since it started included; none runs once a stop
+was asked for (the import ends after the batch in flight). A kill during a round leaves the
+table as a crash of its store's commit does (all or nothing); Spark replays the batch, which the
+ledger skips. A round that fails is logged and tried again next time: the import's rows do not
+depend on it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from lagless.exceptions import LaglessError
 from lagless.first_line import first_line
-from lagless.sinks import Sink, Target
+from lagless.sinks import Sink
 from lagless.sinks.maintenance import Policy, Round, StoreMaintenance
 
 log = logging.getLogger(__name__)
@@ -36,14 +39,15 @@ class Schedule:
     def __init__(
         self,
         maintenance: StoreMaintenance,
-        table: str,
+        tables: Callable[[], Iterable[str]],
         policy: Policy,
         every_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.maintenance = maintenance
-        # The import's table; its `_dlq` and `_tombstones` are maintained with it.
-        self.table = table
+        # The import's tables as they are now (a routed import gains some as topics appear);
+        # each one's `_dlq` and `_tombstones` are maintained with it.
+        self.tables = tables
         self.policy = policy
         self.every_s = every_s
         self.expire_every_s = min(
@@ -52,17 +56,15 @@ class Schedule:
         self.clock = clock
         self.last_round = clock()
         self.last_expiry = self.last_round
-        self.rounds: list[Round] = []
 
     def between_batches(self) -> None:
         now = self.clock()
         if now - self.last_round < self.every_s:
             return
         expire = now - self.last_expiry >= self.expire_every_s
-        for table in self.maintenance.tables(self.table):
-            done = run_round(self.maintenance, table, self.policy, now + SLICE_S, expire)
-            if done is not None:
-                self.rounds.append(done)
+        for imported in sorted(set(self.tables())):
+            for table in self.maintenance.tables(imported):
+                run_round(self.maintenance, table, self.policy, now + SLICE_S, expire)
         self.last_round = self.clock()
         if expire:
             self.last_expiry = self.last_round
@@ -96,13 +98,16 @@ def run_round(
     return done
 
 
-def schedule_for(sink: Sink, target: Target, policy: Policy, every_s: float) -> Schedule | None:
-    """The import's schedule for its table; None when the store keeps its own files or
-    maintenance is off (every_s 0)."""
-    maintenance = sink.maintenance(target.run_id)
+def schedule_for(
+    sink: Sink, run_id: str, tables: Callable[[], Iterable[str]], policy: Policy, every_s: float
+) -> Schedule | None:
+    """The import's schedule for its tables (run_id: its Target.run_id, so that its rerun may
+    take over a lock it left); None when the store keeps its own files or maintenance is off
+    (every_s 0)."""
+    maintenance = sink.maintenance(run_id)
     if maintenance is None or every_s <= 0:
         return None
-    return Schedule(maintenance, target.table, policy, every_s)
+    return Schedule(maintenance, tables, policy, every_s)
 
 
 def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Round]:

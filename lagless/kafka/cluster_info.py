@@ -3,13 +3,14 @@ groups and their members."""
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ClusterMetadata, ConfigResource
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
@@ -36,6 +37,16 @@ class GroupDescription:
     assignor: str
     state: str
     members: tuple[GroupMember, ...]
+    protocol: str = "CLASSIC"
+    """The group's protocol as the broker tells it: CLASSIC (JoinGroup/SyncGroup), or CONSUMER
+    (KIP-848's ConsumerGroupHeartbeat), where librdkafka asked ConsumerGroupDescribe."""
+
+
+@dataclass(frozen=True)
+class GroupsFound:
+    committed: dict[str, dict[TP, int] | str]
+    described: dict[str, GroupDescription | None]
+    metadata: dict[str, str]
 
 
 class ClusterInfo:
@@ -76,14 +87,30 @@ class ClusterInfo:
             names = topics
             missing = [t for t in names if t not in metadata.topics or metadata.topics[t].error]
             if missing:
-                raise BadInput(f"topic {missing[0]!r} does not exist on {bootstrap}")
+                raise BadInput(
+                    f"topic {missing[0]!r} does not exist on {bootstrap}; "
+                    f"{_topics_there(metadata, missing[0])}"
+                )
         return [(t, p) for t in names for p in sorted(metadata.topics[t].partitions)]
+
+    def topic_partitions(self) -> dict[str, int]:
+        """Every topic the cluster holds and its number of partitions (one metadata request;
+        a topic the broker reports with an error, such as one being deleted, is left out)."""
+        metadata = self._connection.metadata()
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if not topic.error
+        }
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
         """retention.ms of each topic (None: unlimited), from DescribeConfigs; None when the
         broker does not tell (the embedded broker does not answer)."""
+        wanted = sorted(set(topics))
+        if not wanted:
+            return {}
         futures = self._connection.admin.describe_configs(
-            [ConfigResource("topic", topic) for topic in sorted(set(topics))],
+            [ConfigResource("topic", topic) for topic in wanted],
             request_timeout=_DESCRIBE_CONFIGS_TIMEOUT_S,
         )
         found: dict[str, int | None] = {}
@@ -113,29 +140,67 @@ class ClusterInfo:
             raise TransientError(f"ListGroups failed: {listed.errors[0].str()}")
         return sorted({group.group_id for group in listed.valid})
 
-    def describe_group(self, group: str) -> GroupDescription | None:
-        """The group's state, assignor, members and their partitions (DescribeGroups); None
-        when the broker does not tell. Asked from a child process (group_describer.py): a
-        connection dropping during the request aborts librdkafka's process."""
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool = True,
+        partitions: Sequence[TP] | None = None,
+    ) -> GroupsFound:
+        """Many groups at once: each group's committed offsets (every partition it committed
+        on, those of topics that no longer exist included), or why the broker did not tell
+        them; the metadata committed with them (group_offsets.COMMITTED_BY_LAGLESS: an
+        import's); and with `describe`, its state, assignor, members and their partitions
+        (DescribeGroups), None where the broker does not tell. Asked from a
+        child process (group_describer.py): a connection dropping during a coordinator's
+        request aborts librdkafka's process. Never retried: the lag tools sample again."""
         if self._describer is None:
             self._describer = GroupDescriber(self._connection.config.admin())
-        found = self._describer.describe(group, _DESCRIBE_TIMEOUT_S)
-        if found is None:
-            return None
-        return GroupDescription(
-            group=found["group"],
-            assignor=found["assignor"],
-            state=found["state"],
-            members=tuple(
-                GroupMember(
-                    member_id=member["member_id"],
-                    client_id=member["client_id"],
-                    partitions=tuple((topic, part) for topic, part in member["partitions"]),
-                    group_instance_id=member["group_instance_id"],
-                )
-                for member in found["members"]
-            ),
+        found = self._describer.ask(
+            groups,
+            self._connection.timeout_s,
+            describe=describe,
+            offsets=True,
+            partitions=partitions,
         )
+        committed = {
+            group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
+            for group, told in found.offsets.items()
+        }
+        return GroupsFound(committed, _descriptions(found.described), found.metadata)
+
+    def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
+        """Each group's state, assignor, members and their partitions (DescribeGroups, all in
+        one request, from the child process); None for a group the broker does not tell
+        about."""
+        if self._describer is None:
+            self._describer = GroupDescriber(self._connection.config.admin())
+        return _descriptions(self._describer.describe(groups, _DESCRIBE_TIMEOUT_S))
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        return self.describe_groups([group])[group]
+
+
+def _descriptions(found: Mapping[str, dict[str, Any] | None]) -> dict[str, GroupDescription | None]:
+    return {group: None if told is None else _description(told) for group, told in found.items()}
+
+
+def _description(found: dict[str, Any]) -> GroupDescription:
+    """A description back from the child's plain data."""
+    return GroupDescription(
+        group=found["group"],
+        assignor=found["assignor"],
+        state=found["state"],
+        members=tuple(
+            GroupMember(
+                member_id=member["member_id"],
+                client_id=member["client_id"],
+                partitions=tuple((topic, part) for topic, part in member["partitions"]),
+                group_instance_id=member["group_instance_id"],
+            )
+            for member in found["members"]
+        ),
+        protocol=found.get("protocol", "CLASSIC"),
+    )
 
 
 def describe_found(group: str, found: Any) -> GroupDescription:
@@ -158,4 +223,22 @@ def describe_found(group: str, found: Any) -> GroupDescription:
             )
             for member in found.members
         ),
+        protocol=str(getattr(getattr(found, "type", None), "name", None) or "CLASSIC"),
     )
+
+
+# Topics a "does not exist" names, nearest to the one asked for first; more are counted.
+NAMED_TOPICS = 10
+
+
+def _topics_there(metadata: ClusterMetadata, asked: str) -> str:
+    """What the cluster has instead, for a topic that is not there: its topics (not Kafka's
+    internal ones), the names closest to `asked` first."""
+    names = sorted(t for t, meta in metadata.topics.items() if not meta.error and t[:2] != "__")
+    if not names:
+        return "it has no topics"
+    close = difflib.get_close_matches(asked, names, n=NAMED_TOPICS, cutoff=0.6)
+    shown = close + [name for name in names if name not in close]
+    more = len(shown) - NAMED_TOPICS
+    listed = ", ".join(shown[:NAMED_TOPICS]) + (f" and {more} more" if more > 0 else "")
+    return f"its topics: {listed}"

@@ -1,4 +1,5 @@
-"""A consumer group's committed offsets, read and committed without joining the group."""
+"""A consumer group's committed offsets, read and committed without joining the group (the
+importer's `--group`). The lag tools read many groups' at once through ClusterInfo.groups."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection
+
+# The metadata lagless import commits its --group's offsets with (Kafka keeps a short string
+# beside each committed offset; kafka-consumer-groups does not show it).
+COMMITTED_BY_LAGLESS = "lagless import"
 
 
 class GroupOffsets:
@@ -33,12 +38,16 @@ class GroupOffsets:
 
     def commit(self, group: str, offsets: Mapping[TP, int]) -> None:
         """Commit `offsets` for `group` as they are (whether they move it forward is the
-        caller's rule)."""
+        caller's rule), each marked COMMITTED_BY_LAGLESS in its metadata: the lag tools then
+        know the group is an import's, not consumers'."""
         if not offsets:
             return
         self._connection.retried(
             lambda: self._client(group).commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                offsets=[
+                    TopicPartition(t, p, o, metadata=COMMITTED_BY_LAGLESS)
+                    for (t, p), o in offsets.items()
+                ],
                 asynchronous=False,
             ),
             f"committing offsets of group {group!r}",

@@ -21,7 +21,14 @@ from lagless.lag.members import (
     rebalancing,
 )
 from lagless.lag.offsets import OffsetSource, PartitionSample, RecordInfo
-from lagless.lag.report import History, LagReport, build_report, committed_records
+from lagless.lag.report import (
+    History,
+    LagReport,
+    PartitionLag,
+    build_report,
+    committed_records,
+    watched_span,
+)
 from lagless.lag.retention import RetentionRisk
 from lagless.lag.status import Status
 
@@ -54,6 +61,8 @@ class Examination:
     memberships: Sequence[GroupDescription] | None
     """Snapshots of who held which partition, oldest first; None: the broker cannot tell."""
     sampled_s: float
+    by_lagless: bool = False
+    """lagless import commits the group's offsets (its --group): the fixes speak of it."""
 
     @property
     def retention(self) -> dict[tuple[str, int], RetentionRisk]:
@@ -90,11 +99,13 @@ def examine(
         history.add(source.sample())
     if not history.samples and not (snapshots and snapshots[-1].members):
         raise BadInput(f"group {group!r} has no committed offsets and no members")
-    window_s = seconds / 2
+    # Judged over what it watched: `lag --window S` judges over the same S, with the same
+    # function, and prints the same word.
+    window_s = watched_span(history, seconds)
     records = committed_records(source, history)
     records = {**records, **_sizes_of_lagging(source, history, records)}
     report = build_report(group, history, window_s, records, snapshots[-1] if snapshots else None)
-    return Examination(report, history, records, snapshots, seconds)
+    return Examination(report, history, records, snapshots, seconds, source.by_lagless)
 
 
 def _sizes_of_lagging(
@@ -129,7 +140,8 @@ def diagnose(
         status: sorted(key for key, row in rows.items() if row.status == status)
         for status in Status
     }
-    findings: list[Finding] = _retention(exam.retention, retention_warning_s)
+    findings: list[Finding] = _retention(exam.retention, retention_warning_s, exam.by_lagless)
+    findings += _broken_offsets(report.group, rows, by_status, exam.by_lagless)
     for key in by_status[Status.REWIND]:
         findings.append(_rewind(key, exam.history.samples[key]))
     if by_status[Status.STOP]:
@@ -155,15 +167,72 @@ def diagnose(
             )
         )
     findings += _large_records(exam.records, fetch_bytes)
-    findings += _balance(report, exam.memberships)
+    if not exam.by_lagless:  # an import reads every partition itself: no consumer to balance
+        findings += _balance(report, exam.memberships)
     findings += _membership(report, exam.memberships)
     if not findings:
         findings.append(
             Finding(
                 "healthy",
-                f"group {report.group}: {len(rows)} partitions, total lag {report.total_lag}, "
+                f"group {report.group}: {len(rows)} partitions, total lag {report.total_lag:,}, "
                 f"nothing stuck, rewound or falling behind over {exam.sampled_s:g} s.",
                 "nothing to do",
+            )
+        )
+    return findings
+
+
+def _broken_offsets(
+    group: str,
+    rows: Mapping[tuple[str, int], PartitionLag],
+    by_status: Mapping[Status, Sequence[tuple[str, int]]],
+    by_lagless: bool,
+) -> list[Finding]:
+    """Committed offsets past the log's end, or on topics that no longer exist (offsets
+    behind the log start are retention's: _retention)."""
+    findings = []
+    if ahead := by_status[Status.AHEAD]:
+        first = rows[ahead[0]]
+        reset = (
+            "reset the group's offsets to where its consumers should resume, with them "
+            f"stopped: `kafka-consumer-groups --reset-offsets --group {group} --topic "
+            f"{first.topic} --to-earliest --execute` (or --to-datetime)"
+        )
+        findings.append(
+            Finding(
+                "offset-ahead",
+                f"{_names(ahead)}: the committed offset is past the log's end (e.g. "
+                f"{_name(ahead[0])}: committed {first.committed:,}, the log ends at "
+                f"{first.end:,}) — the topic was recreated or truncated. The lag reads 0 but "
+                + (
+                    "lagless import commits only forward: it will not bring these offsets "
+                    "back, and tools reading the group see the wrong position."
+                    if by_lagless
+                    else "the consumer resets at its next start (auto.offset.reset: re-reading "
+                    "everything, or skipping to the end)."
+                ),
+                reset
+                + (
+                    "; the import itself resumes from what its table holds, not from the group"
+                    if by_lagless
+                    else ""
+                ),
+            )
+        )
+    if gone := by_status[Status.GONE]:
+        topics = sorted({topic for topic, _ in gone})
+        findings.append(
+            Finding(
+                "topic-gone",
+                f"{_names(gone)}: group {group} has offsets committed on "
+                f"{'a topic' if len(topics) == 1 else 'topics'} that no longer exist "
+                f"({', '.join(topics)}) — deleted. If "
+                f"{'it is' if len(topics) == 1 else 'they are'} created again, the consumers "
+                "resume at these old offsets on the new log.",
+                f"deleted for good: `kafka-consumer-groups --delete-offsets --group {group} "
+                f"--topic {topics[0]}`; created again: reset the offsets (--reset-offsets "
+                "--to-earliest) before "
+                + ("the import runs again" if by_lagless else "the consumers start"),
             )
         )
     return findings
@@ -172,13 +241,19 @@ def diagnose(
 def _stop(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> list[Finding]:
     """STOP from who holds the partitions where the broker tells, else from the offsets."""
     fix = (
-        "check that the group's consumers are running and own these partitions; a consumer "
-        "that is alive but stuck shows the record it is stuck on in its logs"
+        f"lagless import commits group {group} (its --group): start it again, or run it "
+        "continuously; it resumes from what its table holds"
+        if exam.by_lagless
+        else "check that the group's consumers are running and own these partitions; a "
+        "consumer that is alive but stuck shows the record it is stuck on in its logs"
     )
     held = held_partitions(exam.description)
     unheld = [key for key in keys if held is not None and key not in held]
     still = [key for key in keys if key not in unheld]
     findings = []
+    if unheld and exam.by_lagless:
+        # An import is never a member: its group has none, and that is no finding.
+        still, unheld = [*unheld, *still], []
     if unheld:
         members = len(exam.description.members) if exam.description else 0
         findings.append(
@@ -194,7 +269,12 @@ def _stop(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> lis
             Finding(
                 "stop",
                 f"{_names(still)}: lag but the committed offset did not move for "
-                f"{exam.sampled_s:g} s — no consumer of group {group} is committing there.",
+                f"{exam.sampled_s:g} s — "
+                + (
+                    f"the import that commits group {group} is not running."
+                    if exam.by_lagless
+                    else f"no consumer of group {group} is committing there."
+                ),
                 fix,
             )
         )
@@ -211,7 +291,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _retention(risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float) -> list[Finding]:
+def _retention(
+    risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float, by_lagless: bool = False
+) -> list[Finding]:
     """Records lost to retention first (the worst there is), then records about to be."""
     lost = sorted(key for key, risk in risks.items() if risk.lost)
     soon = sorted(key for key, risk in risks.items() if not risk.lost and risk.at_risk(warning_s))
@@ -221,11 +303,20 @@ def _retention(risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float)
         findings.append(
             Finding(
                 "records-lost",
-                f"{_names(lost)}: retention deleted {deleted} records the group had not read "
-                "yet — the log start is past the committed offset; the consumer will skip "
-                "them (or fail, with auto.offset.reset=none).",
+                f"{_names(lost)}: retention deleted {deleted:,} records the group had not read "
+                "yet — the log start is past the committed offset; "
+                + (
+                    "the import never read them: its table lacks them."
+                    if by_lagless
+                    else "the consumer will skip them (or fail, with auto.offset.reset=none)."
+                ),
                 "replay them from a copy if one exists; then raise retention.ms / "
-                "retention.bytes or add consumers so the group keeps ahead of retention",
+                "retention.bytes or "
+                + (
+                    "run the import more often (or continuously) so it keeps ahead of retention"
+                    if by_lagless
+                    else "add consumers so the group keeps ahead of retention"
+                ),
             )
         )
     if soon:
@@ -241,7 +332,7 @@ def _retention(risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float)
             Finding(
                 "retention-risk",
                 f"{_names(soon)}: retention will delete records the group has not read — "
-                f"{_name(first)} has {risk.records_left} records between the log start and "
+                f"{_name(first)} has {risk.records_left:,} records between the log start and "
                 f"the committed offset, gone in about {_duration(risk.seconds_left or 0.0)} "
                 f"at {basis}.",
                 "catch up first (add consumers, up to one per partition), or raise "
@@ -257,7 +348,7 @@ def _rewind(key: tuple[str, int], samples: Sequence[PartitionSample]) -> Finding
     highest = max(committed)
     return Finding(
         "rewind",
-        f"{_name(key)}: the committed offset moved backwards from {highest} to {committed[-1]} "
+        f"{_name(key)}: the committed offset moved backwards from {highest:,} to {committed[-1]:,} "
         f"— an out-of-order commit: a consumer that lost the partition in a "
         f"rebalance committed after its successor; records from {committed[-1]} will be "
         "read again, and the lag shown is not real.",
@@ -277,8 +368,8 @@ def _large_records(
     return [
         Finding(
             "large-records",
-            f"{_names(large)}: the record at the committed offset is up to {biggest} bytes; "
-            f"a fetch of {fetch_bytes} bytes per partition brings one or two of them, so "
+            f"{_names(large)}: the record at the committed offset is up to {biggest:,} bytes; "
+            f"a fetch of {fetch_bytes:,} bytes per partition brings one or two of them, so "
             "these partitions crawl while each fetch waits.",
             f"raise max.partition.fetch.bytes / fetch.message.max.bytes well above {biggest}, "
             "or shorten fetch.max.wait.ms so a consumer does not wait on its other partitions",
@@ -287,8 +378,11 @@ def _large_records(
 
 
 def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) -> list[Finding]:
-    drained = [(row.topic, row.partition) for row in report.rows if row.lag == 0]
-    lagging = [(row.topic, row.partition) for row in report.rows if row.lag > 0]
+    # A partition that never held a record (its end is 0) is neither drained nor lagging; one
+    # whose committed offset is broken is judged by _broken_offsets.
+    judged = [row for row in report.rows if row.end > 0 and not row.status.broken]
+    drained = [row.key for row in judged if row.lag == 0]
+    lagging = [row.key for row in judged if row.lag > 0]
     if not drained or not lagging:
         return []
     fix = (
@@ -434,7 +528,8 @@ def _membership(report: LagReport, memberships: Sequence[GroupDescription] | Non
 def render(exam: Examination, findings: Sequence[Finding]) -> str:
     report = exam.report
     head = (
-        f"group {report.group}: {len(report.rows)} partitions, total lag {report.total_lag}, "
+        f"group {report.group}: {len(report.rows)} partitions, total lag {report.total_lag:,}, "
         f"status {report.status.name} (watched {exam.sampled_s:g} s)"
+        + (", committed by lagless import" if exam.by_lagless else "")
     )
     return "\n".join([head, *(finding.bullet() for finding in findings)])

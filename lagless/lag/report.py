@@ -55,6 +55,8 @@ class PartitionLag:
     interpolated_age_s: float | None
     """The committed offset's age at sampled_at, interpolated from end offsets over time."""
     retention: RetentionRisk | None = None
+    gone: bool = False
+    """The topic (or this partition) no longer exists."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -146,15 +148,29 @@ def build_report(
                 ),
                 sampled_at=latest.at,
                 committed_record_at=record_at,
-                interpolated_age_s=interpolated_lag_seconds(samples),
+                # Only where the exact time is unknown: serve builds this for every partition
+                # of every group each round.
+                interpolated_age_s=None
+                if record_at is not None
+                else interpolated_lag_seconds(samples),
                 retention=retention_risk(
                     samples,
                     retention_ms=None if retention_ms is None else retention_ms.get(latest.topic),
                     committed_record_at=record_at,
                 ),
+                gone=latest.gone,
             )
         )
     return LagReport(group=group, rows=tuple(rows))
+
+
+def watched_span(history: History, window_s: float) -> float:
+    """The window a one-shot look (`lag`, `doctor`) judges over: what it watched, which its
+    request times make a little longer than asked. So over the same asked window the two
+    agree, and a partition that did not move while watched is STALL, never STOP (that needs a
+    longer history than the window: serve's, or `lag --watch`'s)."""
+    spans = [samples[-1].at - samples[0].at for samples in history.samples.values() if samples]
+    return max([window_s, *spans])
 
 
 def collect(

@@ -18,7 +18,12 @@ def _partition_label(row: PartitionLag, single_topic: bool) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1f}"
+    return "?" if value is None else f"{value:,.1f}"
+
+
+def _count(value: int) -> str:
+    """Thousands separated, as the dashboard and the demo print them."""
+    return f"{value:,}"
 
 
 def table_cells(report: LagReport, now: float) -> list[tuple[str, ...]]:
@@ -26,18 +31,18 @@ def table_cells(report: LagReport, now: float) -> list[tuple[str, ...]]:
     single_topic = len({row.topic for row in report.rows}) <= 1
     total = (
         "All",
-        str(report.total_lag),
-        str(sum(row.committed or 0 for row in report.rows)),
-        str(sum(row.end for row in report.rows)),
+        _count(report.total_lag),
+        _count(sum(row.committed or 0 for row in report.rows)),
+        _count(sum(row.end for row in report.rows)),
         _seconds(report.max_lag_seconds(now)),
         report.status.name,
     )
     rows = [
         (
             _partition_label(row, single_topic),
-            str(row.lag),
-            NOT_COMMITTED if row.committed is None else str(row.committed),
-            str(row.end),
+            _count(row.lag),
+            NOT_COMMITTED if row.committed is None else _count(row.committed),
+            _count(row.end),
             _seconds(row.lag_seconds(now)[0]),
             row.status.name,
         )

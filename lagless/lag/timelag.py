@@ -21,6 +21,8 @@ def interpolated_lag_seconds(history: Sequence[PartitionSample]) -> float | None
     latest = history[-1]
     if latest.lag == 0:
         return 0.0
+    if history[0].end >= latest.end:  # the end never moved: no table to read (and serve asks
+        return None  # this of every lagging partition each round)
     offset = latest.end - latest.lag
     points = _end_offset_table(history)
     if len(points) < 2:

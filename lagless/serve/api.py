@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lagless.lag.report import PartitionLag
-from lagless.serve.view import GroupView
+from lagless.serve.view import SPARK_POINTS, GroupView
+
+# Findings that say nothing is wrong: never a group's top finding on the first screen.
+QUIET_FINDINGS = frozenset({"healthy", "not-checked"})
 
 
 def _round(value: float | None) -> float | None:
@@ -45,6 +48,9 @@ def partition_json(p: PartitionLag, now: float, warning_s: float) -> dict[str, o
 
 
 def group_summary(view: GroupView, now: float) -> dict[str, object]:
+    """A group as the dashboard's first screen lists it: its status, lag, a short series of its
+    total lag (the sparkline) and its worst finding."""
+    top = next((f for f in view.findings if f.kind not in QUIET_FINDINGS), None)
     return {
         "group": view.group,
         "status": view.status.name,
@@ -56,6 +62,9 @@ def group_summary(view: GroupView, now: float) -> dict[str, object]:
         "sampled_at": view.sampled_at,
         "error": view.error,
         "error_since": view.error_since,
+        "committed_by": "lagless import" if view.by_lagless else None,
+        "spark": view.series.totals(SPARK_POINTS),
+        "top_finding": None if top is None else {"kind": top.kind, "text": top.text},
     }
 
 
@@ -76,7 +85,7 @@ def group_status(view: GroupView, now: float) -> dict[str, object]:
                     for topic, partition, lag in point.partition_lags
                 ],
             }
-            for point in view.series
+            for point in view.series.points()
         ],
     }
 

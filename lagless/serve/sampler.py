@@ -1,32 +1,50 @@
-"""The sampling loop: every interval, each group's offsets, state and committed records.
+"""The sampling loop: every interval, one look at the broker for every group at once (their
+committed offsets, the log bounds of all their partitions, their members), then each group's
+view.
 
-Broker calls go through the seams (`OffsetSource`, `MembershipSource`); a failing broker
-never stops the loop: the group keeps its last view, marked with the error, until the
-broker answers again. Views are rebuilt after each round and swapped in whole, so the HTTP
-threads read them without waiting on the broker.
+Broker calls go through one seam (`FleetSource`), shared by all groups: the clients, the file
+descriptors and the requests per round do not grow with the number of groups (a partition
+read by several groups is asked once). Nothing stops the loop: a failing broker, or any error
+in a round, leaves each group its last view marked with the error (status UNKNOWN) until the
+next round succeeds. Views are rebuilt after each round and swapped in whole, so the HTTP
+threads read them without waiting on the broker. The records at committed offsets (exact time
+lag) and retention.ms are read in threads of their own: a slow answer never delays a round.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lagless.exceptions import LaglessError
-from lagless.lag.members import GroupDescription, MembershipSource, assigned_partitions
-from lagless.lag.offsets import OffsetSource, RecordInfo
-from lagless.lag.report import History, committed_records
-from lagless.serve.view import GroupView, Sampled, SeriesPoint, group_view
+from lagless.kafka import TP
+from lagless.lag.members import GroupDescription, assigned_partitions
+from lagless.lag.offsets import (
+    FleetLook,
+    FleetSource,
+    PartitionSample,
+    RecordInfo,
+    group_samples,
+    look,
+    record_starts,
+)
+from lagless.lag.report import History
+from lagless.lag.status import Status
+from lagless.serve.view import GroupView, Sampled, Series, group_view
+
+log = logging.getLogger(__name__)
 
 # retention.ms changes rarely, and a broker that does not answer DescribeConfigs makes each
 # try wait for its timeout: ask again only this often.
 RETENTION_CONFIG_EVERY_S = 300.0
 # Groups the broker lists are looked up again this often (new groups appear).
 LIST_GROUPS_EVERY_S = 30.0
-SERIES_POINTS = 600
+# Records read at committed offsets per read: the fleet's lagging partitions are read a part at
+# a time, the most lagging first; the others show an interpolated time lag meanwhile.
+RECORDS_PER_READ = 2000
 
 
 @dataclass(frozen=True)
@@ -42,93 +60,107 @@ class SamplerSettings:
 
 
 class GroupWatch:
-    """One group: its offset source and what was learned of it so far."""
+    """One group: what was learned of it so far, and its latest view."""
 
-    def __init__(self, group: str, source: OffsetSource, settings: SamplerSettings) -> None:
+    def __init__(self, group: str, settings: SamplerSettings) -> None:
         self.group = group
-        self.source = source
         self.settings = settings
         self.history = History(keep_s=settings.keep_s)
-        # partition -> (committed offset, the record there), read once per offset.
-        self.records: dict[tuple[str, int], tuple[int, RecordInfo]] = {}
-        self.committed: dict[tuple[str, int], RecordInfo] = {}
         self.description: GroupDescription | None = None
-        self.retention_ms: dict[str, int | None] | None = None
-        self.retention_asked_at: float | None = None
-        self.series: deque[SeriesPoint] = deque(maxlen=SERIES_POINTS)
+        self.series = Series()
         self.sampled_at: float | None = None
         self.error: str | None = None
         self.error_since: float | None = None
-        self.view = self._build_view(None)
+        self.latest: Sequence[PartitionSample] = ()
+        self.lags: dict[TP, int] = {}
+        self.by_lagless = False
+        self.record_starts: dict[TP, int] = {}
+        """Where the records whose timestamps give the exact time lag are."""
+        self.view = self.build_view({}, None, None)
 
-    def sample(self, membership: MembershipSource, now: Callable[[], float]) -> None:
-        asked_at = now()
-        try:
-            self.history.add(self.source.sample())
-        except LaglessError as exc:
-            if self.error is None:
-                self.error_since = asked_at  # not when the request gave up, seconds later
-            self.error = _one_line(exc)
-        else:
-            self.error = self.error_since = None
-            self.sampled_at = now()
-            try:
-                self.description = membership.describe(self.group)
-            except LaglessError:
-                self.description = None
-            # A member may hold partitions the group never committed on: sampled from the next
-            # round on, so a group without commits is judged by what its members hold.
-            self.source.follow(assigned_partitions(self.description))
-            self._read_committed_records()
-            self._ask_retention(now())
-        self.view = self._build_view(now())
+    def sampled(self, samples: Sequence[PartitionSample], at: float, by_lagless: bool) -> None:
+        self.by_lagless = by_lagless
+        self.history.add(samples)
+        self.error = self.error_since = None
+        self.sampled_at = at
+        self.latest = samples
+        self.lags = {s.key: s.lag for s in samples}
+        self.record_starts = record_starts(samples)
 
-    def _read_committed_records(self) -> None:
-        # A failed read leaves the records known; the next sample asks again.
-        with suppress(LaglessError):
-            self.committed = committed_records(self.source, self.history, self.records)
+    def failed(self, error: str, asked_at: float) -> None:
+        if self.error is None:
+            self.error_since = asked_at  # not when the request gave up, seconds later
+        self.error = error
 
-    def _ask_retention(self, now: float) -> None:
-        """retention.ms in a thread of its own: a broker that does not answer DescribeConfigs
-        holds the request for its timeout, which must not delay the samples."""
-        asked = self.retention_asked_at
-        if asked is not None and now - asked < RETENTION_CONFIG_EVERY_S:
-            return
-        self.retention_asked_at = now
-        threading.Thread(target=self._read_retention, name="lag-retention", daemon=True).start()
-
-    def _read_retention(self) -> None:
-        try:
-            found = self.source.retention_ms()
-        except LaglessError:
-            found = None
-        self.retention_ms = found  # one assignment: the sampler reads whole values only
-
-    def _build_view(self, now: float | None) -> GroupView:
+    def build_view(
+        self,
+        records: Mapping[tuple[TP, int], RecordInfo | None],
+        retention_ms: Mapping[str, int | None] | None,
+        now: float | None,
+    ) -> GroupView:
+        known = {
+            tp: found
+            for tp, offset in self.record_starts.items()
+            if (found := records.get((tp, offset))) is not None
+        }
         sampled = Sampled(
             history=self.history,
-            records=self.committed,
+            records=known,
             description=self.description,
-            retention_ms=self.retention_ms,
+            retention_ms=retention_ms,
             sampled_at=self.sampled_at,
             error=self.error,
             error_since=self.error_since,
+            by_lagless=self.by_lagless,
         )
         view = group_view(
             self.group,
             sampled,
             self.settings.window_s,
             self.settings.retention_warning_s,
-            list(self.series),
+            self.series,
         )
         if now is not None and view.up and view.partitions:
-            lags = tuple((p.topic, p.partition, p.lag) for p in view.partitions)
-            self.series.append(SeriesPoint(now, view.total_lag, view.max_lag_seconds(now), lags))
-            view = replace(view, series=tuple(self.series))
+            self.series.append(
+                now,
+                view.total_lag,
+                view.max_lag_seconds(now),
+                {p.key: p.lag for p in view.partitions},
+            )
+        self.view = view
         return view
 
-    def close(self) -> None:
-        self.source.close()
+
+class Background:
+    """A job run in a daemon thread of its own, one at a time: a slow broker answer holds
+    the thread, never the sampling round. A job that fails is logged, and tried again when
+    next asked."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    def start(self, job: Callable[[], None]) -> bool:
+        """Start `job` unless the previous one still runs; whether it started."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+
+        def guarded() -> None:
+            try:
+                job()
+            except Exception:
+                log.warning("%s failed; tried again at a later round", self._name, exc_info=True)
+
+        self._thread = threading.Thread(target=guarded, name=self._name, daemon=True)
+        self._thread.start()
+        return True
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
 
 class Sampler:
@@ -136,62 +168,174 @@ class Sampler:
 
     def __init__(
         self,
-        open_source: Callable[[str], OffsetSource],
-        membership: MembershipSource,
+        source: FleetSource,
         settings: SamplerSettings,
         groups: Sequence[str] | None = None,
         now: Callable[[], float] = time.time,
+        after_round: Callable[[Sequence[GroupView]], None] = lambda views: None,
     ) -> None:
-        """groups None: every group the broker lists (ListGroups)."""
-        self._open_source = open_source
-        self._membership = membership
+        """groups None: every group the broker lists (ListGroups). after_round: called with
+        the new views after each round, in the sampling thread (serve writes their metrics
+        lines there, so a scrape does not)."""
+        self._after_round = after_round
+        self._source = source
         self.settings = settings
         self._discover = groups is None
         self._now = now
-        self._watches: dict[str, GroupWatch] = {}
+        self._watches = {
+            group: GroupWatch(group, settings) for group in dict.fromkeys(groups or [])
+        }
         self._listed_at: float | None = None
         self._lock = threading.Lock()
-        self._views: tuple[GroupView, ...] = ()
+        # (partition, offset) -> the record there; None: tried, not readable.
+        self._records: dict[tuple[TP, int], RecordInfo | None] = {}
+        self._records_read: dict[tuple[TP, int], RecordInfo | None] = {}  # by the thread
+        self._records_lock = threading.Lock()
+        self._record_reader = Background("lag-records")
+        self._retention_ms: dict[str, int | None] | None = None
+        self._retention_asked_at: float | None = None
+        self._retention_topics: frozenset[str] = frozenset()
+        self._retention_reader = Background("lag-retention")
         self.rounds = 0
         self.poll_time_ms: float | None = None
-        try:
-            for group in groups or []:
-                self._watches[group] = GroupWatch(group, open_source(group), settings)
-        except BaseException:
-            self.close()
-            raise
         # Named groups are listed from the start, with no partitions until their first sample.
         self._views = tuple(self._watches[g].view for g in sorted(self._watches))
 
+    def sample_once(self) -> None:
+        """One round. Never raises (but for KeyboardInterrupt and the like): whatever goes
+        wrong is every group's error until a round succeeds."""
+        started = time.monotonic()
+        asked_at = self._now()
+        try:
+            self._round(asked_at)
+        except Exception as exc:
+            log.warning("sampling round failed; the next one tries again", exc_info=True)
+            error = f"sampling failed: {_one_line(exc)}"
+            for watch in self._watches.values():
+                watch.failed(error, asked_at)
+                try:
+                    watch.build_view(self._records, self._retention_ms, None)
+                except Exception:  # the view itself cannot be built: its last one, marked
+                    watch.view = replace(watch.view, status=Status.UNKNOWN, error=error, cache={})
+        views = tuple(self._watches[g].view for g in sorted(self._watches))
+        with self._lock:
+            self._views = views
+            self.rounds += 1
+            self.poll_time_ms = (time.monotonic() - started) * 1000
+        try:
+            self._after_round(views)
+        except Exception:
+            log.warning("after a sampling round", exc_info=True)
+
+    def _round(self, asked_at: float) -> None:
+        if self._discover:
+            self._find_groups()
+        groups = list(self._watches)
+        followed = {g: assigned_partitions(w.description) for g, w in self._watches.items()}
+        try:
+            found: FleetLook | None = look(self._source, groups, followed, now=self._now)
+        except LaglessError as exc:
+            found, everyone = None, _one_line(exc)
+        for group, watch in self._watches.items():
+            if found is None:
+                watch.failed(everyone, asked_at)
+                continue
+            try:
+                samples = group_samples(found, group, followed[group])
+                watch.sampled(samples, found.at, found.committed_by_lagless(group))
+            except LaglessError as exc:
+                watch.failed(_one_line(exc), asked_at)
+            else:
+                # A member may hold partitions the group never committed on: sampled from the
+                # next round on, so a group without commits is judged by what they hold.
+                watch.description = found.described.get(group)
+        self._read_records()
+        self._ask_retention()
+        now = self._now()
+        for watch in self._watches.values():
+            watch.build_view(self._records, self._retention_ms, now)
+
     def _find_groups(self) -> None:
-        """New groups the broker lists (a group that cannot be opened is tried again later).
-        Groups once found stay reported, even when they stop or empty."""
+        """New groups the broker lists. Groups once found stay reported, even when they stop
+        or empty (or are deleted: their last view stays, marked by the next failures)."""
         now = self._now()
         if self._listed_at is not None and now - self._listed_at < LIST_GROUPS_EVERY_S:
             return
         try:
-            listed = self._membership.list_groups()
+            listed = self._source.list_groups()
         except LaglessError:
             return
         self._listed_at = now
         for group in listed or []:
-            if group in self._watches:
-                continue
-            try:
-                self._watches[group] = GroupWatch(group, self._open_source(group), self.settings)
-            except LaglessError:
-                continue  # tried again at the next listing
+            if group not in self._watches:
+                self._watches[group] = GroupWatch(group, self.settings)
 
-    def sample_once(self) -> None:
-        started = time.monotonic()
-        if self._discover:
-            self._find_groups()
-        for watch in list(self._watches.values()):
-            watch.sample(self._membership, self._now)
+    def _read_records(self) -> None:
+        """The records at the committed offsets of lagging partitions, read in the
+        background a part at a time, each (partition, offset) once, for all groups at it, the
+        most lagging first. What was read and is no longer wanted is forgotten."""
+        with self._records_lock:
+            arrived, self._records_read = self._records_read, {}
+        self._records.update(arrived)
+        reading = self._record_reader.busy()
+        wanted: dict[tuple[TP, int], int] = {}
+        for watch in self._watches.values():
+            if watch.error is not None:
+                continue
+            for tp, offset in watch.record_starts.items():
+                wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
+        for key in self._records.keys() - wanted.keys():
+            del self._records[key]
+        if reading:
+            return
+        missing = [item for item in wanted.items() if item[0] not in self._records]
+        unread: dict[TP, int] = {}
+        for (tp, offset), _ in sorted(missing, key=lambda item: -item[1]):
+            if tp not in unread:
+                unread[tp] = offset
+                if len(unread) == RECORDS_PER_READ:
+                    break
+        if not unread:
+            return
+
+        def read() -> None:
+            found = self._source.records_at(unread)
+            with self._records_lock:
+                for tp, offset in unread.items():
+                    self._records_read[(tp, offset)] = found.get(tp)
+
+        self._record_reader.start(read)
+
+    def _ask_retention(self) -> None:
+        """retention.ms of the topics read, in a thread of its own: a broker that does not
+        answer DescribeConfigs holds the request for its timeout."""
+        now = self._now()
+        topics = frozenset(s.topic for w in self._watches.values() for s in w.latest if not s.gone)
+        asked = self._retention_asked_at
+        fresh = asked is not None and now - asked < RETENTION_CONFIG_EVERY_S
+        if not topics or (fresh and topics <= self._retention_topics):
+            return
+
+        def read() -> None:
+            try:
+                found = self._source.retention_ms(topics)
+            except LaglessError:
+                found = None
+            self._retention_ms = found  # one assignment: the round reads whole values only
+
+        if self._retention_reader.start(read):
+            self._retention_asked_at, self._retention_topics = now, topics
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait for the background reads under way (records, retention.ms), then rebuild the
+        views with what they found: for a one-shot sample (`lag --prometheus`)."""
+        for reader in (self._record_reader, self._retention_reader):
+            reader.join(timeout_s)
+        self._read_records()
+        for watch in self._watches.values():
+            watch.build_view(self._records, self._retention_ms, None)
         with self._lock:
             self._views = tuple(self._watches[g].view for g in sorted(self._watches))
-            self.rounds += 1
-            self.poll_time_ms = (time.monotonic() - started) * 1000
 
     def views(self) -> tuple[GroupView, ...]:
         with self._lock:
@@ -205,10 +349,8 @@ class Sampler:
             stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - started)))
 
     def close(self) -> None:
-        for watch in self._watches.values():
-            watch.close()
-        self._membership.close()
+        self._source.close()
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+    return " ".join(str(exc).split()) or type(exc).__name__

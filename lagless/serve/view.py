@@ -7,14 +7,24 @@ once per sample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+import threading
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import cast
 
 from lagless.lag.doctor import Examination, Finding, diagnose
 from lagless.lag.members import GroupDescription
 from lagless.lag.offsets import RecordInfo
 from lagless.lag.report import History, PartitionLag, build_report
 from lagless.lag.status import Status, group_status
+
+# Points kept of a group's lag over time: 20 minutes at serve's default 2 s interval.
+SERIES_POINTS = 600
+# Points of the short series beside each group in the list (the dashboard's sparklines).
+SPARK_POINTS = 60
+_ABSENT = -1
 
 
 @dataclass(frozen=True)
@@ -24,6 +34,67 @@ class SeriesPoint:
     max_lag_seconds: float | None
     partition_lags: tuple[tuple[str, int, int], ...] = ()
     """(topic, partition, lag) of each partition at that time."""
+
+
+class Series:
+    """A group's lag over time, its last `points` samples, in flat arrays: a fleet of groups
+    keeps 8 bytes per number rather than an object per point. Appended to by the sampler,
+    read by the HTTP threads (under a lock, as copies)."""
+
+    def __init__(self, points: int = SERIES_POINTS) -> None:
+        self._points = points
+        self._lock = threading.Lock()
+        self._at = array("d")
+        self._total = array("q")
+        self._max_seconds = array("d")  # NaN: unknown
+        self._partitions: dict[tuple[str, int], array[int]] = {}  # -1: not read then
+
+    def append(
+        self,
+        at: float,
+        total_lag: int,
+        max_lag_seconds: float | None,
+        lags: Mapping[tuple[str, int], int],
+    ) -> None:
+        with self._lock:
+            for key in lags.keys() - self._partitions.keys():
+                self._partitions[key] = array("q", [_ABSENT]) * len(self._at)
+            self._at.append(at)
+            self._total.append(total_lag)
+            self._max_seconds.append(math.nan if max_lag_seconds is None else max_lag_seconds)
+            for key, kept in self._partitions.items():
+                kept.append(lags.get(key, _ABSENT))
+            if len(self._at) > self._points:
+                columns: list[array[int] | array[float]] = [
+                    self._at,
+                    self._total,
+                    self._max_seconds,
+                ]
+                for column in [*columns, *self._partitions.values()]:
+                    del column[0]
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def totals(self, last: int) -> list[int]:
+        """The last `last` total lags, oldest first."""
+        with self._lock:
+            return self._total[-last:].tolist() if last else []
+
+    def points(self) -> list[SeriesPoint]:
+        with self._lock:
+            lags = {key: kept.tolist() for key, kept in self._partitions.items()}
+            return [
+                SeriesPoint(
+                    at,
+                    total,
+                    None if math.isnan(seconds) else seconds,
+                    tuple((t, p, kept[i]) for (t, p), kept in sorted(lags.items()) if kept[i] >= 0),
+                )
+                for i, (at, total, seconds) in enumerate(
+                    zip(self._at, self._total, self._max_seconds, strict=True)
+                )
+            ]
 
 
 @dataclass(frozen=True)
@@ -41,13 +112,36 @@ class GroupView:
     """Why the latest sample failed; None when it succeeded."""
     error_since: float | None
     """When sampling began to fail (the first failure of the current outage)."""
-    findings: tuple[Finding, ...]
-    series: tuple[SeriesPoint, ...]
+    examination: Examination | None
+    """What the doctor judges, where the latest sample succeeded (see findings)."""
+    series: Series
     retention_warning_s: float
+    by_lagless: bool = False
+    """lagless import commits the group's offsets (its --group)."""
+    cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+    """What is rendered of this view once (its metrics lines), kept while it is the latest."""
 
     @property
     def total_lag(self) -> int:
         return sum(p.lag for p in self.partitions)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The doctor's findings (or why the group could not be sampled), diagnosed when first
+        asked and kept: a fleet's views are rebuilt every round, and most are never read
+        before the next."""
+        found = self.cache.get("findings")
+        if found is None:
+            if self.error is not None:
+                found = (unknown_finding(self.group, self.error, bool(self.partitions)),)
+            elif self.examination is None:
+                found = ()
+            else:
+                found = tuple(
+                    diagnose(self.examination, retention_warning_s=self.retention_warning_s)
+                )
+            self.cache["findings"] = found
+        return cast(tuple[Finding, ...], found)
 
     @property
     def max_lag(self) -> int:
@@ -74,6 +168,7 @@ class Sampled:
     sampled_at: float | None
     error: str | None
     error_since: float | None
+    by_lagless: bool = False
 
 
 def unknown_finding(group: str, error: str, seen_before: bool) -> Finding:
@@ -93,7 +188,7 @@ def group_view(
     sampled: Sampled,
     window_s: float,
     retention_warning_s: float,
-    series: Sequence[SeriesPoint],
+    series: Series,
 ) -> GroupView:
     """The view of a group from what its sampler gathered; findings are the doctor's."""
     report = build_report(
@@ -106,19 +201,23 @@ def group_view(
     )
     description = sampled.description
     up = sampled.error is None and sampled.sampled_at is not None
-    if sampled.error is not None:
-        findings: tuple[Finding, ...] = (unknown_finding(group, sampled.error, bool(report.rows)),)
-    elif sampled.sampled_at is None:
-        findings = ()
-    else:
+    exam = None
+    if up:
+        # The history goes on changing: the doctor keeps what it reads of it (the samples of
+        # a partition that moved back), as of now.
+        rewound = {row.key for row in report.rows if row.status is Status.REWIND}
+        kept = History(
+            sampled.history.keep_s,
+            {key: list(sampled.history.samples[key]) for key in rewound},
+        )
         exam = Examination(
             report=report,
-            history=sampled.history,
-            records=sampled.records,
+            history=kept,
+            records=dict(sampled.records),
             memberships=None if description is None else [description],
             sampled_s=window_s,
+            by_lagless=sampled.by_lagless,
         )
-        findings = tuple(diagnose(exam, retention_warning_s=retention_warning_s))
     return GroupView(
         group=group,
         partitions=report.rows,
@@ -128,7 +227,8 @@ def group_view(
         sampled_at=sampled.sampled_at,
         error=sampled.error,
         error_since=sampled.error_since,
-        findings=findings,
-        series=tuple(series),
+        examination=exam,
+        series=series,
         retention_warning_s=retention_warning_s,
+        by_lagless=sampled.by_lagless,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,25 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 30.0
 CHROMIUM = "/usr/bin/chromium"
+
+
+def descriptors(pid: int) -> int:
+    """File descriptors the process holds."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def children(pid: int) -> list[int]:
+    """The process's direct children."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
 
 
 def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
@@ -64,6 +84,15 @@ def _read_first_line(process: subprocess.Popen[str], timeout_s: float) -> str:
 @contextmanager
 def lagless_serve(bootstrap: str, *args: str) -> Iterator[str]:
     """`lagless serve --port 0` in its own process; yields its URL, read from its first line."""
+    with lagless_serve_process(bootstrap, *args) as (url, _process):
+        yield url
+
+
+@contextmanager
+def lagless_serve_process(
+    bootstrap: str, *args: str
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """As lagless_serve, yielding the process too (to read its /proc)."""
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "lagless", "serve", "--bootstrap", bootstrap, "--port", "0",
@@ -78,7 +107,9 @@ def lagless_serve(bootstrap: str, *args: str) -> Iterator[str]:
                 stderr.seek(0)
                 raise AssertionError(f"lagless serve did not start: {url!r} {stderr.read()}")
             try:
-                yield url
+                yield url, process
+                stderr.seek(0)
+                process.stderr_text = stderr.read()  # type: ignore[attr-defined]
             except BaseException as failure:
                 # The test failed: say whether the server was still there, with its last words.
                 stderr.seek(0)

@@ -219,6 +219,31 @@ def test_breakdown_of_a_typed_json_import(tmp_path: Path) -> None:
     assert typed == 3000
 
 
+def test_fleet_measures_serve_on_noida_with_the_groups_made() -> None:
+    """bench/fleet.py at 20 groups: its own noida-db, two runs of `lagless serve`."""
+    figures, printed = run_bench(
+        "fleet.py", "--groups", "20", "--partitions", "2", "--seconds", "3", timeout=180
+    )
+    small, fleet = figures["small"], figures["fleet"]
+    assert (small["groups"], fleet["groups"]) == (2, 20)
+    for run in (small, fleet):
+        assert between(run["all_on_metrics_s"], 0.0, 60), run
+        assert between(run["rss_mib"], 10, 300) and between(run["descriptors"], 5, 200), run
+        assert run["rounds"] >= 1 and between(run["scrape_p99_s"], 0.0, 30), run
+    assert "20 groups" in printed and "ratio" in printed
+
+
+@pytest.mark.matrix
+def test_first_import_shows_a_fresh_installations_first_and_second_import() -> None:
+    """~4 minutes: the background build of the class archive is most of it (matrix only)."""
+    figures, printed = run_bench(
+        "first_import.py", *("--records", "4000", "--partitions", "2"), timeout=1500
+    )
+    assert figures["records"] == 4000 and "archive mapped" in printed
+    for name in ("script_s", "first_s", "archive_build_s", "second_s"):
+        assert between(figures[name], 0.01, 1200), (name, figures)
+
+
 # Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
 @pytest.mark.matrix
 def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> None:

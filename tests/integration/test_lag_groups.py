@@ -65,7 +65,9 @@ def commit_what_each_holds(consumers: list[Consumer], deadline: float) -> None:
 
 
 def lag_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
-    assert main(["lag", "--json", *args]) == 0
+    """`lag --json`; one sample unless the caller gives a --window."""
+    window = () if "--window" in args else ("--window", "0")
+    assert main(["lag", "--json", *window, *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -120,6 +122,7 @@ def test_text_table_follows_the_seed_columns_with_all_row_first(
 def test_a_stalled_partition_shows_stall_in_lag_and_doctor_says_it_is_stuck(
     broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Over the same window (lag's --window, the doctor's --seconds), the same word."""
     consumer = group_consumer(broker, "stalled-group")
     commit(consumer, "stuck", {0: 7, 1: RECORDS_PER_PARTITION})
     try:
@@ -131,12 +134,13 @@ def test_a_stalled_partition_shows_stall_in_lag_and_doctor_says_it_is_stuck(
 
         assert main(
             ["doctor", "--bootstrap", broker.bootstrap, "--group", "stalled-group",
-             "--seconds", "0.6"]
+             "--seconds", "0.4"]
         ) == 0  # fmt: skip
         report = capsys.readouterr().out
     finally:
         consumer.close()
-    assert "stuck:0: lag but the committed offset did not move for 0.6 s" in report
+    assert "status STALL (watched 0.4 s)" in report
+    assert "stuck:0: lag but the committed offset stopped moving" in report
     assert "1 partition is drained while 1 lag (stuck:0)" in report
     assert "the broker did not answer DescribeGroups" in report
 
@@ -228,3 +232,34 @@ def test_unreachable_broker_is_one_line_and_exit_2_within_seconds(
     error = capsys.readouterr().err
     assert error.startswith("lagless: error: cannot reach the broker at 127.0.0.1:9 within")
     assert error.count("\n") == 1
+
+
+def test_a_group_on_the_new_consumer_protocol_is_read_as_any_other(
+    broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KIP-848's protocol (group.protocol=consumer: ConsumerGroupHeartbeat, which the embedded
+    broker answers): the group's committed offsets are read as a classic group's. Neither
+    broker here answers ConsumerGroupDescribe, so its members are not told (docs say so)."""
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "kip848-group",
+         "group.protocol": "consumer", "enable.auto.commit": False,
+         "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    consumer.subscribe(["rewound"])
+    try:
+        deadline, read = time.monotonic() + 20, 0
+        while read < 5:
+            assert time.monotonic() < deadline, "the new protocol's member read nothing"
+            message = consumer.poll(0.5)
+            read += message is not None and message.error() is None
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([TopicPartition("rewound", 0)], timeout=10)[0].offset
+        shown = lag_json(capsys, "--bootstrap", broker.bootstrap, "--group", "kip848-group")
+    finally:
+        consumer.close()
+    assert committed >= 5
+    (partition,) = shown["partitions"]
+    assert (partition["committed"], partition["lag"]) == (
+        committed,
+        RECORDS_PER_PARTITION - committed,
+    )

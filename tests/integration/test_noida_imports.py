@@ -83,7 +83,9 @@ def test_every_record_lands_once_and_a_fresh_checkpoint_reads_nothing(
 
 
 def group_lag(noida: NoidaKafka, group: str, topic: str) -> dict[int, int]:
-    done = lagless("lag", "--bootstrap", noida.bootstrap, "--group", group, "--json")
+    done = lagless(
+        "lag", "--bootstrap", noida.bootstrap, "--group", group, "--json", "--window", "0"
+    )
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert body["group"] == group

@@ -67,7 +67,7 @@ def test_records_too_large_for_the_fetch_size() -> None:
     records = {("t", 0): RecordInfo(timestamp_s=None, size_bytes=800_000)}
     found = diagnose(exam_of([5, 5], [], records), fetch_bytes=1_048_576)
     large = next(f for f in found if f.kind == "large-records")
-    assert "up to 800000 bytes" in large.text and large.text.startswith("t:0:")
+    assert "up to 800,000 bytes" in large.text and large.text.startswith("t:0:")
     assert "max.partition.fetch.bytes" in large.fix
 
 
@@ -85,6 +85,9 @@ class FrozenSource:
 
     def sample(self) -> list[PartitionSample]:
         return [PartitionSample("t", 0, self.now, 3, 0, 10)]
+
+    by_lagless = False
+    description = None
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {s.key: RecordInfo(timestamp_s=0.0, size_bytes=2_000_000) for s in samples}
@@ -105,7 +108,9 @@ class NoDescribeGroups:
         return None
 
 
-def test_examine_samples_for_the_time_asked_and_finds_a_stopped_partition() -> None:
+def test_examine_samples_for_the_time_asked_and_finds_a_stalled_partition() -> None:
+    """Nothing moved over the whole watch, the window its status is judged over (as `lag
+    --window 4` would): STALL; STOP needs longer still, or the broker saying nobody holds it."""
     source = FrozenSource()
 
     def sleep(seconds: float) -> None:
@@ -114,4 +119,22 @@ def test_examine_samples_for_the_time_asked_and_finds_a_stopped_partition() -> N
     exam = examine("g", source, NoDescribeGroups(), seconds=4.0, interval_s=1.0, sleep=sleep)
     assert len(exam.history.samples[("t", 0)]) == 5
     assert exam.memberships is None
-    assert codes(diagnose(exam)) == ["stop", "large-records", "not-checked"]
+    assert exam.report.status.name == "STALL"
+    assert codes(diagnose(exam)) == ["stall", "large-records", "not-checked"]
+
+
+def test_partitions_that_never_held_a_record_are_neither_drained_nor_lagging() -> None:
+    """Seed 000's report counted empty partitions (end offset 0) as drained next to busy ones."""
+    history = History(keep_s=10)
+    for at, moved in ((0.0, 0), (1.0, 100)):
+        history.add(
+            [
+                PartitionSample("t", 0, at, 1000 + moved, 0, 5000 + moved),
+                PartitionSample("t", 1, at, None, 0, 0),
+                PartitionSample("t", 2, at, None, 0, 0),
+            ]
+        )
+    exam = Examination(build_report("g", history, 1.0), history, {}, None, 1.0)
+    found = diagnose(exam)
+    assert "drained-and-lagging" not in codes(found)
+    assert exam.report.status.name == "OK"

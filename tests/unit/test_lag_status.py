@@ -37,6 +37,24 @@ def test_partition_status(
     assert partition_status(samples(*points), window_s) is expected
 
 
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        pytest.param(PartitionSample("t", 0, 0, 5000, 0, 250), Status.AHEAD, id="past the end"),
+        pytest.param(PartitionSample("t", 0, 0, 50, 100, 250), Status.LOST, id="behind the start"),
+        pytest.param(PartitionSample("t", 0, 0, 10, 0, 0, gone=True), Status.GONE, id="gone"),
+        pytest.param(PartitionSample("t", 0, 0, 250, 100, 250), Status.OK, id="at the end"),
+        pytest.param(PartitionSample("t", 0, 0, 100, 100, 100), Status.OK, id="at the start"),
+    ],
+)
+def test_a_broken_committed_offset_is_never_ok(sample: PartitionSample, expected: Status) -> None:
+    """Whatever the window and whoever holds the partition: the offset itself is wrong."""
+    for owned in (None, True, False):
+        assert partition_status([sample, sample], 30, owned=owned) is expected
+    assert sample.lag == (0 if expected in (Status.AHEAD, Status.GONE) else sample.lag)
+    assert group_status([Status.STOP, expected]) is max(expected, Status.STOP)
+
+
 def test_group_status_is_the_worst() -> None:
     assert group_status([Status.OK, Status.REWIND, Status.STALL]) is Status.REWIND
     assert group_status([Status.WARN, Status.OK]) is Status.WARN

@@ -30,11 +30,11 @@ def test_columns_follow_the_seed_with_the_all_row_first() -> None:
     assert COLUMNS[:4] == ("partition", "lag", "pos", "end")
     assert cells[0][:4] == (
         "All",
-        str(9497160 + 9),
-        str(13440162 + 22613778),
-        str(22937322 + 22613778 + 9),
+        f"{9497160 + 9:,}",
+        f"{13440162 + 22613778:,}",
+        f"{22937322 + 22613778 + 9:,}",
     )
-    assert cells[1][:4] == ("0", "9497160", "13440162", "22937322")
+    assert cells[1][:4] == ("0", "9,497,160", "13,440,162", "22,937,322")
     assert cells[3][:5] == ("2", "9", "-", "9", "60.0"), "time lag from the record's timestamp"
     assert cells[2][4:] == ("0.0", "OK")
 
@@ -85,6 +85,9 @@ class ScriptedSource:
     def sample(self) -> list[PartitionSample]:
         self.samples_taken += 1
         return [PartitionSample("t", 0, float(self.samples_taken), self.samples_taken, 0, 50)]
+
+    by_lagless = False
+    description = None
 
     def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
         return {}

@@ -10,7 +10,7 @@ from lagless.lag.report import History, PartitionLag, build_report
 from lagless.lag.retention import retention_risk
 from lagless.lag.status import Status
 from lagless.serve import api, metrics
-from lagless.serve.view import GroupView
+from lagless.serve.view import GroupView, Series
 from tests.harness.serve import metric, parse_metrics
 
 
@@ -25,7 +25,9 @@ def partition(**overrides: object) -> PartitionLag:
 
 
 def group(*partitions: PartitionLag, name: str = "g") -> GroupView:
-    return GroupView(name, partitions, Status.OK, None, None, 100.0, None, None, (), (), 3600.0)
+    return GroupView(
+        name, partitions, Status.OK, None, None, 100.0, None, None, None, Series(), 3600.0
+    )
 
 
 def test_time_lag_is_exact_from_the_record_else_interpolated_and_labelled_so() -> None:

@@ -1,17 +1,23 @@
-"""The sampler and the views it builds, with scripted sources and a clock: broker failures and
-answers at exact moments, which no live broker gives on demand. ListGroups and DescribeGroups
-run live on noida-db in tests/integration/test_doctor_live.py."""
+"""The sampler and the views it builds, with a scripted broker and a clock: broker failures and
+answers at exact moments, which no live broker gives on demand. ListGroups, DescribeGroups and
+fleets of groups run live on noida-db in tests/integration/test_doctor_live.py and
+tests/integration/test_serve_fleet.py."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 
-from lagless.exceptions import BadInput, TransientError
+import pytest
+
+from lagless.exceptions import TransientError
+from lagless.kafka import TP
+from lagless.kafka.cluster_info import GroupsFound
 from lagless.lag.members import GroupDescription, GroupMember
-from lagless.lag.offsets import PartitionSample, RecordInfo
+from lagless.lag.offsets import RecordInfo
 from lagless.lag.status import Status
 from lagless.serve import api, metrics
+from lagless.serve import sampler as sampler_module
 from lagless.serve.sampler import Sampler, SamplerSettings
 from tests.harness.serve import metric, parse_metrics
 
@@ -26,71 +32,92 @@ class Clock:
         return self.now
 
 
-class StoppedGroupSource:
-    """A group stopped at offset 4 of 10 whose record there was written at t=900."""
+class ScriptedFleet:
+    """A broker holding topic t (one partition, offsets 0 to 10) and groups that committed 4
+    there, whose record at 4 was written at t=900. `state`: what DescribeGroups says (None:
+    not answered); `failing`: every request fails as a broker that is away; `breaking`: the
+    next request raises an error no broker gives (a bug of lagless's)."""
 
-    def __init__(self, clock: Clock, retention_ms: dict[str, int | None] | None = None) -> None:
-        self.clock = clock
+    def __init__(
+        self,
+        committed: Mapping[str, Mapping[TP, int]],
+        listed: list[str] | None = None,
+        state: str | None = "EMPTY",
+        retention_ms: dict[str, int | None] | None = None,
+    ) -> None:
+        self.committed = dict(committed)
+        self.listed = listed
+        self.state = state
         self.failing = False
-        self.record_reads: list[list[tuple[str, int]]] = []
+        self.breaking = False
+        self.record_reads: list[list[TP]] = []
+        self.group_requests: list[list[str]] = []
         self._retention_ms = retention_ms
 
-    def sample(self) -> list[PartitionSample]:
+    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+        self.group_requests.append(list(groups))
+        if self.breaking:
+            self.breaking = False
+            raise ValueError("Expected non-empty list of ConfigResource objects")
         if self.failing:
-            raise TransientError("broker down")
-        return [PartitionSample("t", 0, self.clock.now, 4, 0, 10)]
+            return GroupsFound(dict.fromkeys(groups, "broker down"), dict.fromkeys(groups), {})
+        committed: dict[str, dict[TP, int] | str] = {
+            g: dict(self.committed.get(g, {})) for g in groups
+        }
+        return GroupsFound(committed, {g: self._describe(g) for g in groups}, {})
 
-    def record_at(self, samples: Sequence[PartitionSample]) -> dict[tuple[str, int], RecordInfo]:
-        self.record_reads.append([s.key for s in samples])
-        return {s.key: RecordInfo(timestamp_s=900.0, size_bytes=10) for s in samples}
-
-    def retention_ms(self) -> dict[str, int | None] | None:
-        return self._retention_ms
-
-    def follow(self, partitions: object) -> None:
-        """Every partition is sampled already."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class Membership:
-    """DescribeGroups and ListGroups as a real broker answers them."""
-
-    def __init__(self, groups: list[str] | None, state: str | None = "EMPTY") -> None:
-        self.groups = groups
-        self.state = state
-
-    def describe(self, group: str) -> GroupDescription | None:
+    def _describe(self, group: str) -> GroupDescription | None:
         if self.state is None:
             return None
         members = () if self.state == "EMPTY" else (GroupMember("m", "c", (("t", 0),)),)
         return GroupDescription(group, "range", self.state, members)
 
+    def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
+        if self.failing:
+            raise TransientError("broker down")
+        return {"t": 1}
+
+    def log_bounds(
+        self, partitions: Sequence[TP]
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]]:
+        if self.failing:
+            return {}, {}, dict.fromkeys(partitions, "broker down")
+        return dict.fromkeys(partitions, 0), dict.fromkeys(partitions, 10), {}
+
     def list_groups(self) -> list[str] | None:
-        return self.groups
+        return self.listed
+
+    def records_at(self, starts: Mapping[TP, int]) -> dict[TP, RecordInfo]:
+        self.record_reads.append(sorted(starts))
+        return {tp: RecordInfo(timestamp_s=900.0, size_bytes=10) for tp in starts}
+
+    def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
+        return self._retention_ms
 
     def close(self) -> None:
-        pass
+        """Nothing to release."""
 
 
 def run_rounds(sampler: Sampler, clock: Clock, rounds: int) -> None:
+    """Rounds one interval apart, each waiting for the background reads it started (records,
+    retention.ms) as a live service's next round would find them landed."""
     for _ in range(rounds):
         sampler.sample_once()
+        sampler.settle(timeout_s=5.0)
         clock.now += 1.0
 
 
 def test_a_stopped_empty_group_stays_reported_with_its_state_and_exact_time_lag() -> None:
     clock = Clock()
-    source = StoppedGroupSource(clock)
-    sampler = Sampler(lambda g: source, Membership(None), SETTINGS, ["g"], now=clock)
+    fleet = ScriptedFleet({"g": {("t", 0): 4}})
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
     run_rounds(sampler, clock, 5)
     (view,) = sampler.views()
     assert view.status is Status.STOP
     assert view.state == "EMPTY" and view.members == 0
     seconds, method = view.partitions[0].lag_seconds(clock.now)
     assert (seconds, method) == (clock.now - 900.0, "exact")
-    assert source.record_reads == [[("t", 0)]], "one read per lagging partition and offset"
+    assert fleet.record_reads == [[("t", 0)]], "one read per lagging partition and offset"
 
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
     assert metric(samples, "lagless_consumergroup_state", group="g", state="EMPTY") == 1
@@ -100,61 +127,106 @@ def test_a_stopped_empty_group_stays_reported_with_its_state_and_exact_time_lag(
     assert metric(samples, "kafka_consumergroup_group_lag_seconds", group="g") == clock.now - 900
 
 
+def test_every_group_is_asked_in_one_request_per_round_and_shares_record_reads() -> None:
+    """A fleet costs one request for all groups, and a partition two groups wait at is read
+    once."""
+    clock = Clock()
+    groups = [f"g{n:03d}" for n in range(300)]
+    fleet = ScriptedFleet({group: {("t", 0): 4} for group in groups})
+    sampler = Sampler(fleet, SETTINGS, groups, now=clock)
+    run_rounds(sampler, clock, 3)
+    assert fleet.group_requests == [groups] * 3
+    assert fleet.record_reads == [[("t", 0)]]
+    assert {view.group for view in sampler.views() if view.total_lag == 6} == set(groups)
+
+
 def test_a_failing_broker_keeps_the_last_view_marked_and_recovers() -> None:
     clock = Clock()
-    source = StoppedGroupSource(clock)
-    sampler = Sampler(lambda g: source, Membership(None), SETTINGS, ["g"], now=clock)
+    fleet = ScriptedFleet({"g": {("t", 0): 4}})
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
     run_rounds(sampler, clock, 2)
-    source.failing = True
+    fleet.failing = True
     run_rounds(sampler, clock, 1)
     (view,) = sampler.views()
     assert view.error == "broker down"
+    assert view.status is Status.UNKNOWN
     assert view.total_lag == 6, "the last lag seen stays"
     assert api.group_body(view, clock.now)["status"]["error"] == "broker down"
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
     assert metric(samples, "lagless_consumergroup_up", group="g") == 0
-    source.failing = False
+    fleet.failing = False
     run_rounds(sampler, clock, 1)
     assert sampler.views()[0].error is None
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
     assert metric(samples, "lagless_consumergroup_up", group="g") == 1
 
 
-def test_without_groups_named_every_listed_group_with_offsets_is_sampled() -> None:
+def test_any_error_in_a_round_is_every_groups_error_and_the_next_round_recovers() -> None:
+    """A round that raises what no broker error is (here the ValueError confluent_kafka gave
+    for an empty DescribeConfigs): groups are UNKNOWN with that error, never a dead thread;
+    the sampling thread runs on and the next round succeeds."""
     clock = Clock()
-    opened: list[str] = []
+    fleet = ScriptedFleet({"g": {("t", 0): 4}, "h": {("t", 0): 10}}, state="STABLE")
+    sampler = Sampler(fleet, SETTINGS, ["g", "h"], now=clock)
+    fleet.breaking = True
+    stop = threading.Event()
+    thread = threading.Thread(target=sampler.run, args=(stop,))
+    thread.start()
+    try:
+        for _ in range(200):
+            if sampler.rounds >= 1:
+                break
+            stop.wait(0.01)
+        first = {view.group: view for view in sampler.views()}
+        for _ in range(300):
+            if sampler.rounds >= 2:
+                break
+            stop.wait(0.01)
+        assert thread.is_alive(), "the sampling thread survives"
+    finally:
+        stop.set()
+        thread.join()
+    assert {g: (v.status, v.error) for g, v in first.items()} == {
+        g: (Status.UNKNOWN, "sampling failed: Expected non-empty list of ConfigResource objects")
+        for g in ("g", "h")
+    }
+    assert {view.group: view.status for view in sampler.views()} == {
+        "g": Status.OK,
+        "h": Status.OK,
+    }
 
-    def open_source(group: str) -> StoppedGroupSource:
-        opened.append(group)
-        if group == "never-committed":
-            raise BadInput("group 'never-committed' has no committed offsets on any topic")
-        return StoppedGroupSource(clock)
 
-    membership = Membership(["b", "a", "never-committed"])
-    sampler = Sampler(open_source, membership, SETTINGS, None, now=clock)
+def test_without_groups_named_every_listed_group_is_reported() -> None:
+    """Every group the broker lists is shown, one that never committed as such; a group the
+    broker stops listing stays reported."""
+    clock = Clock()
+    fleet = ScriptedFleet(
+        {"a": {("t", 0): 4}, "b": {("t", 0): 10}}, listed=["b", "a", "new"], state="STABLE"
+    )
+    sampler = Sampler(fleet, SETTINGS, None, now=clock)
     run_rounds(sampler, clock, 1)
-    assert [view.group for view in sampler.views()] == ["a", "b"]
-    # The broker stops listing "a" (its offsets are still there): it stays reported.
-    membership.groups = ["b"]
+    assert {v.group: v.status for v in sampler.views()} == {
+        "a": Status.OK,
+        "b": Status.OK,
+        "new": Status.NO_COMMITS,
+    }
+    assert [v.group for v in sampler.views()] == ["a", "b", "new"]
+    fleet.listed = ["b"]
     clock.now += 60
     run_rounds(sampler, clock, 1)
-    assert [view.group for view in sampler.views()] == ["a", "b"]
-    assert opened.count("a") == 1
+    assert [view.group for view in sampler.views()] == ["a", "b", "new"]
 
 
 def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
-    """retention.ms 120 s and the committed record written at t=900: at t=1000 it has 20 s
-    left; the lookup runs in a thread, joined here by sampling until it has landed."""
+    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
+    left."""
     clock = Clock()
-    source = StoppedGroupSource(clock, retention_ms={"t": 120_000})
-    sampler = Sampler(lambda g: source, Membership(None), SETTINGS, ["g"], now=clock)
-    for _ in range(50):
-        sampler.sample_once()
-        (view,) = sampler.views()
-        risk = view.partitions[0].retention
-        if risk is not None and risk.seconds_by_retention is not None:
-            break
-        time.sleep(0.02)
+    fleet = ScriptedFleet({"g": {("t", 0): 4}}, retention_ms={"t": 120_000})
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
+    run_rounds(sampler, clock, 2)
+    sampler.sample_once()
+    (view,) = sampler.views()
+    risk = view.partitions[0].retention
     assert risk is not None and risk.seconds_by_retention == 900 + 120 - clock.now
     assert view.findings[0].kind == "retention-risk"
     assert "at retention.ms" in view.findings[0].text
@@ -163,3 +235,28 @@ def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_go
     assert metric(samples, "lagless_consumergroup_retention_margin_seconds", **where,
                   basis="retention_ms") == 900 + 120 - clock.now  # fmt: skip
     assert metric(samples, "lagless_consumergroup_retention_at_risk", **where) == 1
+
+
+def test_a_view_that_cannot_be_built_leaves_the_last_one_unknown_and_sampling_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Even building a view may fail (a bug): the group keeps its last view, marked UNKNOWN
+    with the error, and the next round that can build it shows it again."""
+    clock = Clock()
+    fleet = ScriptedFleet({"g": {("t", 0): 4}}, state="STABLE")
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
+    run_rounds(sampler, clock, 1)
+    assert sampler.views()[0].status is Status.OK
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(sampler_module, "group_view", broken)
+    sampler.sample_once()
+    (view,) = sampler.views()
+    assert (view.status, view.error) == (Status.UNKNOWN, "sampling failed: division by zero")
+    assert view.total_lag == 6
+    monkeypatch.undo()
+    sampler.sample_once()
+    assert sampler.views()[0].error is None
+    assert sampler.views()[0].status is not Status.UNKNOWN

@@ -4,11 +4,11 @@ Compaction reads the small data files of the current snapshot (`plan`), writes t
 through pyiceberg's writer (field ids, metrics, the table's target file size) and commits one
 snapshot that deletes the group's files and adds the new ones (pyiceberg 0.12 has no rewrite
 action: an `overwrite` snapshot whose rows are the same). The snapshot carries `lagless.held`
-(summary.py), so the ledger survives the expiry of every snapshot before it. A commit another
-writer beat (the catalog refuses a commit built on an older snapshot; the table's commits are
-not retried by pyiceberg: NO_RETRIES) is built again on the new snapshot while the group's
-files are all still in it (an append passes); else the written files are removed and the next
-round plans again.
+and an upsert table's `lagless.log-times` (summary.py), so the ledger survives the expiry of
+every snapshot before it. A commit another writer beat (the catalog refuses a commit built on an
+older snapshot; the table's commits are not retried by pyiceberg: NO_RETRIES) is built again on
+the new snapshot while the group's files are all still in it (an append passes); else the
+written files are removed and the next round plans again.
 
 Expiry drops the snapshots older than the history window, except the one current at the
 window's start (a reader may still be reading it) and the snapshots from the current one back
@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.iceberg.summary import HELD, carried, held_in
+from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class IcebergMaintenance(StoreMaintenance):
             if any(each.file_path not in current for each in removed):
                 break
             tx = found.transaction()
-            properties = carried(held_in(found))
+            properties = carried(held_in(found), log_times_in(found))
             with tx.update_snapshot(snapshot_properties=properties).overwrite() as swap:
                 for each in removed:
                     swap.delete_data_file(current[each.file_path])

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 RANGES = "lagless.ranges"
 HELD = "lagless.held"
+# Upsert: each partition's log time where the table's ledger ends (upsert_order.py), as HELD.
+LOG_TIMES = "lagless.log-times"
 
 
 def held_in(table: Table) -> dict[TP, int]:
@@ -46,16 +48,41 @@ def held_in(table: Table) -> dict[TP, int]:
     return held
 
 
-def properties(held: Mapping[TP, int], batch: Batch) -> dict[str, str]:
-    """The summary properties of a batch's snapshots, given what the table held before it."""
+def log_times_in(table: Table) -> dict[TP, int]:
+    """Each partition's log time where the table's ledger ends (none: not an upsert table's
+    or not kept by an earlier lagless)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        listed = snapshot.summary.get(LOG_TIMES) if snapshot.summary is not None else None
+        if listed is not None:  # cumulative, as HELD
+            return {(e["topic"], int(e["partition"])): int(e["ms"]) for e in json.loads(listed)}
+    return {}
+
+
+def properties(
+    held: Mapping[TP, int], batch: Batch, log_times: Mapping[TP, int] | None = None
+) -> dict[str, str]:
+    """The summary properties of a batch's snapshots, given what the table held before it
+    (and, upsert, its log times then)."""
     after = dict(held)
     for tp, (_, end) in batch.covered.items():
         after[tp] = max(after.get(tp, 0), end)
-    return {RANGES: batch.to_json(), **carried(after)}
+    times = None
+    if log_times is not None and (log_times or batch.log_times):
+        times = {**log_times}
+        for tp, ms in batch.log_times.items():
+            times[tp] = max(times.get(tp, ms), ms)
+    return {RANGES: batch.to_json(), **carried(after, times)}
 
 
-def carried(held: Mapping[TP, int]) -> dict[str, str]:
-    """The summary properties of a snapshot that changes no row (a compaction): what the table
-    holds, as it was, so that expiring the snapshots before it keeps the ledger."""
+def carried(held: Mapping[TP, int], log_times: Mapping[TP, int] | None = None) -> dict[str, str]:
+    """The summary properties that say what the table holds (and, upsert, its log times):
+    a batch's, and those of a snapshot that changes no row (a compaction), as they were, so
+    that expiring the snapshots before it keeps the ledger."""
     listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(held.items())]
-    return {HELD: json.dumps(listed, separators=(",", ":"))}
+    found = {HELD: json.dumps(listed, separators=(",", ":"))}
+    if log_times:
+        kept = [{"topic": t, "partition": p, "ms": ms} for (t, p), ms in sorted(log_times.items())]
+        found[LOG_TIMES] = json.dumps(kept, separators=(",", ":"))
+    return found

@@ -34,18 +34,22 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
 from lagless.sinks.base import (
+    ALREADY_HELD,
     DEAD_LETTER_COLUMNS,
     Target,
+    Written,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
-from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
+from lagless.sinks.folder_table import HELD_RECORD_COLUMNS, FolderTableSink, newest_rows_in
+from lagless.sinks.ledger import TP, Batch, HeldRecord, Range, Verdict, held_until, verdict
 from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 
@@ -104,34 +108,62 @@ class ParquetSink(FolderTableSink):
                 return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
         return held_until(_held_ranges(self.storage, table)[0])
 
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        """Read in the batch folder that holds each partition's newest range only."""
+        import polars as pl
+
+        table = self.storage.join(self.location, target.table)
+        newest: dict[TP, tuple[int, str]] = {}
+        # A folder a merged one replaced (a crashed compaction left both): the merged one's.
+        in_folders, left_over = _held_in_folders(self.storage, table, self.s3 is not None)
+        for folder, tp, (_, end) in in_folders:
+            if tp in held and folder not in left_over and end > newest.get(tp, (-1, ""))[0]:
+                newest[tp] = (end, folder)
+        found: dict[TP, HeldRecord] = {}
+        for folder in sorted({folder for _, folder in newest.values()}):
+            files = [
+                self.storage.read_parquet(self.storage.join(folder, name), HELD_RECORD_COLUMNS)
+                for name in self.storage.names(folder)
+                if name.endswith(".parquet") and not name.startswith(("_", "."))
+            ]
+            if files:
+                rows = pl.from_arrow(pa.concat_tables(files, promote_options="default"))
+                assert isinstance(rows, pl.DataFrame)
+                wanted = {tp: held[tp] for tp, (_, where) in newest.items() if where == folder}
+                found |= newest_rows_in(rows.lazy(), wanted)
+        return found
+
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch's rows, written by Spark's tasks, then made visible in one rename (on S3:
         written by the tasks through pyarrow, committed by the lock's copy). Typed values
         keep their nested types; a field the schema added is a column of the files written
         since (readers merge the files' schemas)."""
         rows = rows.select(*target.schema().fieldNames())
-        self._write(rows, target, target.table, batch, before_commit)
+        return self._write(rows, target, target.table, batch, before_commit)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, as the rows are, before the batch's rows are visible."""
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(files))
         table = self.storage.join(self.location, target.table)
         if isinstance(self.storage, S3Storage):
-            _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
+            )
         gathering = _gathering(table, batch)
         shutil.rmtree(gathering, ignore_errors=True)
         os.makedirs(gathering)
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
-        _make_visible(table, batch)
+        said = _said(_make_visible(table, batch))
+        self.tidy_staging(target)
+        return said
 
     def _write(
         self,
@@ -140,18 +172,24 @@ class ParquetSink(FolderTableSink):
         table: str,
         batch: Batch,
         before_commit: Callable[[], None] = _no_op,
-    ) -> None:
+    ) -> Written | None:
         folder = self.storage.join(self.location, table)
         if isinstance(self.storage, S3Storage):
             staging = self._staging(target, table)
             clear = self.storage.remove_tree
             files = stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
             before_commit()
-            _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
+            )
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
         before_commit()
-        _make_visible(folder, batch)
+        return _said(_make_visible(folder, batch))
+
+
+def _said(visible: bool) -> Written | None:
+    """A batch made visible gains a row per record (None); one the table held, nothing."""
+    return None if visible else ALREADY_HELD
 
 
 def folder_name(batch: Batch) -> str:
@@ -163,9 +201,10 @@ def _gathering(table: str, batch: Batch) -> str:
     return os.path.join(table, f"_{folder_name(batch)}.partial")
 
 
-def _make_visible(table: str, batch: Batch) -> None:
+def _make_visible(table: str, batch: Batch) -> bool:
     """The gathered batch, with its ranges, becomes `batch=<digest>` in one rename, unless the
-    table holds its offsets already (ledger.verdict; then the gathered files are dropped)."""
+    table holds its offsets already (ledger.verdict; then the gathered files are dropped and
+    False is returned)."""
     gathering = _gathering(table, batch)
     with open(os.path.join(gathering, RANGES), "w", encoding="utf-8") as handle:
         handle.write(batch.to_json())
@@ -177,14 +216,15 @@ def _make_visible(table: str, batch: Batch) -> None:
             retire(storage, folder)
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
             shutil.rmtree(gathering)
-            return
+            return False
         failpoint("mid-write")  # files written, the batch not yet visible nor committed
         os.replace(gathering, os.path.join(table, folder_name(batch)))
+    return True
 
 
 def _commit_on_s3(
     storage: S3Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
-) -> None:
+) -> bool:
     """Under the table's lock object: unless the table holds the batch (then its staged files
     are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
     the commit point. Folders a crashed commit left without `_ranges.json` go first."""
@@ -198,12 +238,13 @@ def _commit_on_s3(
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
             for path in files:
                 storage.remove(path)
-            return
+            return False
         folder = storage.join(table, folder_name(batch))
         for path in files:
             storage.move(path, storage.join(folder, path.rsplit("/", 1)[-1]))
         failpoint("mid-write")  # files in the batch's folder, its ranges not yet written
         storage.write_text(storage.join(folder, RANGES), batch.to_json())
+    return True
 
 
 def _held_ranges(
@@ -212,7 +253,15 @@ def _held_ranges(
     """Every range the visible batches of the table hold; and the folders the next commit
     clears (`left over`): on S3 the batch folders a crashed commit left without ranges, and
     folders a merged folder replaced that a crashed compaction left visible."""
-    held: list[tuple[TP, Range]] = []
+    held, left_over = _held_in_folders(storage, table, on_s3)
+    return [(tp, held_range) for _, tp, held_range in held], left_over
+
+
+def _held_in_folders(
+    storage: Storage, table: str, on_s3: bool = False
+) -> tuple[list[tuple[str, TP, Range]], list[str]]:
+    """_held_ranges, each range with the batch folder that holds it."""
+    held: list[tuple[str, TP, Range]] = []
     left_over = []
     replaced: set[str] = set()
     names = set()
@@ -221,12 +270,14 @@ def _held_ranges(
         folder = storage.join(table, name)
         if listed is not None:
             doc = json.loads(listed)
-            held.extend(ranges_listed(doc))
+            ranges = ranges_listed(doc)
             replaced.update(doc.get(MERGED, ()))
         elif on_s3:
             left_over.append(folder)
+            continue
         else:
-            held.extend(_ranges_in_files(folder))
+            ranges = list(_ranges_in_files(folder))
+        held.extend((folder, tp, held_range) for tp, held_range in ranges)
     left_over += [storage.join(table, name) for name in sorted(replaced & names)]
     return held, left_over
 
