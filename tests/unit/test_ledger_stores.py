@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lagless.importer.maintenance import run_round
+from lagless.importer.maintenance import Schedule, run_round
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, batch_ranges, holds
@@ -473,3 +473,46 @@ def test_the_newest_row_of_each_partition_tells_its_record(store: str, tmp_path:
         maintain(sink, thorough=True, target_file_size=1024 * 1024)
         assert sink.ledger(TARGET, PARTITIONS) == held
         assert sink.newest_rows(TARGET, held) == found
+
+
+def test_an_imports_rounds_cover_every_table_it_writes_those_of_new_topics_included(
+    tmp_path: Path,
+) -> None:
+    """importer/maintenance.Schedule as a routed import's batch writer calls it, after every
+    batch: a round, when due, merges the small batch folders of each table the import writes
+    at that moment (a table a topic that appeared since brought included), ledgers unmoved."""
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    targets = {name: Target(name, "append", "raw", run_id="import-a") for name in ("ta", "tb")}
+    for target in targets.values():
+        sink.prepare(target)
+        for n in range(4):
+            commit(sink, target, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    maintenance = sink.maintenance("import-a")
+    assert maintenance is not None
+    imported = ["ta"]  # tb's topic appears later (job.admit_new_topics)
+    now = [0.0]
+    schedule = Schedule(
+        maintenance, lambda: imported, Policy(1024 * 1024, 3600), every_s=10, clock=lambda: now[0]
+    )
+
+    def folders() -> dict[str, int]:
+        lake = tmp_path / "lake"
+        return {t: sum(p.name.startswith("batch=") for p in (lake / t).iterdir()) for t in targets}
+
+    schedule.between_batches()  # not due yet
+    assert folders() == {"ta": 4, "tb": 4}
+    now[0] = 10.0
+    schedule.between_batches()
+    assert folders() == {"ta": 1, "tb": 4}
+    imported.append("tb")
+    now[0] = 15.0
+    schedule.between_batches()  # 5 s since the last round
+    assert folders() == {"ta": 1, "tb": 4}
+    now[0] = 20.0
+    schedule.between_batches()
+    assert folders() == {"ta": 1, "tb": 1}
+    for target in targets.values():
+        assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 20}
+        assert stored_table(sink.url, sink.location, target.table) == [
+            (TOPIC, 0, o) for o in range(20)
+        ]
