@@ -196,6 +196,12 @@ def run_table_lag(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     console.print(partitions_table(table, rows))
+    mirror = [row.source_lag_s for row in rows if row.source_lag_s is not None]
+    if mirror:
+        console.print(
+            f"mirror {table}: {sum(row.behind for row in rows):,} change events and "
+            f"{max(mirror):,.1f} s behind the database"
+        )
     for row in rows:
         if row.another_topic is not None:
             print(
@@ -208,15 +214,20 @@ def run_table_lag(args: argparse.Namespace) -> int:
 
 
 def partitions_table(table: str, rows: list[PartitionInTable]) -> Table:
+    """Per partition, what the table holds against the log (a mirror's: and how far it is
+    behind the database)."""
+    mirror = any(row.source_lag_s is not None for row in rows)
     shown = Table(title=f"table {table}: what it holds against the log")
-    for name in ("topic", "partition", "table holds up to", "log end", "behind", "time lag"):
+    names = ["topic", "partition", "table holds up to", "log end", "behind", "time lag"]
+    for name in names + (["behind the database"] if mirror else []):
         shown.add_column(name, justify="left" if name == "topic" else "right")
     for row in rows:
-        lag = "-" if row.time_lag_s is None else f"{row.time_lag_s:,.1f} s"
         held = "nothing" if row.held is None else f"{row.held:,}"
-        shown.add_row(
-            row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
-        )
+        cells = [row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}"]
+        cells.append(_seconds(row.time_lag_s))
+        if mirror:
+            cells.append(_seconds(row.source_lag_s))
+        shown.add_row(*cells)
     return shown
 
 
@@ -235,3 +246,7 @@ def health_table(tables: list[Health]) -> Table:
             f"{each.live_bytes / 1e6:,.1f} MB",
         )
     return shown
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} s"

@@ -29,6 +29,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import (
+    Deletes,
     TaskWriter,
     TaskWrittenSink,
     ValueFormat,
@@ -110,6 +111,9 @@ class ImportSpec:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     keep_history_s: float = DEFAULT_KEEP_HISTORY_S
     maintain_every_s: float = DEFAULT_MAINTAIN_EVERY_S
+    # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
+    cdc_columns: bool = False
+    deletes: Deletes = "hard"
 
     @property
     def routed(self) -> bool:
@@ -141,8 +145,9 @@ class ImportSpec:
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
-            self.key_fields,
+            (value_schema.key_fields if value_schema else ()) or self.key_fields,
             run_id=self.run_id,
+            deletes=self.deletes,
         )
 
     @property
@@ -258,6 +263,7 @@ class ImportSpec:
         if (
             not isinstance(sink, TaskWrittenSink)
             or target.mode != "append"
+            or target.value_format == "debezium"
             or self.max_record_bytes is not None
         ):
             return None
@@ -397,7 +403,7 @@ def check_destinations(
     destinations = []
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
-        value_schema = resolve(spec, own, topics)
+        value_schema = resolve(spec, own, topics, reader)
         target = spec.target_for(table, value_schema)
         sink.check(target)
         if spec.routed:
