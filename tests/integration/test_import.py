@@ -62,17 +62,22 @@ def test_append_replayed_into_parquet_adds_no_duplicate(broker, kafka, topic_nam
     produced = produce_profile(kafka, topic_name, explicit([700, 800, 900]), keys=10)
 
     run_import(spec(kafka, topic_name, tmp_path, sink="parquet"), spark=spark)
-    # Forget that batch 0 was committed: Spark replays it into the same folder.
+    # Forget that batch 0 was committed; a new record makes the rerun start Spark (with nothing
+    # new it is up to date without it), which replays batch 0 into the same folder first.
     for name in os.listdir(tmp_path / "ckpt" / "commits"):
         os.remove(tmp_path / "ckpt" / "commits" / name)
-    run_import(spec(kafka, topic_name, tmp_path, sink="parquet"), spark=spark)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce(topic_name, value=b"late", key=b"k", partition=0)
+    producer.flush(30)
+    rerun = run_import(spec(kafka, topic_name, tmp_path, sink="parquet"), spark=spark)
+    assert rerun.batches == 2  # the replay, then the new record's
 
     table = pq.read_table(tmp_path / "lake" / topic_name)
     pairs = list(
         zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
     )
     assert len(pairs) == len(set(pairs))
-    assert set(pairs) == produced_offsets(produced)
+    assert set(pairs) == produced_offsets(produced) | {(0, 700)}
 
 
 def test_upsert_keeps_the_newest_value_per_key(broker, kafka, topic_name, tmp_path, spark):
