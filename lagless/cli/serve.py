@@ -80,15 +80,17 @@ def run(args: argparse.Namespace) -> int:
     config = kafka_config(args)
     settings = SamplerSettings(args.interval, args.window, args.retention_warning)
     started: list[Sampler] = []
+    latest = metrics.LatestExposition(cluster_name(args))
     content = Content(
         views=lambda: started[0].views() if started else (),
-        cluster=cluster_name(args),
+        cluster=latest.cluster,
         poll_time_ms=lambda: started[0].poll_time_ms if started else None,
+        exposition=latest.get,
     )
     # Bind first: a port in use is told at once, before the broker is asked anything.
     server = bind(args.host, args.port, content)
     try:
-        started.append(open_sampler(config, args.group, settings, content.cluster))
+        started.append(open_sampler(config, args.group, settings, latest))
     except BaseException:
         server.server_close()
         raise
@@ -107,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def open_sampler(
-    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings, cluster: str
+    config: KafkaConfig,
+    groups: list[str] | None,
+    settings: SamplerSettings,
+    latest: metrics.LatestExposition,
 ) -> Sampler:
     """A sampler of the named groups (one that has not committed yet is shown so, and judged
     once it commits or its members hold partitions), or of every group the broker lists; bad
@@ -129,9 +134,7 @@ def open_sampler(
     except BaseException:
         source.close()
         raise
-    return Sampler(
-        source, settings, groups, after_round=lambda views: metrics.prepare(views, cluster)
-    )
+    return Sampler(source, settings, groups, after_round=latest.update)
 
 
 def wait_for_signal() -> None:

@@ -4,6 +4,7 @@ groups and their members."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,8 @@ from confluent_kafka.admin import ConfigResource
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection, reason
-from lagless.kafka.group_describer import GroupDescriber
+from lagless.kafka.group_describer import GroupDescriber, GroupsAnswer
+from lagless.kafka.offset_fetch import OffsetFetcher
 
 # Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
 # hold such a request for its whole timeout: a short one keeps callers responsive.
@@ -52,10 +54,14 @@ class ClusterInfo:
     def __init__(self, connection: KafkaConnection) -> None:
         self._connection = connection
         self._describer: GroupDescriber | None = None
+        self._fetcher: OffsetFetcher | None = None
+        self._fetcher_checked = False
 
     def close(self) -> None:
         if self._describer is not None:
             self._describer.close()
+        if self._fetcher is not None:
+            self._fetcher.close()
 
     def partitions(
         self,
@@ -141,39 +147,109 @@ class ClusterInfo:
         groups: Sequence[str],
         describe: bool = True,
         partitions: Sequence[TP] | None = None,
+        known: Mapping[str, Sequence[TP]] | None = None,
     ) -> GroupsFound:
         """Many groups at once: each group's committed offsets (every partition it committed
         on, those of topics that no longer exist included), or why the broker did not tell
         them; the metadata committed with them (group_offsets.COMMITTED_BY_LAGLESS: an
         import's); and with `describe`, its state, assignor, members and their partitions
-        (DescribeGroups), None where the broker does not tell. Asked from a
-        child process (group_describer.py): a connection dropping during a coordinator's
-        request aborts librdkafka's process. Never retried: the lag tools sample again."""
+        (DescribeGroups), None where the broker does not tell. Never retried: the lag tools
+        sample again.
+
+        Where the broker answers OffsetFetch v8 on a plain listener, the offsets come in one
+        request per coordinator for all groups (offset_fetch.py), of the partitions `known`
+        names for a group (the others: every partition it committed on), while the child
+        process describes them; otherwise both come from the child (group_describer.py: a
+        connection dropping during a coordinator's request aborts librdkafka's process), of
+        every partition or of `partitions`."""
+        fetcher = self._offset_fetcher() if partitions is None else None
+        if fetcher is None:
+            found = self._groups_describer().ask(
+                groups,
+                self._connection.timeout_s,
+                describe=describe,
+                offsets=True,
+                partitions=partitions,
+            )
+            return _found(found.offsets, found.described, found.metadata)
+        described: list[GroupsAnswer] = []
+        describing = threading.Thread(
+            target=lambda: described.append(
+                self._groups_describer().ask(
+                    groups, self._connection.timeout_s, describe=True, offsets=False
+                )
+            ),
+            name="describe-groups",
+            daemon=True,
+        )
+        if describe:
+            describing.start()
+        try:
+            told = fetcher.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})
+        finally:
+            if describe:
+                describing.join()
+        offsets: dict[str, list[tuple[str, int, int]] | str] = {}
+        metadata: dict[str, str] = {}
+        for group, answer in told.items():
+            if isinstance(answer, str):
+                offsets[group] = answer
+                continue
+            offsets[group] = [(t, p, o) for t, p, o, _ in answer]
+            # The group's mark where every offset carries the same one (an import commits all
+            # the partitions it reads; a consumer's commit leaves none).
+            marks = {mark for *_, mark in answer}
+            if len(marks) == 1 and "" not in marks:
+                metadata[group] = marks.pop()
+        return _found(offsets, described[0].described if described else {}, metadata)
+
+    def _groups_describer(self) -> GroupDescriber:
         if self._describer is None:
             self._describer = GroupDescriber(self._connection.config.admin())
-        found = self._describer.ask(
-            groups,
-            self._connection.timeout_s,
-            describe=describe,
-            offsets=True,
-            partitions=partitions,
-        )
-        committed = {
-            group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
-            for group, told in found.offsets.items()
-        }
-        return GroupsFound(committed, _descriptions(found.described), found.metadata)
+        return self._describer
+
+    def _offset_fetcher(self) -> OffsetFetcher | None:
+        """The batched OffsetFetch, where the listener is plain and the broker answers v8;
+        asked once (again while the broker cannot be reached)."""
+        if not self._fetcher_checked:
+            settings = self._connection.config.admin()
+            protocol = str(settings.get("security.protocol", "plaintext")).lower()
+            if protocol != "plaintext":
+                self._fetcher_checked = True
+                return None
+            fetcher = OffsetFetcher(self._connection.config.bootstrap, self._connection.timeout_s)
+            try:
+                usable = fetcher.usable()
+            except OSError:
+                fetcher.close()
+                return None
+            self._fetcher_checked = True
+            if usable:
+                self._fetcher = fetcher
+            else:
+                fetcher.close()
+        return self._fetcher
 
     def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
         """Each group's state, assignor, members and their partitions (DescribeGroups, all in
         one request, from the child process); None for a group the broker does not tell
         about."""
-        if self._describer is None:
-            self._describer = GroupDescriber(self._connection.config.admin())
-        return _descriptions(self._describer.describe(groups, _DESCRIBE_TIMEOUT_S))
+        return _descriptions(self._groups_describer().describe(groups, _DESCRIBE_TIMEOUT_S))
 
     def describe_group(self, group: str) -> GroupDescription | None:
         return self.describe_groups([group])[group]
+
+
+def _found(
+    offsets: Mapping[str, Sequence[tuple[str, int, int]] | str],
+    described: Mapping[str, dict[str, Any] | None],
+    metadata: dict[str, str],
+) -> GroupsFound:
+    committed = {
+        group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
+        for group, told in offsets.items()
+    }
+    return GroupsFound(committed, _descriptions(described), metadata)
 
 
 def _descriptions(found: Mapping[str, dict[str, Any] | None]) -> dict[str, GroupDescription | None]:

@@ -87,10 +87,18 @@ class FleetLook:
 class FleetSource(Protocol):
     """The broker as the lag tools ask it, for many groups at once."""
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         """Each group's committed offsets (topics that no longer exist included) or the reason
         the broker did not tell them, the metadata they were committed with, and with
-        `describe`, each group's members and assignments (None where not told)."""
+        `describe`, each group's members and assignments (None where not told). `known`: the
+        partitions a group is known to read, the only ones asked of it where the broker lets
+        (cheaper for the broker than every partition it committed on); the others' every
+        partition."""
         ...
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
@@ -130,7 +138,12 @@ class KafkaFleetSource:
         self._topics: dict[str, int] = {}
         self._topics_at: float | None = None
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         # The embedded broker answers an OffsetFetch of "every partition" with none: asked
         # there of every partition of every topic, never of a real broker.
         named = None
@@ -140,7 +153,7 @@ class KafkaFleetSource:
                 for t, count in sorted(self.topics(TOPICS_MAX_AGE_S).items())
                 for p in range(count)
             ]
-        return self._reader.cluster.groups(groups, describe, named)
+        return self._reader.cluster.groups(groups, describe, named, known)
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
         # Metadata of every topic costs (0.3 s for 2,000 topics here): asked again only when
@@ -175,6 +188,7 @@ def look(
     followed: Mapping[str, Iterable[TP]] | None = None,
     describe: bool = True,
     now: Callable[[], float] = time.time,
+    known: Mapping[str, Sequence[TP]] | None = None,
 ) -> FleetLook:
     """One look for all `groups`: the topics, their committed offsets (and members), then the
     log bounds of every partition any of them reads (each partition asked once, however many
@@ -183,9 +197,11 @@ def look(
 
     The topics are those known within TOPICS_MAX_AGE_S, looked up again within
     UNKNOWN_TOPIC_MAX_AGE_S when a group committed on a topic not known (new, or deleted),
-    and at once when the log bounds of a known one failed (deleted since)."""
+    and at once when the log bounds of a known one failed (deleted since). `known`: the
+    partitions a group is known to read, the only ones its offsets are asked of (see
+    FleetSource.groups)."""
     topics = source.topics(TOPICS_MAX_AGE_S)
-    asked = source.groups(groups, describe)
+    asked = source.groups(groups, describe, known)
     committed = asked.committed
     read = {t for offsets in committed.values() if isinstance(offsets, Mapping) for t, _ in offsets}
     if not read <= topics.keys():

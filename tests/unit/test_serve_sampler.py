@@ -54,7 +54,12 @@ class ScriptedFleet:
         self.group_requests: list[list[str]] = []
         self._retention_ms = retention_ms
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         self.group_requests.append(list(groups))
         if self.breaking:
             self.breaking = False
@@ -227,7 +232,7 @@ def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_go
     sampler.sample_once()
     (view,) = sampler.views()
     risk = view.partitions[0].retention
-    assert risk is not None and risk.seconds_by_retention == 900 + 120 - clock.now
+    assert risk is not None and risk.seconds_by_retention() == 900 + 120 - clock.now
     assert view.findings[0].kind == "retention-risk"
     assert "at retention.ms" in view.findings[0].text
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
