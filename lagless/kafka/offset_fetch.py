@@ -249,7 +249,10 @@ def _offsets(answer: _Reader) -> dict[str, Committed | int]:
                 if error:
                     errors.append(error)
                 elif offset >= 0:
-                    told.append((topic, partition, offset, metadata or ""))
+                    # Up to a NUL, as librdkafka reads it: confluent_kafka commits the
+                    # metadata with its C string's terminator.
+                    mark = (metadata or "").split("\x00", 1)[0]
+                    told.append((topic, partition, offset, mark))
             answer.skip_tags()
         error = answer.int16()
         answer.skip_tags()

@@ -33,9 +33,11 @@ UNKNOWN_TOPIC_MAX_AGE_S = 5.0
 _RECORD_READ_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartitionSample:
-    """One look at one partition: the group's committed offset and the log's bounds."""
+    """One look at one partition: the group's committed offset and the log's bounds. Never
+    changed once made (not frozen only for speed: serve makes one per partition of every group
+    each round, and a frozen dataclass takes four times as long to make)."""
 
     topic: str
     partition: int
@@ -53,7 +55,7 @@ class PartitionSample:
 
     def __post_init__(self) -> None:
         start = self.low if self.committed is None else self.committed
-        object.__setattr__(self, "lag", 0 if self.gone else max(0, self.end - start))
+        self.lag = 0 if self.gone else max(0, self.end - start)
 
     @property
     def key(self) -> tuple[str, int]:

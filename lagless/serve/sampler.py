@@ -98,6 +98,8 @@ class GroupWatch:
         self.by_lagless = False
         self.record_starts: dict[TP, int] = {}
         """Where the records whose timestamps give the exact time lag are."""
+        self.reads_changed = False
+        """record_starts or lags changed since the sampler last read them (or it failed)."""
         self.partitions: Sequence[TP] | None = None
         """The partitions the group was judged on at its latest look (None: none yet)."""
         self.asked_whole_at: float | None = None
@@ -118,15 +120,19 @@ class GroupWatch:
             if not before or _offsets(before[-1]) != _offsets(sample):
                 self._offsets_since[sample.key] = sample.at
         self.history.add(samples)
+        if self.error is not None:  # its records are wanted again
+            self.reads_changed = True
         self.error = self.error_since = None
         self.sampled_at = at
         self.latest = samples
-        self.lags = {s.key: s.lag for s in samples}
-        self.record_starts = record_starts(samples)
+        lags, starts = {s.key: s.lag for s in samples}, record_starts(samples)
+        self.reads_changed = self.reads_changed or (lags, starts) != (self.lags, self.record_starts)
+        self.lags, self.record_starts = lags, starts
 
     def failed(self, error: str, asked_at: float) -> None:
         if self.error is None:
             self.error_since = asked_at  # not when the request gave up, seconds later
+            self.reads_changed = True
         self.error = error
 
     def build_view(
@@ -281,6 +287,8 @@ class Sampler:
         self._records: dict[tuple[TP, int], RecordInfo | None] = {}
         self._records_read: dict[tuple[TP, int], RecordInfo | None] = {}  # by the thread
         self._records_lock = threading.Lock()
+        # The records wanted, with the largest lag at each: None when a group's changed.
+        self._wanted: dict[tuple[TP, int], int] | None = None
         self._record_reader = Background("lag-records")
         self._retention_ms: dict[str, int | None] | None = None
         self._retention_asked_at: float | None = None
@@ -345,6 +353,10 @@ class Sampler:
                 # A member may hold partitions the group never committed on: sampled from the
                 # next round on, so a group without commits is judged by what they hold.
                 watch.description = found.described.get(group)
+        if any([w.reads_changed for w in self._watches.values()]):
+            self._wanted = None
+            for watch in self._watches.values():
+                watch.reads_changed = False
         self._read_records()
         self._ask_retention()
         now = self._now()
@@ -392,14 +404,16 @@ class Sampler:
             arrived, self._records_read = self._records_read, {}
         self._records.update(arrived)
         reading = self._record_reader.busy()
-        wanted: dict[tuple[TP, int], int] = {}
-        for watch in self._watches.values():
-            if watch.error is not None:
-                continue
-            for tp, offset in watch.record_starts.items():
-                wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
-        for key in self._records.keys() - wanted.keys():
-            del self._records[key]
+        wanted = self._wanted
+        if wanted is None:  # a group's lagging partitions changed (or it failed): asked again
+            wanted = self._wanted = {}
+            for watch in self._watches.values():
+                if watch.error is not None:
+                    continue
+                for tp, offset in watch.record_starts.items():
+                    wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
+            for key in self._records.keys() - wanted.keys():
+                del self._records[key]
         if reading:
             return
         missing = [item for item in wanted.items() if item[0] not in self._records]
