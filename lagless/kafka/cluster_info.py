@@ -3,9 +3,10 @@ groups and their members."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +16,10 @@ from confluent_kafka.admin import ConfigResource
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection, reason
-from lagless.kafka.group_describer import GroupDescriber, GroupsAnswer
-from lagless.kafka.offset_fetch import OffsetFetcher
+from lagless.kafka.group_describer import GroupDescriber
+from lagless.kafka.wire import WireClient
+
+log = logging.getLogger(__name__)
 
 # Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
 # hold such a request for its whole timeout: a short one keeps callers responsive.
@@ -46,22 +49,59 @@ class GroupDescription:
 @dataclass(frozen=True)
 class GroupsFound:
     committed: dict[str, dict[TP, int] | str]
-    described: dict[str, GroupDescription | None]
+    described: Mapping[str, GroupDescription | None]
+    """May still be arriving (_DescribedLater): read it after the requests that need not
+    wait for it."""
     metadata: dict[str, str]
+
+
+class _DescribedLater(Mapping[str, GroupDescription | None]):
+    """Descriptions asked in a thread of their own and waited for when first read: the
+    caller asks the log bounds meanwhile (lag/offsets.py's look). An error asking is logged,
+    and every group not told."""
+
+    def __init__(
+        self, ask: Callable[[], Mapping[str, dict[str, Any] | None]], groups: Sequence[str]
+    ) -> None:
+        self._found: dict[str, GroupDescription | None] = dict.fromkeys(groups)
+        self._thread = threading.Thread(
+            target=self._run, args=(ask,), name="describe-groups", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, ask: Callable[[], Mapping[str, dict[str, Any] | None]]) -> None:
+        try:
+            self._found = _descriptions(ask())
+        except Exception:
+            log.warning("describing groups failed; they show no members this round", exc_info=True)
+
+    def _arrived(self) -> dict[str, GroupDescription | None]:
+        self._thread.join()
+        return self._found
+
+    def __getitem__(self, group: str) -> GroupDescription | None:
+        return self._arrived()[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrived())
+
+    def __len__(self) -> int:
+        return len(self._arrived())
 
 
 class ClusterInfo:
     def __init__(self, connection: KafkaConnection) -> None:
         self._connection = connection
         self._describer: GroupDescriber | None = None
-        self._fetcher: OffsetFetcher | None = None
-        self._fetcher_checked = False
+        self._wire_client: WireClient | None = None
+        self._wire_checked = False
+        self._leaders: dict[TP, tuple[str, int]] = {}
 
     def close(self) -> None:
         if self._describer is not None:
             self._describer.close()
-        if self._fetcher is not None:
-            self._fetcher.close()
+        if self._wire_client is not None:
+            self._wire_client.close()
 
     def partitions(
         self,
@@ -99,11 +139,35 @@ class ClusterInfo:
         """Every topic the cluster holds and its number of partitions (one metadata request;
         a topic the broker reports with an error, such as one being deleted, is left out)."""
         metadata = self._connection.metadata()
+        brokers = {node: (str(found.host), found.port) for node, found in metadata.brokers.items()}
+        self._leaders = {
+            (name, number): brokers[partition.leader]
+            for name, topic in metadata.topics.items()
+            if not topic.error
+            for number, partition in topic.partitions.items()
+            if partition.leader in brokers
+        }
         return {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
             if not topic.error
         }
+
+    def log_bounds(
+        self, partitions: Sequence[TP]
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]] | None:
+        """(log start, log end, failed) in one ListOffsets per leader (wire.py), of the leaders
+        the latest topic_partitions() found; None where that way is closed (a listener with TLS
+        or SASL, a broker without the requests): then log_offsets.py's way."""
+        wire = self._wire()
+        if wire is None:
+            return None
+        leaders = {tp: self._leaders[tp] for tp in partitions if tp in self._leaders}
+        low, end, failed = wire.log_bounds(leaders)
+        for tp in partitions:
+            if tp not in leaders:
+                failed[tp] = "no leader known for it yet"
+        return low, end, failed
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
         """retention.ms of each topic (None: unlimited), from DescribeConfigs; None when the
@@ -157,13 +221,13 @@ class ClusterInfo:
         sample again.
 
         Where the broker answers OffsetFetch v8 on a plain listener, the offsets come in one
-        request per coordinator for all groups (offset_fetch.py), of the partitions `known`
+        request per coordinator for all groups (wire.py), of the partitions `known`
         names for a group (the others: every partition it committed on), while the child
         process describes them; otherwise both come from the child (group_describer.py: a
         connection dropping during a coordinator's request aborts librdkafka's process), of
         every partition or of `partitions`."""
-        fetcher = self._offset_fetcher() if partitions is None else None
-        if fetcher is None:
+        wire = self._wire() if partitions is None else None
+        if wire is None:
             found = self._groups_describer().ask(
                 groups,
                 self._connection.timeout_s,
@@ -172,23 +236,13 @@ class ClusterInfo:
                 partitions=partitions,
             )
             return _found(found.offsets, found.described, found.metadata)
-        described: list[GroupsAnswer] = []
-        describing = threading.Thread(
-            target=lambda: described.append(
-                self._groups_describer().ask(
-                    groups, self._connection.timeout_s, describe=True, offsets=False
-                )
-            ),
-            name="describe-groups",
-            daemon=True,
-        )
+        described: Mapping[str, GroupDescription | None] = {}
         if describe:
-            describing.start()
-        try:
-            told = fetcher.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})
-        finally:
-            if describe:
-                describing.join()
+            timeout_s = self._connection.timeout_s
+            described = _DescribedLater(
+                lambda: self._groups_describer().describe(groups, timeout_s), groups
+            )
+        told = wire.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})
         offsets: dict[str, list[tuple[str, int, int]] | str] = {}
         metadata: dict[str, str] = {}
         for group, answer in told.items():
@@ -201,34 +255,38 @@ class ClusterInfo:
             marks = {mark for *_, mark in answer}
             if len(marks) == 1 and "" not in marks:
                 metadata[group] = marks.pop()
-        return _found(offsets, described[0].described if described else {}, metadata)
+        committed = {
+            group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
+            for group, told in offsets.items()
+        }
+        return GroupsFound(committed, described, metadata)
 
     def _groups_describer(self) -> GroupDescriber:
         if self._describer is None:
             self._describer = GroupDescriber(self._connection.config.admin())
         return self._describer
 
-    def _offset_fetcher(self) -> OffsetFetcher | None:
-        """The batched OffsetFetch, where the listener is plain and the broker answers v8;
-        asked once (again while the broker cannot be reached)."""
-        if not self._fetcher_checked:
+    def _wire(self) -> WireClient | None:
+        """The requests written by hand (wire.py), where the listener is plain and the broker
+        answers them; asked once (again while the broker cannot be reached)."""
+        if not self._wire_checked:
             settings = self._connection.config.admin()
             protocol = str(settings.get("security.protocol", "plaintext")).lower()
             if protocol != "plaintext":
-                self._fetcher_checked = True
+                self._wire_checked = True
                 return None
-            fetcher = OffsetFetcher(self._connection.config.bootstrap, self._connection.timeout_s)
+            wire = WireClient(self._connection.config.bootstrap, self._connection.timeout_s)
             try:
-                usable = fetcher.usable()
+                usable = wire.usable()
             except OSError:
-                fetcher.close()
+                wire.close()
                 return None
-            self._fetcher_checked = True
+            self._wire_checked = True
             if usable:
-                self._fetcher = fetcher
+                self._wire_client = wire
             else:
-                fetcher.close()
-        return self._fetcher
+                wire.close()
+        return self._wire_client
 
     def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
         """Each group's state, assignor, members and their partitions (DescribeGroups, all in

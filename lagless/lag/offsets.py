@@ -54,8 +54,8 @@ class PartitionSample:
     every group each round."""
 
     def __post_init__(self) -> None:
-        start = self.low if self.committed is None else self.committed
-        self.lag = 0 if self.gone else max(0, self.end - start)
+        lag = self.end - (self.low if self.committed is None else self.committed)
+        self.lag = 0 if self.gone or lag < 0 else lag
 
     @property
     def key(self) -> tuple[str, int]:
@@ -168,7 +168,8 @@ class KafkaFleetSource:
     def log_bounds(
         self, partitions: Sequence[TP]
     ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]]:
-        return self._reader.log.log_bounds(partitions)
+        found = self._reader.cluster.log_bounds(partitions)
+        return self._reader.log.log_bounds(partitions) if found is None else found
 
     def list_groups(self) -> list[str] | None:
         return self._reader.cluster.list_groups()
@@ -260,25 +261,20 @@ def group_samples(
     keys = found.partitions.get(group)
     if keys is None or topic is not None:
         keys = group_partitions(offsets, found.topics, followed, topic)
+    # The loop of every partition of every group each round in serve: names bound once.
+    topics, failed, low, end, at = found.topics, found.failed, found.low, found.end, found.at
     samples = []
-    for t, p in keys:
-        key = (t, p)
-        gone = not _exists(key, found.topics)
-        if key in found.failed or not (gone or key in found.end):
+    for key in keys:
+        t, p = key
+        gone = p >= topics.get(t, 0)
+        if not gone and key in end and key not in failed:
+            samples.append(PartitionSample(t, p, at, offsets.get(key), low[key], end[key]))
+        elif gone and key not in failed:
+            samples.append(PartitionSample(t, p, at, offsets.get(key), 0, 0, True))
+        else:
             # Not told, or not asked (a topic that appeared during the look): the next look.
-            why = found.failed.get(key, "not asked yet")
+            why = failed.get(key, "not asked yet")
             raise TransientError(f"the broker did not tell where {t}[{p}]'s log ends: {why}")
-        samples.append(
-            PartitionSample(
-                topic=t,
-                partition=p,
-                at=found.at,
-                committed=offsets.get(key),
-                low=0 if gone else found.low[key],
-                end=0 if gone else found.end[key],
-                gone=gone,
-            )
-        )
     return samples
 
 

@@ -59,7 +59,8 @@ WHOLE_EVERY_S = 30.0
 # every group is asked whole every round.
 WHOLE_PER_ROUND = 100
 # Records read at committed offsets per read: the fleet's lagging partitions are read a part at
-# a time, the most lagging first; the others show an interpolated time lag meanwhile.
+# a time, a topic at a time (the most lagging first); the others show an interpolated time lag
+# meanwhile.
 RECORDS_PER_READ = 2000
 
 
@@ -108,17 +109,27 @@ class GroupWatch:
         """Rows judged (not kept) by the latest build_view: for tests and the bench."""
         self._offsets_since: dict[TP, float] = {}
         """When each partition's offsets took the values of its latest sample."""
-        self._kept: dict[TP, tuple[tuple[object, ...], PartitionLag]] = {}
-        """The row of each steady partition, with what it was judged from."""
+        self._kept: dict[TP, tuple[tuple[float | None, int | None], PartitionLag]] = {}
+        """The row of each steady partition, with the record time and retention.ms it was
+        judged with."""
+        self._keys: list[TP] = []
+        """The history's partitions, in order."""
         self.view = self._new_view({}, None)
 
     def sampled(self, samples: Sequence[PartitionSample], at: float, by_lagless: bool) -> None:
         self.by_lagless = by_lagless
-        kept = self.history.samples
+        kept, since = self.history.samples, self._offsets_since
         for sample in samples:
-            before = kept.get(sample.key)
-            if not before or _offsets(before[-1]) != _offsets(sample):
-                self._offsets_since[sample.key] = sample.at
+            before = kept.get((sample.topic, sample.partition))
+            last = before[-1] if before else None
+            if (
+                last is None
+                or last.committed != sample.committed
+                or last.low != sample.low
+                or last.end != sample.end
+                or last.gone != sample.gone
+            ):
+                since[(sample.topic, sample.partition)] = sample.at
         self.history.add(samples)
         if self.error is not None:  # its records are wanted again
             self.reads_changed = True
@@ -189,20 +200,22 @@ class GroupWatch:
         """build_report's rows, a steady partition's kept rather than judged again."""
         window_s = self.settings.window_s
         held = held_partitions(self.description)
+        history, since, kept_rows = self.history.samples, self._offsets_since, self._kept
+        if len(self._keys) != len(history):  # partitions are added to a history, never removed
+            self._keys = sorted(history)
         rows = []
         judged = 0
-        for key in sorted(self.history.samples):
-            samples = self.history.samples[key]
-            latest = samples[-1]
+        for key in self._keys:
+            samples = history[key]
+            first, latest = samples[0], samples[-1]
             record = records.get(key)
             record_at = None if record is None else record.timestamp_s
             topic_retention = None if retention_ms is None else retention_ms.get(key[0])
-            inputs = (*_offsets(latest), record_at if latest.lag else None, topic_retention)
-            kept = self._kept.get(key)
-            steady = (
-                self._offsets_since.get(key, latest.at) <= samples[0].at
-                and latest.at - samples[0].at > window_s
-            )
+            # The offsets need not be compared: a partition whose offsets moved is not steady,
+            # and its kept row was dropped when it was judged again.
+            inputs = (record_at if latest.lag else None, topic_retention)
+            kept = kept_rows.get(key)
+            steady = since[key] <= first.at and latest.at - first.at > window_s
             if steady and kept is not None and kept[0] == inputs:
                 rows.append(kept[1])
                 continue
@@ -215,16 +228,12 @@ class GroupWatch:
             )
             judged += 1
             if steady:
-                self._kept[key] = (inputs, row)
+                kept_rows[key] = (inputs, row)
             else:
-                self._kept.pop(key, None)
+                kept_rows.pop(key, None)
             rows.append(row)
         self.judged = judged
         return tuple(rows)
-
-
-def _offsets(sample: PartitionSample) -> tuple[int | None, int, int, bool]:
-    return (sample.committed, sample.low, sample.end, sample.gone)
 
 
 class Background:
@@ -399,7 +408,8 @@ class Sampler:
     def _read_records(self) -> None:
         """The records at the committed offsets of lagging partitions, read in the
         background a part at a time, each (partition, offset) once, for all groups at it, the
-        most lagging first. What was read and is no longer wanted is forgotten."""
+        topics with the most lagging partitions first. What was read and is no longer wanted
+        is forgotten."""
         with self._records_lock:
             arrived, self._records_read = self._records_read, {}
         self._records.update(arrived)
@@ -417,8 +427,14 @@ class Sampler:
         if reading:
             return
         missing = [item for item in wanted.items() if item[0] not in self._records]
+        # A topic at a time, the one with the most lagging partition first: the groups
+        # reading it get their exact time lags in one round, and the others' rows are kept.
+        most: dict[str, int] = {}
+        for ((topic, _), _), lag in missing:
+            most[topic] = max(most.get(topic, 0), lag)
+        missing.sort(key=lambda item: (-most[item[0][0][0]], item[0]))
         unread: dict[TP, int] = {}
-        for (tp, offset), _ in sorted(missing, key=lambda item: -item[1]):
+        for (tp, offset), _ in missing:
             if tp not in unread:
                 unread[tp] = offset
                 if len(unread) == RECORDS_PER_READ:

@@ -216,7 +216,7 @@ def group_view(
         exam = Examination(
             report=report,
             history=kept,
-            records=dict(sampled.records),
+            records=sampled.records,
             memberships=None if description is None else [description],
             sampled_s=window_s,
             by_lagless=sampled.by_lagless,

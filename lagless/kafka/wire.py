@@ -1,22 +1,28 @@
-"""Committed offsets of many groups in one request per coordinator: OffsetFetch v8 (KIP-709)
-after a batched FindCoordinator v4 (KIP-699), written by hand over plain TCP.
+"""Three requests written by hand over plain TCP, each for a whole fleet at once: the committed
+offsets of many groups in one request per coordinator (OffsetFetch v8, KIP-709, after a
+batched FindCoordinator v4, KIP-699), and the log start and end of many partitions in one
+request per leader (ListOffsets v4).
 
 librdkafka's admin client takes one group per ListConsumerGroupOffsets: 2,000 groups cost its
 process 0.8 CPU-seconds a round (a Python future and a request each), and noida-db 1 s more,
 as it answers "every partition" of a group by scanning every group's offsets. Here one request
 carries a thousand groups, each naming the partitions it is known to read (0.05 s here, 0.01 s
-of noida-db's). Caught neither librdkafka's abort on a dropped coordinator connection
-(group_describer.py): a socket error is that round's reason for the groups asked there.
+of noida-db's). The log bounds of 24,000 partitions through librdkafka's consumer cost 0.25
+CPU-seconds (a TopicPartition object each way per partition), 0.05 s here. Nor can a dropped
+connection abort the process, as it does librdkafka's during a coordinator's request
+(group_describer.py): a socket error is that round's reason for what was asked there.
 
 Used only where it can be: a PLAINTEXT listener (no TLS, no SASL: those stay librdkafka's)
-whose ApiVersions offers OffsetFetch v8 and FindCoordinator v4 (Kafka 3.0 and later,
-noida-db). The embedded broker answers OffsetFetch up to v6: its groups go the child's way.
+whose ApiVersions offers OffsetFetch v8, FindCoordinator v4 and ListOffsets v4 (Kafka 3.0 and
+later, noida-db). The embedded broker answers OffsetFetch up to v6: it is asked the
+librdkafka way (the child process for the groups, log_offsets.py for the bounds).
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 
@@ -27,6 +33,11 @@ from lagless.kafka import TP
 API_OFFSET_FETCH, OFFSET_FETCH_VERSION = 9, 8
 API_FIND_COORDINATOR, FIND_COORDINATOR_VERSION = 10, 4
 API_VERSIONS = 18
+API_LIST_OFFSETS, LIST_OFFSETS_VERSION = 2, 4
+# ListOffsets' timestamps that ask for the log's start and end.
+EARLIEST, LATEST = -2, -1
+# Partitions per ListOffsets request.
+PARTITIONS_PER_REQUEST = 5000
 GROUP_KEY = 0
 # Groups per OffsetFetch request: a round's requests stay a few hundred KB each.
 GROUPS_PER_REQUEST = 1000
@@ -37,22 +48,26 @@ _GROUP_ID_NOT_FOUND = 69
 
 # (topic, partition, offset, metadata) of each committed offset, or why the broker did not tell.
 Committed = list[tuple[str, int, int, str]] | str
+Address = tuple[str, int]
 
 
-class OffsetFetcher:
-    """Committed offsets through one connection per coordinator, kept between rounds, as is
-    each group's coordinator. Not thread-safe: one caller (the sampling round)."""
+class WireClient:
+    """Committed offsets and log bounds through one connection per broker, kept between
+    rounds, as is each group's coordinator. Not thread-safe: one caller (the sampling
+    round)."""
 
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self._bootstrap = [_address(entry) for entry in bootstrap.split(",") if entry.strip()]
         self._timeout_s = timeout_s
-        self._connections: dict[tuple[str, int], _Connection] = {}
-        self._coordinators: dict[str, tuple[str, int]] = {}
+        self._connections: dict[Address, _Connection] = {}
+        self._coordinators: dict[str, Address] = {}
+        self._lock = threading.Lock()  # one request at a time on each connection
 
     def usable(self) -> bool:
-        """The bootstrap broker answers OffsetFetch v8 and FindCoordinator v4. Raises OSError
-        when it cannot be reached."""
-        answer = self._any_broker().call(API_VERSIONS, 0, b"", flexible=False)
+        """The bootstrap broker answers OffsetFetch v8, FindCoordinator v4 and ListOffsets
+        v4. Raises OSError when it cannot be reached."""
+        with self._lock:
+            answer = self._any_broker().call(API_VERSIONS, 0, b"", flexible=False)
         if answer.int16() != 0:
             return False
         versions = {}
@@ -62,11 +77,59 @@ class OffsetFetcher:
         return (
             versions.get(API_OFFSET_FETCH, -1) >= OFFSET_FETCH_VERSION
             and versions.get(API_FIND_COORDINATOR, -1) >= FIND_COORDINATOR_VERSION
+            and versions.get(API_LIST_OFFSETS, -1) >= LIST_OFFSETS_VERSION
         )
+
+    def log_bounds(
+        self, leaders: Mapping[TP, Address]
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]]:
+        with self._lock:
+            return self._log_bounds(leaders)
+
+    def _log_bounds(
+        self, leaders: Mapping[TP, Address]
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]]:
+        """(log start, log end, failed) of each partition, asked of its leader: the end is the
+        high watermark (read_uncommitted), as log_offsets.py's log_bounds. A partition the
+        broker did not answer for is in neither mapping but in `failed`, with the reason."""
+        by_leader: dict[Address, list[TP]] = {}
+        for tp, leader in leaders.items():
+            by_leader.setdefault(leader, []).append(tp)
+        low: dict[TP, int] = {}
+        end: dict[TP, int] = {}
+        failed: dict[TP, str] = {}
+        for address, partitions in by_leader.items():
+            for start in range(0, len(partitions), PARTITIONS_PER_REQUEST):
+                part = partitions[start : start + PARTITIONS_PER_REQUEST]
+                for spec, found in ((EARLIEST, low), (LATEST, end)):
+                    try:
+                        answer = self._connection(address).call(
+                            API_LIST_OFFSETS,
+                            LIST_OFFSETS_VERSION,
+                            _list_offsets(part, spec),
+                            flexible=False,
+                        )
+                        _offsets_listed(answer, found, failed)
+                    except (OSError, ValueError, struct.error) as exc:
+                        self._drop(address)
+                        failed.update(
+                            dict.fromkeys(part, f"broker {address[0]}:{address[1]}: {exc}")
+                        )
+        for tp in leaders:
+            if tp not in failed and (tp not in low or tp not in end):
+                failed[tp] = "the broker's answer left the partition out"
+        for tp in failed:
+            low.pop(tp, None)
+            end.pop(tp, None)
+        return low, end, failed
 
     def fetch(self, groups: Mapping[str, Sequence[TP] | None]) -> dict[str, Committed]:
         """Each group's committed offsets: of the partitions named (None: every partition it
         committed on), or the reason the broker did not tell them."""
+        with self._lock:
+            return self._fetch(groups)
+
+    def _fetch(self, groups: Mapping[str, Sequence[TP] | None]) -> dict[str, Committed]:
         found: dict[str, Committed] = {}
         unknown = [group for group in groups if group not in self._coordinators]
         if unknown:
@@ -95,8 +158,9 @@ class OffsetFetcher:
         return found
 
     def close(self) -> None:
-        for address in list(self._connections):
-            self._drop(address)
+        with self._lock:
+            for address in list(self._connections):
+                self._drop(address)
 
     def _find_coordinators(self, groups: Sequence[str]) -> dict[str, Committed]:
         """Learns the coordinator of each group; returns why it could not, per group."""
@@ -232,6 +296,34 @@ def _offset_fetch(groups: Sequence[str], named: Mapping[str, Sequence[TP] | None
     return _array(entries) + b"\x00" + _NO_TAGS  # require_stable false
 
 
+def _list_offsets(partitions: Sequence[TP], spec: int) -> bytes:
+    """ListOffsets v4's body: every partition at `spec` (EARLIEST or LATEST), read_uncommitted."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    body = [struct.pack(">ibi", -1, 0, len(by_topic))]  # replica_id, isolation_level
+    for topic, numbers in by_topic.items():
+        name = topic.encode()
+        body.append(struct.pack(f">h{len(name)}si", len(name), name, len(numbers)))
+        body += [struct.pack(">iiq", number, -1, spec) for number in numbers]
+    return b"".join(body)
+
+
+def _offsets_listed(answer: _Reader, found: dict[TP, int], failed: dict[TP, str]) -> None:
+    """The offsets of ListOffsets v4's answer into found, its errors into failed."""
+    answer.int32()  # throttle_time_ms
+    for _ in range(answer.int32()):
+        topic = answer.string16()
+        for _ in range(answer.int32()):
+            partition, error, _timestamp, offset, _epoch = answer.listed()
+            if error:
+                failed[(topic, partition)] = KafkaError(error).str()
+            elif offset < 0:
+                failed[(topic, partition)] = f"no offset in the broker's answer ({offset})"
+            else:
+                found[(topic, partition)] = offset
+
+
 def _offsets(answer: _Reader) -> dict[str, Committed | int]:
     """Each group's offsets from OffsetFetch v8's answer; an int: a coordinator error."""
     answer.int32()  # throttle_time_ms
@@ -272,6 +364,7 @@ class _Reader:
     """Reads a Kafka answer, field by field."""
 
     _PARTITION = struct.Struct(">iqi")
+    _LISTED = struct.Struct(">ihqqi")
 
     def __init__(self, data: bytes) -> None:
         self._data = data
@@ -292,6 +385,18 @@ class _Reader:
         found = self._PARTITION.unpack_from(self._data, self._at)
         self._at += self._PARTITION.size
         return found
+
+    def listed(self) -> tuple[int, int, int, int, int]:
+        """partition, error_code, timestamp, offset, leader_epoch (ListOffsets v4)."""
+        found = self._LISTED.unpack_from(self._data, self._at)
+        self._at += self._LISTED.size
+        return found
+
+    def string16(self) -> str:
+        size = self.int16()
+        value = self._data[self._at : self._at + max(0, size)].decode()
+        self._at += max(0, size)
+        return value
 
     def varint(self) -> int:
         value = shift = 0

@@ -1,4 +1,4 @@
-"""The batched OffsetFetch (kafka/offset_fetch.py) against both brokers: on noida-db it tells
+"""The batched OffsetFetch (kafka/wire.py) against both brokers: on noida-db it tells
 what librdkafka's ListConsumerGroupOffsets tells, group by group, in one request for all; the
 embedded broker (OffsetFetch up to v6) is left to librdkafka; an unreachable broker is each
 group's reason, never an exception."""
@@ -15,8 +15,8 @@ from lagless.broker import EmbeddedBroker
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.group_describer import GroupDescriber
 from lagless.kafka.group_offsets import COMMITTED_BY_LAGLESS
-from lagless.kafka.offset_fetch import OffsetFetcher
 from lagless.kafka.offset_reader import OffsetReader
+from lagless.kafka.wire import WireClient
 from tests.harness.live_group import create_topic
 from tests.harness.noida import NoidaKafka
 
@@ -41,7 +41,7 @@ def test_noida_tells_the_same_offsets_as_librdkafka_in_one_request(noida: NoidaK
     nobody = f"fetch-{tag}-nobody"
     everyone = [*groups, imported, nobody]
 
-    fetcher = OffsetFetcher(noida.bootstrap, timeout_s=10)
+    fetcher = WireClient(noida.bootstrap, timeout_s=10)
     describer = GroupDescriber({"bootstrap.servers": noida.bootstrap})
     try:
         assert fetcher.usable()
@@ -64,7 +64,7 @@ def test_noida_tells_the_same_offsets_as_librdkafka_in_one_request(noida: NoidaK
 
 
 def test_the_embedded_broker_is_left_to_librdkafka(broker: EmbeddedBroker) -> None:
-    fetcher = OffsetFetcher(broker.bootstrap, timeout_s=5)
+    fetcher = WireClient(broker.bootstrap, timeout_s=5)
     try:
         assert not fetcher.usable(), "it answers OffsetFetch up to v6"
     finally:
@@ -75,7 +75,7 @@ def test_an_unreachable_broker_is_each_groups_reason() -> None:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    fetcher = OffsetFetcher(f"127.0.0.1:{port}", timeout_s=2)
+    fetcher = WireClient(f"127.0.0.1:{port}", timeout_s=2)
     found = fetcher.fetch({"a": None, "b": [("t", 0)]})
     assert set(found) == {"a", "b"}
     assert all(isinstance(why, str) and "FindCoordinator" in why for why in found.values())
