@@ -36,7 +36,7 @@ EXACT = "exact"
 INTERPOLATED = "interpolated"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionLag:
     """One partition of a group as its latest sample shows it: what `lag`, `doctor` and `serve`
     all show. The time lag is computed when it is read (`lag_seconds(now)`), not when it was

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from lagless.lag.offsets import PartitionSample
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RetentionRisk:
     topic: str
     partition: int

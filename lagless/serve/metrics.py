@@ -102,7 +102,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 # Families whose values are computed at each scrape, from moments kept with the view: a time
 # lag (and the time left before retention.ms deletes the committed record) grows between
 # samples, as the truth does. The other lines of a view are written once and kept with it, and
-# with the next views of its group while what they show does not change.
+# with the next views of its group while what they show does not change; a scrape joins them.
 TIMED = (
     "kafka_consumergroup_group_lag_seconds",
     "kafka_consumergroup_group_max_lag_seconds",
@@ -112,42 +112,41 @@ TIMED = (
 _NEVER = math.inf  # an anchor no moment passes: the value is its base, whatever the time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rendered:
-    """What a view shows in metrics, written once: its lines by family (each ending with a
-    newline), its partitions' own lines, and what its timed lines are computed from."""
+    """What a view shows in metrics, written once: its lines by family (UTF-8, each ending
+    with a newline), its partitions' own lines, and what its timed lines are computed from."""
 
-    lines: dict[str, str]
-    partitions: tuple[tuple[tuple[str, int], tuple[str, str]], ...]
+    lines: dict[str, bytes]
+    partitions: tuple[tuple[tuple[str, int], tuple[bytes, bytes]], ...]
     """(partition, its latest and earliest offset lines): each partition's once, however many
     groups read it."""
     group: str
     """The group's labels."""
-    lags: tuple[tuple[str, float, float], ...]
-    """(line up to the value, base, anchor) of each time lag known: base + (now - anchor),
-    not below base."""
+    lags: tuple[tuple[str, str, float, float], ...]
+    """(partition's labels, method, base, anchor) of each time lag known: base + (now -
+    anchor), not below base."""
     margins: tuple[tuple[str, float], ...]
-    """(line up to the value, when retention.ms deletes the committed record)."""
+    """(partition's labels, when retention.ms deletes the committed record)."""
     risks: tuple[tuple[str, bool, float | None], ...]
-    """(line up to the value, at risk whatever the time, deleted_at): at risk too once
+    """(partition's labels, at risk whatever the time, deleted_at): at risk too once
     deleted_at is nearer than the warning."""
     warning_s: float
 
 
 class Exposition:
-    """The metrics text of one round's views. Built in the sampling thread after its round:
-    the lines that do not change with the time are joined by family once (and reused whole
-    from the previous round's when no view changed them); `body(now)` adds the time lags."""
+    """The metrics text of one round's views. Built in the sampling thread after its round;
+    `body(now)` joins the views' kept lines by family and adds the time lags."""
 
     def __init__(
         self, views: Sequence[GroupView], cluster: str, previous: Exposition | None = None
     ) -> None:
         self.cluster = cluster
         self._rendered = [rendered(view, cluster) for view in views]
-        self._blocks: dict[str, bytes] = (
-            previous._blocks
+        self._partitions: list[bytes] = (
+            previous._partitions
             if previous is not None and _same(previous._rendered, self._rendered)
-            else _join(self._rendered)
+            else _partition_lines(self._rendered)
         )
         stamps = [
             f"lagless_consumergroup_last_sample_timestamp_seconds{{{shown.group}}} "
@@ -167,10 +166,18 @@ class Exposition:
             )
         out: list[bytes] = []
         for name, text in FAMILIES:
-            kept = self._stamps if name == _STAMP else self._blocks.get(name, b"")
+            if name == _STAMP:
+                kept = [self._stamps]
+            elif name == _PARTITIONS[0]:
+                kept = self._partitions[0::2]
+            elif name == _PARTITIONS[1]:
+                kept = self._partitions[1::2]
+            else:
+                kept = [found for shown in self._rendered if (found := shown.lines.get(name))]
             added = timed.get(name, "")
-            if kept or added:
-                out += [f"# HELP {name} {text}\n# TYPE {name} gauge\n".encode(), kept]
+            if any(kept) or added:
+                out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n".encode())
+                out += kept
                 out.append(added.encode())
         return b"".join(out)
 
@@ -181,22 +188,30 @@ class Exposition:
         risks: list[str] = []
         for shown in self._rendered:
             if shown.lags:
-                values = [base + max(0.0, now - anchor) for _, base, anchor in shown.lags]
+                values = [base + max(0.0, now - anchor) for _, _, base, anchor in shown.lags]
                 lags += [
-                    f"{line}{_number(value)}\n"
-                    for (line, _, _), value in zip(shown.lags, values, strict=True)
+                    f'kafka_consumergroup_group_lag_seconds{{{where},method="{method}"}} '
+                    f"{_number(value)}\n"
+                    for (where, method, _, _), value in zip(shown.lags, values, strict=True)
                 ]
                 most.append(
                     f"kafka_consumergroup_group_max_lag_seconds{{{shown.group}}} "
                     f"{_number(max(values))}\n"
                 )
-            margins += [f"{line}{_number(max(0.0, at - now))}\n" for line, at in shown.margins]
+            margins += [
+                f'lagless_consumergroup_retention_margin_seconds{{{where},basis="retention_ms"}} '
+                f"{_number(max(0.0, at - now))}\n"
+                for where, at in shown.margins
+            ]
             warning_s = shown.warning_s
             risks += [
-                f"{line}1\n"
-                if always or (at is not None and max(0.0, at - now) < warning_s)
-                else f"{line}0\n"
-                for line, always, at in shown.risks
+                f"lagless_consumergroup_retention_at_risk{{{where}}} "
+                + (
+                    "1\n"
+                    if always or (at is not None and max(0.0, at - now) < warning_s)
+                    else "0\n"
+                )
+                for where, always, at in shown.risks
             ]
         return {
             "kafka_consumergroup_group_lag_seconds": "".join(lags),
@@ -207,30 +222,23 @@ class Exposition:
 
 
 _STAMP = "lagless_consumergroup_last_sample_timestamp_seconds"
+_PARTITIONS = ("kafka_partition_latest_offset", "kafka_partition_earliest_offset")
 
 
 def _same(before: Sequence[Rendered], now: Sequence[Rendered]) -> bool:
     return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
 
 
-def _join(shown: Sequence[Rendered]) -> dict[str, bytes]:
-    """The views' lines joined by family, each partition's own lines once."""
-    parts: dict[str, list[str]] = {name: [] for name, _ in FAMILIES}
-    for each in shown:
-        for name, text in each.lines.items():
-            parts[name].append(text)
+def _partition_lines(shown: Sequence[Rendered]) -> list[bytes]:
+    """Each partition's latest and earliest offset lines, alternately, each partition once."""
     seen: set[tuple[str, int]] = set()
-    latest, earliest = (
-        parts["kafka_partition_latest_offset"],
-        parts["kafka_partition_earliest_offset"],
-    )
+    lines: list[bytes] = []
     for each in shown:
         for key, (end, start) in each.partitions:
             if key not in seen:
                 seen.add(key)
-                latest.append(end)
-                earliest.append(start)
-    return {name: "".join(texts).encode() for name, texts in parts.items() if texts}
+                lines += (end, start)
+    return lines
 
 
 class LatestExposition:
@@ -274,7 +282,7 @@ def rendered(view: GroupView, cluster: str) -> Rendered:
 def _render(view: GroupView, cluster: str) -> Rendered:
     lines: dict[str, list[str]] = {}
 
-    def add(name: str, labels: str, value: float) -> None:
+    def add(name: str, labels: str, value: float) -> None:  # one line of the view's own
         lines.setdefault(name, []).append(f"{name}{{{labels}}} {_number(value)}\n")
 
     group = _labels(cluster_name=cluster, group=view.group)
@@ -290,8 +298,8 @@ def _render(view: GroupView, cluster: str) -> Rendered:
             add("lagless_consumergroup_state", labels, int(state == view.state))
     if view.members is not None:
         add("lagless_consumergroup_members", group, view.members)
-    partition_lines: list[tuple[tuple[str, int], tuple[str, str]]] = []
-    lags: list[tuple[str, float, float]] = []
+    partition_lines: list[tuple[tuple[str, int], tuple[bytes, bytes]]] = []
+    lags: list[tuple[str, str, float, float]] = []
     margins: list[tuple[str, float]] = []
     risks: list[tuple[str, bool, float | None]] = []
     if view.partitions:
@@ -312,24 +320,12 @@ def _render(view: GroupView, cluster: str) -> Rendered:
         timed = _time_lag(p)
         if timed is not None:
             method, base, anchor = timed
-            lags.append(
-                (
-                    f'kafka_consumergroup_group_lag_seconds{{{where},method="{method}"}} ',
-                    base,
-                    anchor,
-                )
-            )
+            lags.append((where, method, base, anchor))
         if not p.gone:
             on = f'{_labels(cluster_name=cluster, topic=p.topic)},partition="{p.partition}"'
-            partition_lines.append(
-                (
-                    p.key,
-                    (
-                        f"kafka_partition_latest_offset{{{on}}} {_number(p.end)}\n",
-                        f"kafka_partition_earliest_offset{{{on}}} {_number(p.log_start)}\n",
-                    ),
-                )
-            )
+            latest = f"kafka_partition_latest_offset{{{on}}} {_number(p.end)}\n"
+            earliest = f"kafka_partition_earliest_offset{{{on}}} {_number(p.log_start)}\n"
+            partition_lines.append((p.key, (latest.encode(), earliest.encode())))
         risk = p.retention
         if risk is None:
             continue
@@ -341,17 +337,14 @@ def _render(view: GroupView, cluster: str) -> Rendered:
                 risk.seconds_by_rate,
             )
         if risk.deleted_at is not None:
-            name = "lagless_consumergroup_retention_margin_seconds"
-            margins.append((f'{name}{{{where},basis="retention_ms"}} ', risk.deleted_at))
+            margins.append((where, risk.deleted_at))
         # At risk whatever the time: records lost, or the log start's rate alone says so.
         always = risk.lost or (
             risk.seconds_by_rate is not None and risk.seconds_by_rate < warning_s
         )
-        risks.append(
-            (f"lagless_consumergroup_retention_at_risk{{{where}}} ", always, risk.deleted_at)
-        )
+        risks.append((where, always, risk.deleted_at))
     return Rendered(
-        {name: "".join(found) for name, found in lines.items()},
+        {name: "".join(found).encode() for name, found in lines.items()},
         tuple(partition_lines),
         group,
         tuple(lags),

@@ -209,7 +209,7 @@ def test_a_changed_group_is_judged_again_an_unchanged_one_is_not() -> None:
     assert {g: w.judged for g, w in sampler._watches.items()} == {"g0": 0, "g1": 0}
     kept = {view.group: metrics.rendered(view, "c") for view in sampler.views()}
     assert kept == before and all(kept[g] is before[g] for g in kept), "lines kept"
-    assert latest.get()._blocks is exposition._blocks, "the joined text kept"  # type: ignore[union-attr]
+    assert latest.get()._partitions is exposition._partitions  # type: ignore[union-attr]
 
     broker.committed["g1"][("t", 0)] += 2
     one_round(sampler, latest, clock, 1.0)
