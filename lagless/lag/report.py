@@ -175,13 +175,14 @@ def judge_partition(
 
 
 def steady(samples: Sequence[PartitionSample], window_s: float) -> bool:
-    """Every sample holds the same offsets (committed, log start, end) and they span more than
-    the window. Then the partition's row is the same whatever further samples of those offsets
-    are added (only its sampled_at and its retention's as_of would move): its status no longer
-    depends on time (OK, STOP, LOST, AHEAD or GONE), nothing moved to interpolate a time lag
-    with, and the log start has no rate. Serve keeps such a row instead of judging again."""
+    """Every sample holds the same offsets (committed, log start, end), and the partition does
+    not lag or they span more than the window. Then the partition's row is the same whatever
+    further samples of those offsets are added (only its sampled_at and its retention's as_of
+    would move): its status no longer depends on time (OK, STOP, LOST, AHEAD or GONE; a lagging
+    partition is STALL within the window, STOP past it), nothing moved to interpolate a time
+    lag with, and the log start has no rate. Serve keeps such a row instead of judging again."""
     first, latest = samples[0], samples[-1]
-    return latest.at - first.at > window_s and all(
+    return (latest.lag == 0 or latest.at - first.at > window_s) and all(
         (s.committed, s.low, s.end, s.gone)
         == (latest.committed, latest.low, latest.end, latest.gone)
         for s in samples

@@ -215,7 +215,7 @@ class GroupWatch:
             # and its kept row was dropped when it was judged again.
             inputs = (record_at if latest.lag else None, topic_retention)
             kept = kept_rows.get(key)
-            steady = since[key] <= first.at and latest.at - first.at > window_s
+            steady = since[key] <= first.at and (latest.lag == 0 or latest.at - first.at > window_s)
             if steady and kept is not None and kept[0] == inputs:
                 rows.append(kept[1])
                 continue
