@@ -49,12 +49,14 @@ _GROUP_ID_NOT_FOUND = 69
 # (topic, partition, offset, metadata) of each committed offset, or why the broker did not tell.
 Committed = list[tuple[str, int, int, str]] | str
 Address = tuple[str, int]
+# A connection that failed, or an answer that cannot be read: what was asked there is failed
+# for this round, the connection dropped.
+_BROKEN = (OSError, ValueError, IndexError, struct.error)
 
 
 class WireClient:
     """Committed offsets and log bounds through one connection per broker, kept between
-    rounds, as is each group's coordinator. Not thread-safe: one caller (the sampling
-    round)."""
+    rounds, as is each group's coordinator; one request at a time."""
 
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self._bootstrap = [_address(entry) for entry in bootstrap.split(",") if entry.strip()]
@@ -110,7 +112,7 @@ class WireClient:
                             flexible=False,
                         )
                         _offsets_listed(answer, found, failed)
-                    except (OSError, ValueError, struct.error) as exc:
+                    except _BROKEN as exc:
                         self._drop(address)
                         failed.update(
                             dict.fromkeys(part, f"broker {address[0]}:{address[1]}: {exc}")
@@ -146,7 +148,7 @@ class WireClient:
                         API_OFFSET_FETCH, OFFSET_FETCH_VERSION, _offset_fetch(part, groups)
                     )
                     told = _offsets(answer)
-                except (OSError, ValueError, struct.error) as exc:
+                except _BROKEN as exc:
                     self._drop(address)
                     told = dict.fromkeys(part, f"coordinator {address[0]}:{address[1]}: {exc}")
                 for group in part:
@@ -182,7 +184,7 @@ class WireClient:
                     failed[key or ""] = message or KafkaError(error).str()
                 else:
                     self._coordinators[key or ""] = (host or "", port)
-        except (OSError, ValueError, struct.error) as exc:
+        except _BROKEN as exc:
             return dict.fromkeys(groups, f"FindCoordinator: {exc}")
         for group in groups:
             if group not in self._coordinators and group not in failed:
