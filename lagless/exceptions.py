@@ -9,7 +9,9 @@ Code that Spark runs in another process (a task on an executor, the Python runne
 stream source's planning) can only send text back: Spark wraps the Python error, with its
 message, into a JVM exception. `crossing_spark` writes the error's class and message into that
 message as one structured marker, and `from_spark` reads it back out of any exception Spark
-raises: one writer, one parser, no matching of class names or message text.
+raises: one writer, one parser, no matching of class names or message text. Any other error a
+worker raised (a full disk: OSError) is known by the traceback Spark hands back, whose innermost
+error `worker_error` names as Python printed it: its class and message.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ class DataLossError(TerminalError):
     """Offsets the plan needs are gone from the broker (retention ran ahead of the import)."""
 
 
+class NewTopics(TransientError):
+    """A batch reads topics a routed import has no table for yet (they appeared while it ran):
+    nothing of the batch is written; the import prepares their tables and replays it
+    (importer/job.py). Should it reach the user, a rerun resumes."""
+
+
 class Stopped(LaglessError):
     """SIGINT or SIGTERM stopped the import between batches (or abandoned the batch in flight,
     which the checkpoint replays): a rerun resumes. Exit code 128 + the signal's number."""
@@ -54,7 +62,7 @@ class Stopped(LaglessError):
 
 # The classes a marker may name; an unknown name (a newer lagless) reads as a TerminalError.
 _BY_NAME: dict[str, type[LaglessError]] = {
-    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError)
+    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError, NewTopics)
 }
 MARKER = "@lagless-error:"
 
@@ -107,17 +115,56 @@ def crosses_spark(func: F) -> F:
 def from_spark(exc: BaseException) -> LaglessError | None:
     """The LaglessError a Spark (or py4j) error carries in its message or its causes; None
     when it carries none."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, LaglessError):
             return current
         found = parse_marker(_text(current))
         if found is not None:
             return found
-        current = current.__cause__ or current.__context__
     return None
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+# Spark's and py4j's wrappers of a worker's error, which name no cause of their own.
+_WRAPPERS = ("pyspark.", "py4j.", "org.apache.spark.", "java.")
+
+
+def worker_error(exc: BaseException) -> str | None:
+    """The innermost error a Python worker of Spark raised, as its traceback's last line
+    names it (`OSError: [Errno 28] No space left on device`), from the text of a Spark (or
+    py4j) error or of its causes; None when none carries a Python traceback.
+
+    Spark nests tracebacks: foreachBatch's, which ends in pyspark's PythonException, whose
+    message holds the worker's. Their errors are read in the order printed, Spark's and
+    py4j's wrappers passed over: the first left is the worker's own (Python prints a chained
+    error's cause first, so a cause comes before what was raised while handling it)."""
+    for current in _chain(exc):
+        for line in _raised(_text(current)):
+            if not line.startswith(_WRAPPERS):
+                return line
+    return None
+
+
+def _raised(text: str) -> Iterator[str]:
+    """The error line of each traceback in `text`: the first line after its frames (which
+    Python indents)."""
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        if line.strip() != _TRACEBACK:
+            continue
+        for after in lines[number + 1 :]:
+            if after and not after[0].isspace():
+                yield after.strip()
+                break
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def _text(exc: BaseException) -> str:

@@ -5,7 +5,10 @@ of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth t
 it stands for librdkafka's abort there.
 
 `mid-write` counts sink writes, not batches: a SQL store reaches it once for the target and
-once more for the dead-letter table when a batch has dead letters."""
+once more for the dead-letter table when a batch has dead letters.
+
+`between-tables` is in a routed import's batch (importer/routing.py), after one table's part
+committed and before the next table's: reached once per table after the first."""
 
 from __future__ import annotations
 
@@ -13,7 +16,14 @@ import os
 import signal
 from collections import Counter
 
-NAMES = ("before-write", "mid-write", "after-write", "after-group-commit", "describe-group")
+NAMES = (
+    "before-write",
+    "mid-write",
+    "after-write",
+    "between-tables",
+    "after-group-commit",
+    "describe-group",
+)
 _reached: Counter[str] = Counter()
 
 

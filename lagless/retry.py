@@ -4,21 +4,31 @@ One budget for a whole import (`lagless import --retry-seconds`, DEFAULT_RETRY_S
 broker calls (kafka/connection.py), the tasks' range reading (source/reader.py, through the
 source option retrySeconds) and the PostgreSQL store's writes. Each retry is logged; past the
 budget a TransientError names what was away and for how long (exit 75: a rerun resumes).
+
+A stop request ends the wait (`stop`: the import's StopRequest, or a StopFile in Spark's
+processes): the pause between attempts, and an attempt that hangs (a broker paused, whose
+request waits for its timeout) are left within STOP_POLL_S, raising Stopped. An attempt that
+answers within STOP_POLL_S is never cut short: a stop with the broker there changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
-from lagless.exceptions import TransientError
+from lagless.exceptions import Stopped, TransientError
 
 # A rolling broker restart or a database failover takes a minute or two; five leaves room.
 DEFAULT_RETRY_S = 300.0
 FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 10.0
+# How soon a stop request ends a wait.
+STOP_POLL_S = 0.2
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -38,14 +48,16 @@ def retried(
     budget_s: float,
     retry_on: tuple[type[BaseException], ...],
     reason: Callable[[BaseException], str] = str,
+    stop: threading.Event | None = None,
 ) -> T:
-    """attempt() until it returns, again after each `retry_on` error while the budget lasts."""
+    """attempt() until it returns, again after each `retry_on` error while the budget lasts;
+    a `stop` set while it waits raises Stopped."""
     started = time.monotonic()
     pause = FIRST_PAUSE_S
     tries = 0
     while True:
         try:
-            result = attempt()
+            result = attempt() if stop is None else _unless_stopped(attempt, what, stop)
         except retry_on as exc:
             away = time.monotonic() - started
             if away + pause > budget_s:
@@ -61,7 +73,7 @@ def retried(
                 away,
                 budget_s,
             )
-            time.sleep(pause)
+            _pause(pause, what, stop)
             pause = min(pause * 2, MAX_PAUSE_S)
             continue
         if tries:
@@ -69,3 +81,40 @@ def retried(
                 "%s is back after %.1f s and %d retries", what, time.monotonic() - started, tries
             )
         return result
+
+
+def stopped_waiting(what: str) -> Stopped:
+    log.warning("%s: a stop was asked for; no longer waiting", what)
+    return Stopped(0, "a stop request")
+
+
+def _pause(seconds: float, what: str, stop: threading.Event | None) -> None:
+    """Sleep, or until `stop` is set (polled: a StopFile is another process's)."""
+    if stop is None:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if stop.is_set():
+            raise stopped_waiting(what)
+        time.sleep(min(left, STOP_POLL_S))
+
+
+def _unless_stopped(attempt: Callable[[], T], what: str, stop: threading.Event) -> T:
+    """attempt() in a thread of its own, waited for until it ends or `stop` is set: an attempt
+    that hangs is then left to end by itself (its client's timeout) and nobody reads it."""
+    outcome: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            outcome.set_result(attempt())
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="lagless-attempt", daemon=True).start()
+    while True:
+        try:
+            return outcome.result(timeout=STOP_POLL_S)
+        except FutureTimeout:
+            if stop.is_set():
+                raise stopped_waiting(what) from None

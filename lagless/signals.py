@@ -11,10 +11,12 @@ when it is between calls instead (importer/job.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -57,6 +59,26 @@ def stop_requests(enabled: bool = True) -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class StopFile(threading.Event):
+    """A stop request another process sees: set by creating a file, seen by its existence.
+    The import passes one to Spark's processes (the source's planning and tasks, a Spark
+    Connect server's foreachBatch), which no signal reaches: there a wait for a broker that is
+    away ends when it appears (retry.py)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path)
+
+    def set(self) -> None:
+        self.path.touch()
+
+    def is_set(self) -> bool:
+        return self.path.exists()
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -1,8 +1,9 @@
 """The embedded dev broker: librdkafka's mock cluster, listening on loopback TCP.
 
 It lives inside the process that starts it; other processes (Spark workers, kcat) reach it
-over TCP through `bootstrap`. It keeps about 5 MB per partition, dropping older records as
-retention would.
+over TCP through `bootstrap`. It keeps about 5 MB per partition (RETENTION), dropping older
+records as retention would; librdkafka fixes that size. Less, and retention by time, are kept
+by a thread of lagless's (retention.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,19 @@ from collections.abc import Iterable
 from types import TracebackType
 
 from lagless.broker.librdkafka import err2str, library
+from lagless.broker.retention import Retention
 from lagless.exceptions import BadInput, TerminalError
 
 _PRODUCER = 0
+
+# What librdkafka's mock keeps of a partition (rdkafka_mock.c, fixed there): past either, it
+# deletes the oldest produce batches, as retention would.
+RETENTION_BYTES = 5 * 1024 * 1024
+RETENTION_BATCHES = 100_000
+RETENTION = (
+    f"keeps about {RETENTION_BYTES // (1024 * 1024)} MB ({RETENTION_BATCHES:,} produce batches) "
+    "a partition, deleting the oldest records past it"
+)
 
 # Kafka API keys, for injected request errors.
 API_KEYS = {
@@ -53,11 +64,30 @@ class EmbeddedBroker:
     ...     print(broker.bootstrap)
     """
 
-    def __init__(self, brokers: int = 1, topics: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        brokers: int = 1,
+        topics: dict[str, int] | None = None,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> None:
+        """`retention_ms`, `retention_bytes`: a partition's retention by time and by size, kept
+        by lagless (retention.py); by size, at most the RETENTION_BYTES the mock keeps."""
         if brokers < 1:
             raise BadInput("--brokers must be at least 1")
+        if retention_bytes is not None and not 0 < retention_bytes <= RETENTION_BYTES:
+            raise BadInput(
+                f"--retention-bytes {retention_bytes:,} is not between 1 and {RETENTION_BYTES:,}: "
+                "the embedded broker (librdkafka's mock) keeps no more of a partition; "
+                "--compression zstd on gen keeps about twice the records"
+            )
+        if retention_ms is not None and retention_ms < 1:
+            raise BadInput(f"--retention-ms {retention_ms} is not a positive number of ms")
         self.brokers = brokers
         self._initial_topics = dict(topics or {})
+        self._retention = (retention_ms, retention_bytes)
+        self._keeper: Retention | None = None
         self._rk: int | None = None
         self._mc: int | None = None
         self._lock = threading.Lock()
@@ -80,9 +110,22 @@ class EmbeddedBroker:
         self.bootstrap = lib.rd_kafka_mock_cluster_bootstraps(mc).decode()
         for name, partitions in self._initial_topics.items():
             self.create_topic(name, partitions)
+        if any(limit is not None for limit in self._retention):
+            self._keeper = Retention(self.bootstrap, self.delete_records, *self._retention)
+            self._keeper.start()
         return self
 
+    @property
+    def retention(self) -> str:
+        """What it keeps of a partition, as `lagless broker` says at its start."""
+        retention_ms, retention_bytes = self._retention
+        kept = f"keeps {retention_bytes:,} bytes a partition" if retention_bytes else RETENTION
+        return f"{kept}, and records newer than {retention_ms:,} ms" if retention_ms else kept
+
     def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         with self._lock:
             lib = library()
             if self._mc:

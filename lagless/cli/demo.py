@@ -31,6 +31,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
 from lagless.scenarios import SCENARIOS
 from lagless.scenarios.run import run_scenario
+from lagless.sinks.url import local_url
 
 TOPIC = "statements"
 GROUP = "lagless-demo"
@@ -55,15 +56,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--out",
+        metavar="DIR",
         help="folder for demo.db and the checkpoint, kept (default: a temporary folder, removed "
         "at the end)",
     )
     parser.add_argument(
         "--scale",
         type=float,
-        help="size of the backlog: field report 000's lag / 1000 times this (default 10: 1.35M "
-        "records); with --typed, the deals profile's counts times this (default "
-        f"{DEMO_DEALS_SCALE:g}: 102,000 records)",
+        metavar="X",
+        help="size of the backlog: field report 000's lag / 1000 times this (default: 10, "
+        "1.35M records); with --typed, the deals profile's counts times this (default: "
+        f"{DEMO_DEALS_SCALE:g}, 102,000 records)",
     )
     parser.add_argument(
         "--typed",
@@ -166,7 +169,7 @@ def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
         spec = ImportSpec(
             kafka=config,
             topics=(TOPIC,),
-            sink_url=f"sqlite:///{database}",
+            sink_url=local_url("sqlite", database),
             checkpoint=_per_broker(checkpoint, broker.bootstrap),
             group=GROUP,
         )
@@ -212,7 +215,7 @@ def _typed(console: Console, database: str, checkpoint: str, scale: float) -> in
         spec = ImportSpec(
             kafka=config,
             topics=(DEALS_TOPIC,),
-            sink_url=f"sqlite:///{database}",
+            sink_url=local_url("sqlite", database),
             checkpoint=_per_broker(checkpoint, broker.bootstrap),
             write="upsert",
             value_format="json",

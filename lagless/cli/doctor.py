@@ -25,14 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seconds",
         type=float,
         default=DEFAULT_WINDOW_S,
-        help=f"how long to watch the group, the span its status is judged over (default "
-        f"{DEFAULT_WINDOW_S:g}, as lag's and serve's --window)",
+        metavar="S",
+        help="how long to watch the group, the span its status is judged over, as lag's and "
+        "serve's --window (default: %(default)g)",
     )
     parser.add_argument(
         "--fetch-bytes",
         type=int,
+        metavar="N",
         default=DEFAULT_FETCH_BYTES,
-        help="the consumers' fetch size per partition, to judge record sizes (default 1 MiB)",
+        help="the consumers' fetch size per partition, to judge record sizes (default: 1 MiB)",
     )
     parser.add_argument(
         "--json",

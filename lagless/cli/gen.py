@@ -47,34 +47,53 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
     )
     add_kafka_arguments(parser)
-    parser.add_argument("--topic", required=True, help="existing topic to write to")
+    parser.add_argument(
+        "--topic", required=True, metavar="TOPIC", help="existing topic to write to"
+    )
     shape = parser.add_mutually_exclusive_group(required=True)
     shape.add_argument(
         "--profile",
         choices=PROFILE_NAMES,
         help="; ".join(f"{name}: {meaning}" for name, meaning in PROFILES.items()),
     )
-    shape.add_argument("--counts", help="records per partition, e.g. 100,200,0,50")
-    parser.add_argument("--scale", type=float, help="multiply a named profile's counts (default 1)")
+    shape.add_argument(
+        "--counts", metavar="N,N,...", help="records per partition, e.g. 100,200,0,50"
+    )
+    parser.add_argument(
+        "--scale", type=float, metavar="X", help="multiply a named profile's counts (default: 1)"
+    )
     parser.add_argument(
         "--record-bytes",
         type=int,
-        help=f"value size in bytes (default {DEFAULT_RECORD_BYTES}; deals: the JSON document's, "
+        metavar="N",
+        help=f"value size in bytes (default: {DEFAULT_RECORD_BYTES}; deals: the JSON document's, "
         f"{DEALS_RECORD_BYTES})",
     )
-    parser.add_argument("--keys", type=int, default=1_000, help="distinct keys per partition")
-    parser.add_argument("--poison", type=float, default=0.0, help="share (0..1) of poison records")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="distinct keys per partition (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--poison",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of poison records, 0 to 1 (default: %(default)g)",
+    )
     parser.add_argument(
         "--compression",
         choices=COMPRESSIONS,
         help="producer compression; zstd lets the embedded broker keep about twice the records "
-        "(default none; deals: zstd)",
+        "(default: none; deals: zstd)",
     )
     parser.add_argument(
         "--value-format",
         choices=("json", "avro"),
         default="json",
-        help="deals only: values as JSON or Avro (default %(default)s)",
+        help="deals only: values as JSON or Avro (default: %(default)s)",
     )
     parser.add_argument(
         "--schema-registry",
@@ -88,7 +107,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="deals only: write the values' schema to FILE (Spark DDL for json, Avro for avro) "
         "for lagless import --value-schema @FILE",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (key draws)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="random seed of the key draws (default: 0)"
+    )
     parser.set_defaults(func=handler)
 
 
@@ -197,9 +218,12 @@ def handler(args: argparse.Namespace) -> int:
     print(_summary_line(summary), flush=True)
     truncated = summary.truncated_partitions()
     if truncated:
+        dropped = sum(summary.retained_from[p] - summary.offsets[p][0] for p in truncated)
         print(
-            f"lagless: warning: the broker already dropped the oldest records of partitions "
-            f"{truncated} (it keeps a limited amount per partition)",
+            f"lagless: warning: the broker deleted {dropped:,} of the {summary.records:,} "
+            f"records just produced before anything read them (partitions {truncated}: its "
+            "retention; the embedded broker keeps about 5 MB a partition, twice the records "
+            "with --compression zstd)",
             file=sys.stderr,
         )
     return 0

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import re
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from lagless.cli.options import add_kafka_arguments, kafka_config
-from lagless.importer.explain import explain
+from lagless.cli.options import (
+    add_kafka_arguments,
+    at_least_one,
+    epoch_ms,
+    kafka_config,
+    not_empty,
+    positive_seconds,
+    seconds_or_zero,
+)
+from lagless.importer.class_archive import build_in_background
 from lagless.importer.job import run_import
+from lagless.importer.spark import is_connect
 from lagless.importer.spec import ImportSpec
 from lagless.progress import RichCollector
 from lagless.retry import DEFAULT_RETRY_S
+from lagless.sinks.url import relative_that_looks_absolute
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,34 +38,55 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_kafka_arguments(parser)
     parser.add_argument(
-        "--topic", required=True, action="append", help="topic to import (repeatable)"
+        "--topic",
+        type=not_empty,
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="topic to import (repeatable)",
+    )
+    parser.add_argument(
+        "--topic-pattern",
+        metavar="REGEX",
+        help="import every topic whose whole name matches REGEX, also those created while a "
+        "continuous import runs (Spark's subscribePattern); each into the table --table names "
+        "for it (default: '{topic}')",
     )
     parser.add_argument(
         "--sink",
         required=True,
+        metavar="URL",
         help="sqlite:///file.db | postgresql://user:password@host:port/db | parquet:///dir "
         "| delta:///dir | iceberg:///dir "
         "(three slashes: a relative path; four: an absolute one)",
     )
     parser.add_argument(
-        "--checkpoint", required=True, help="checkpoint directory; a rerun resumes from it"
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="checkpoint directory; a rerun resumes from it",
     )
     parser.add_argument(
-        "--table", help="target table (default: the topic name); Iceberg takes namespace.table"
+        "--table",
+        type=not_empty,
+        metavar="TABLE",
+        help="target table (default: the topic name); Iceberg takes namespace.table; a table "
+        "per topic with {topic} (the topic's name), {schema} and {table} (of <prefix>.<schema>."
+        "<table>), characters a table name cannot hold as _",
     )
     parser.add_argument(
         "--write",
         choices=("append", "upsert"),
         default="append",
         help="append: a row per record, unique on (topic, partition, offset); upsert: a row per "
-        "key, replaced only by a newer record (default %(default)s)",
+        "key, replaced only by a newer record (default: %(default)s)",
     )
     parser.add_argument(
         "--mode",
         choices=("bulk", "continuous"),
         default="bulk",
         help="bulk: drain up to the end offsets seen at start, then stop; continuous: follow "
-        "the topic until SIGINT/SIGTERM (default %(default)s)",
+        "the topic until SIGINT/SIGTERM (default: %(default)s)",
     )
     parser.add_argument(
         "--value-format",
@@ -60,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="value_format",
         help="raw: values stored as bytes; json: values must be UTF-8 JSON, stored as text "
         "(jsonb in PostgreSQL), or a column per field with --value-schema; avro: a column per "
-        "field of the Avro schema; values that do not fit are dead-lettered (default "
+        "field of the Avro schema; values that do not fit are dead-lettered (default: "
         "%(default)s)",
     )
     parser.add_argument(
@@ -84,55 +120,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-records-per-batch",
-        type=int,
+        type=at_least_one,
         metavar="N",
         help="at most N records per micro-batch (Spark's maxOffsetsPerTrigger)",
     )
     parser.add_argument(
         "--max-bytes-per-batch",
-        type=int,
+        type=at_least_one,
         metavar="N",
         help="at most about N bytes per micro-batch (default: 1 GiB where the executors write: "
         "Parquet, Delta, PostgreSQL; 256 MiB for SQLite)",
     )
     parser.add_argument(
         "--starting-timestamp",
-        type=int,
+        type=epoch_ms,
         metavar="MS",
         help="start at each partition's first record at or after MS milliseconds since the "
         "epoch (Spark's startingTimestamp); a checkpoint to resume from overrides it",
     )
     parser.add_argument(
         "--ending-timestamp",
-        type=int,
+        type=epoch_ms,
         metavar="MS",
         help="bulk mode: stop before each partition's first record at or after MS "
         "milliseconds since the epoch (Spark's endingTimestamp)",
     )
     parser.add_argument(
-        "--max-record-bytes", type=int, help="dead-letter values larger than this many bytes"
+        "--max-record-bytes",
+        type=at_least_one,
+        metavar="N",
+        help="dead-letter values larger than this many bytes",
     )
     parser.add_argument(
         "--dead-letter-topic",
+        type=not_empty,
+        metavar="TOPIC",
         help="also send rejected records to this existing topic, error context in headers",
     )
     parser.add_argument(
-        "--slots", type=int, help="task slots to plan for (default: Spark parallelism x 2)"
+        "--slots",
+        type=at_least_one,
+        metavar="N",
+        help="task slots to plan for (default: Spark parallelism x 2)",
     )
     parser.add_argument(
         "--trigger-seconds",
-        type=float,
+        type=positive_seconds,
+        metavar="S",
         default=ImportSpec.trigger_seconds,
-        help="continuous mode: seconds between batch starts (default %(default)s)",
+        help="continuous mode: seconds between batch starts (default: %(default)s)",
     )
     parser.add_argument(
         "--retry-seconds",
-        type=float,
+        type=seconds_or_zero,
         default=DEFAULT_RETRY_S,
         metavar="S",
         help="how long a broker or database that is away (unreachable, hung, restarting) is "
         "waited for, with retries, before the import exits 75; a rerun resumes "
-        "(default %(default).0f)",
+        "(default: %(default).0f)",
     )
     parser.add_argument(
         "--skip-lost-offsets",
@@ -140,10 +185,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip offsets deleted by retention instead of failing",
     )
     parser.add_argument(
-        "--group", help="also commit progress to this Kafka consumer group (for lag tools)"
+        "--group",
+        type=not_empty,
+        metavar="GROUP",
+        help="also commit progress to this Kafka consumer group (for lag tools)",
     )
     parser.add_argument(
         "--master",
+        metavar="URL",
         help="Spark master URL, or sc://host:port for a Spark Connect server "
         "(default: $LAGLESS_SPARK_MASTER, else local[*])",
     )
@@ -174,19 +223,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def spec_from_args(args: argparse.Namespace) -> ImportSpec:
     from lagless.exceptions import BadInput
 
-    for name in ("max_records_per_batch", "max_bytes_per_batch", "max_record_bytes", "slots"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("starting_timestamp", "ending_timestamp"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise BadInput(f"--{name.replace('_', '-')} must be milliseconds since the epoch")
-    if not args.retry_seconds >= 0:
-        raise BadInput("--retry-seconds must be at least 0")
+    if not args.topic and args.topic_pattern is None:
+        raise BadInput("give the topics to import: --topic NAME (repeatable) or --topic-pattern")
+    if args.topic_pattern is not None:
+        try:
+            re.compile(args.topic_pattern)
+        except re.error as exc:
+            raise BadInput(
+                f"--topic-pattern {args.topic_pattern!r} is not a regular expression: {exc}"
+            ) from None
     return ImportSpec(
         kafka=kafka_config(args),
         topics=tuple(args.topic),
+        topic_pattern=args.topic_pattern,
         sink_url=args.sink,
         checkpoint=args.checkpoint,
         table=args.table,
@@ -206,11 +255,22 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         ending_timestamp=args.ending_timestamp,
         value_schema=args.value_schema,
         schema_registry=args.schema_registry,
-        key_fields=tuple(f.strip() for f in args.key_field.split(",")) if args.key_field else (),
+        key_fields=key_fields(args.key_field),
         retry_seconds=args.retry_seconds,
         spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
         shared_disk=args.shared_disk,
     )
+
+
+def key_fields(text: str | None) -> tuple[str, ...]:
+    from lagless.exceptions import BadInput
+
+    if text is None:
+        return ()
+    fields = tuple(f.strip() for f in text.split(","))
+    if not all(fields):
+        raise BadInput(f"--key-field {text!r} names an empty field")
+    return fields
 
 
 def spark_setting(text: str) -> tuple[str, str]:
@@ -224,30 +284,46 @@ def spark_setting(text: str) -> tuple[str, str]:
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    ambiguous = relative_that_looks_absolute(spec.sink_url)
+    if ambiguous is not None:
+        print(f"lagless: warning: {ambiguous}", file=sys.stderr, flush=True)
     if args.explain:
+        from lagless.importer.explain import explain
+
         plan = explain(spec)
         if args.json:
             print(json.dumps(plan))
         else:
+            if len(plan["tables"]) > 1:
+                Console().print(tables_table(plan))
             Console().print(plan_table(plan))
         return 0
-    summary = run_import(spec, RichCollector())
+    summary = run_import(
+        spec, RichCollector(summary=not args.json, follow=spec.mode == "continuous")
+    )
     if args.json:
         print(json.dumps(summary.as_dict()))
+    if not is_connect(spec.master) and build_in_background():
+        log.info("no class archive for Spark's driver yet: building it in the background")
     return 0
 
 
 def plan_table(plan: dict[str, Any]) -> Table:
     tasks = plan["tasks"]
     records = sum(t["records"] for t in tasks)
-    table = Table(
-        title=f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
-    )
-    for name in ("task", "topic", "partition", "from", "until", "records", "bytes"):
-        table.add_column(name, justify="left" if name == "topic" else "right")
+    tables = plan["tables"]
+    title = f"next batch: {len(tasks)} tasks on {plan['slots']} slots, {records:,} records"
+    if len(tables) > 1:
+        title += f" into {len(tables)} tables"
+    table = Table(title=title)
+    columns: tuple[str, ...] = ("task", "topic", "partition", "from", "until", "records", "bytes")
+    if len(tables) > 1:
+        columns = ("task", "table", *columns[1:])
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("topic", "table") else "right")
     for number, task in enumerate(tasks, 1):
         for p in task["pieces"]:
-            table.add_row(
+            cells = [
                 str(number),
                 p["topic"],
                 str(p["partition"]),
@@ -255,5 +331,25 @@ def plan_table(plan: dict[str, Any]) -> Table:
                 f"{p['until']:,}",
                 f"{p['records']:,}",
                 f"{p['bytes']:,}",
-            )
+            ]
+            if len(tables) > 1:
+                cells.insert(1, p["table"])
+            table.add_row(*cells)
+    return table
+
+
+def tables_table(plan: dict[str, Any]) -> Table:
+    """A routed import's tables: each one's topics, what its ledger holds, its next records."""
+    table = Table(title=f"{len(plan['tables'])} tables")
+    for name in ("table", "topics", "partitions", "holding records", "next batch"):
+        table.add_column(name, justify="left" if name in ("table", "topics") else "right")
+    for each in plan["tables"]:
+        holding = sum(len(parts) for parts in each["holds"].values())
+        table.add_row(
+            each["table"],
+            ", ".join(each["topics"]),
+            str(each["partitions"]),
+            str(holding),
+            f"{each['records']:,}",
+        )
     return table

@@ -48,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="instead of a group: the table's own lag in this store (what its ledger holds "
         "against the log), whatever group or checkpoint wrote it; needs --topic",
     )
-    parser.add_argument("--table", help="with --sink: the table (default: the topic name)")
+    parser.add_argument(
+        "--table", metavar="TABLE", help="with --sink: the table (default: the topic name)"
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -65,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         metavar="S",
         help=f"seconds of samples behind the status and time lag, as doctor's --seconds and "
-        f"serve's --window (default {DEFAULT_WINDOW_S:g}; with --watch, "
+        f"serve's --window (default: {DEFAULT_WINDOW_S:g}; with --watch, "
         f"{WATCH_WINDOW_REFRESHES} refreshes; 0: one sample)",
     )
     add_metric_arguments(parser)
@@ -192,4 +194,10 @@ def run_table_lag(args: argparse.Namespace) -> int:
             row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
         )
     Console().print(shown)
+    for row in rows:
+        if row.another_topic is not None:
+            print(
+                f"table {args.table or args.topic} holds the history of another topic of that "
+                f"name (deleted and recreated since): {row.another_topic}"
+            )
     return 0

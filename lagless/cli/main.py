@@ -7,6 +7,7 @@ trace, goes to the log (lagless/logs.py), which the line names.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import signal
 import sys
@@ -49,12 +50,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--log-level",
         choices=logs.LEVELS,
         default=logs.DEFAULT_LEVEL,
-        help="what lagless logs (default %(default)s; debug also lets Spark's warnings through)",
+        help="what lagless logs (default: %(default)s; debug also lets Spark's warnings through)",
     )
     parser.add_argument(
         "--log-file",
         metavar="PATH",
-        help="where the log goes ('-': stderr; default $LAGLESS_LOG_FILE, else "
+        help="where the log goes ('-': stderr; default: $LAGLESS_LOG_FILE, else "
         "$XDG_STATE_HOME/lagless/lagless.log, i.e. ~/.local/state/lagless/lagless.log)",
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
@@ -84,6 +85,27 @@ def command_in(argv: Sequence[str]) -> str | None:
                 next(words, None)  # its value
             continue
         return word if word in COMMANDS else None
+    return None
+
+
+def misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The first `--option` of argv that neither lagless nor the command takes but that is
+    close to one they do, said with it: `unrecognized option --bootstrp (did you mean
+    --bootstrap?)`. None when there is none (argparse then says what else is wrong)."""
+    known = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                known.update(command._option_string_actions)
+    for word in argv:
+        if word == "--":
+            break
+        option = word.split("=", 1)[0]
+        if not option.startswith("--") or option in known:
+            continue
+        close = difflib.get_close_matches(option, sorted(known), n=1, cutoff=0.75)
+        if close:
+            return f"unrecognized option {option} (did you mean {close[0]}?)"
     return None
 
 
@@ -121,7 +143,13 @@ def one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_in(argv))
-    args = parser.parse_args(argv)
+    try:
+        wrong = misspelt(parser, argv)
+        if wrong is not None:
+            parser.error(wrong)
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, or bad input said in one line (OneLineParser)
+        return int(done.code or 0)
     where = logs.configure(args.log_level, args.log_file, args.log_json)
     interrupt_on_sigterm()
     log.debug("lagless %s", " ".join(argv))

@@ -4,15 +4,21 @@ consumer group to look at, and the labels of the metrics."""
 from __future__ import annotations
 
 import argparse
+import math
+from typing import TypeVar
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
-from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S
+
+T = TypeVar("T", int, float)
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     """--bootstrap and --kafka-option: read back with kafka_config(args)."""
     parser.add_argument(
-        "--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,...]"
+        "--bootstrap",
+        required=True,
+        metavar="HOST:PORT[,...]",
+        help="the Kafka cluster's bootstrap servers",
     )
     parser.add_argument(
         "--kafka-option",
@@ -31,12 +37,25 @@ def kafka_config(args: argparse.Namespace) -> KafkaConfig:
 def add_group_arguments(parser: argparse.ArgumentParser, group_required: bool = True) -> None:
     """The broker, one consumer group and, optionally, one of its topics (lag, doctor)."""
     add_kafka_arguments(parser)
-    parser.add_argument("--group", required=group_required, help="consumer group id")
-    parser.add_argument("--topic", help="only this topic (default: every topic the group read)")
+    parser.add_argument(
+        "--group",
+        type=not_empty,
+        required=group_required,
+        metavar="GROUP",
+        help="consumer group id",
+    )
+    parser.add_argument(
+        "--topic",
+        type=not_empty,
+        metavar="TOPIC",
+        help="only this topic (default: every topic the group read)",
+    )
 
 
 def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
     """The metrics' cluster label and retention warning (serve, lag --prometheus)."""
+    from lagless.lag.doctor import DEFAULT_RETENTION_WARNING_S  # only these commands load it
+
     parser.add_argument(
         "--cluster-name",
         metavar="NAME",
@@ -44,12 +63,78 @@ def add_metric_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retention-warning",
-        type=float,
+        type=seconds_or_zero,
         default=DEFAULT_RETENTION_WARNING_S,
         metavar="S",
-        help="warn when retention deletes unread records within S seconds (default 3600)",
+        help="warn when retention deletes unread records within S seconds (default: 3600)",
     )
 
 
 def cluster_name(args: argparse.Namespace) -> str:
     return str(args.cluster_name or args.bootstrap)
+
+
+# Types of option values, checked as argparse reads them, so a bad one is one line (exit 2)
+# before anything runs or is written: `argument --trigger-seconds: must be above 0, not -1`.
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds, more than 0 (an interval, a timeout)."""
+    value = _number(text)
+    return _refused_unless(value > 0, value, "a number of seconds above 0", text)
+
+
+def positive_number(text: str) -> float:
+    """A number above 0 (a rate)."""
+    value = _number(text)
+    return _refused_unless(value > 0, value, "a number above 0", text)
+
+
+def seconds_or_zero(text: str) -> float:
+    """Seconds, 0 or more (a budget that may be none)."""
+    value = _number(text)
+    return _refused_unless(value >= 0, value, "a number of seconds, 0 or more", text)
+
+
+def at_least_one(text: str) -> int:
+    """A whole number, 1 or more (a count, a size)."""
+    value = _whole(text)
+    return _refused_unless(value >= 1, value, "at least 1", text)
+
+
+def epoch_ms(text: str) -> int:
+    """Milliseconds since the epoch."""
+    value = _whole(text)
+    return _refused_unless(value >= 0, value, "milliseconds since the epoch", text)
+
+
+def not_empty(text: str) -> str:
+    """A topic, table or group name: not empty, no spaces around it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} has spaces around it")
+    return text
+
+
+def _refused_unless(ok: bool, value: T, wanted: str, text: str) -> T:
+    if not ok:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, not {text}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value

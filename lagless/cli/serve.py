@@ -45,12 +45,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="G",
         help="consumer group to watch (repeatable; default: every group the broker lists)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: %(default)s)",
     )
     parser.add_argument(
-        "--interval", type=float, default=2.0, metavar="S", help="seconds between samples (2)"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help="port to listen on (default: %(default)s; 0: any free one)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between samples (default: %(default)g)",
     )
     parser.add_argument(
         "--window",
@@ -58,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_WINDOW_S,
         metavar="S",
         help="seconds of samples behind each status, as lag's --window and doctor's --seconds; "
-        f"STOP is no commit for longer ({DEFAULT_WINDOW_S:g})",
+        "STOP is no commit for longer (default: %(default)g)",
     )
     add_metric_arguments(parser)
     parser.set_defaults(func=run)

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lagless.cli.options import at_least_one, positive_number, positive_seconds
 from lagless.exceptions import BadInput
 from lagless.lag.chart import write_chart
 from lagless.lag.simulate import (
@@ -26,19 +27,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
     )
     backlog = parser.add_mutually_exclusive_group(required=True)
-    backlog.add_argument("--counts", help="records left per partition: 9497160,9478898,...")
+    backlog.add_argument(
+        "--counts", metavar="N,N,...", help="records left per partition: 9497160,9478898,..."
+    )
     backlog.add_argument(
         "--lag-table", type=Path, metavar="FILE", help="a pasted markdown lag table"
     )
-    parser.add_argument("--consumers", type=int, required=True, help="consumers in the group")
     parser.add_argument(
-        "--rate", type=float, default=10_000.0, help="records per second per consumer"
+        "--consumers", type=at_least_one, required=True, metavar="N", help="consumers in the group"
+    )
+    parser.add_argument(
+        "--rate",
+        type=positive_number,
+        default=10_000.0,
+        metavar="N",
+        help="records per second per consumer (default: %(default)g)",
     )
     parser.add_argument(
         "--timeout-s",
-        type=float,
+        type=positive_seconds,
         default=60.0,
-        help="how long a blocking consumer waits on drained partitions before it is dropped",
+        metavar="S",
+        help="how long a blocking consumer waits on drained partitions before it is dropped "
+        "(default: %(default)g)",
     )
     parser.add_argument("--png", type=Path, metavar="FILE", help="write a chart of the drain")
     parser.set_defaults(func=run)
@@ -59,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     drains = simulate_all(backlog, args.consumers, args.rate, args.timeout_s)
     ideal_s = ideal_drain_s(backlog, args.consumers, args.rate)
     table = Table(
-        title=f"{sum(backlog)} records on {len(backlog)} partitions, {args.consumers} "
-        f"consumers at {args.rate:g} records/s; ideal {format_duration(ideal_s)}"
+        title=f"{sum(backlog):,} records on {len(backlog)} partitions, {args.consumers} "
+        f"consumers at {args.rate:,g} records/s; ideal {format_duration(ideal_s)}"
     )
     table.add_column("strategy")
     table.add_column("drain time", justify="right")

@@ -10,15 +10,18 @@ import logging
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import Stopped
+from lagless.exceptions import NewTopics, Stopped
 from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
+from lagless.importer.routing import Destination
 from lagless.importer.rows import (
     BYTES,
     ERROR,
@@ -26,21 +29,52 @@ from lagless.importer.rows import (
     dead_letters,
     rejection_reasons,
     shape,
+    sql_string,
 )
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import TaskWrittenSink
+from lagless.sinks.base import Written as Committed
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql import DataFrame, Observation, SparkSession
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Written:
+    """What one table's part of a batch did, added up over the tables into the summary."""
+
+    by_partition: Counter[TP] = field(default_factory=Counter)
+    bytes: int = 0
+    written: int = 0
+    dead: Counter[str] = field(default_factory=Counter)
+    # Records of table parts the ledger held already (another import committed them).
+    already: int = 0
+
+    def add(
+        self,
+        by_partition: dict[TP, int],
+        size: int,
+        written: int,
+        dead: dict[str, int],
+        already: bool = False,
+    ) -> None:
+        self.by_partition.update(by_partition)
+        self.bytes += size
+        if already:
+            self.already += sum(by_partition.values())
+            return
+        self.written += written
+        self.dead.update(dead)
+
+
 class BatchWriter:
-    """foreachBatch: write one micro-batch, then report it."""
+    """foreachBatch: write one micro-batch, each table's part with its own ranges, then report
+    it."""
 
     def __init__(
         self,
@@ -51,24 +85,28 @@ class BatchWriter:
         committer: GroupCommitter | None = None,
         dead_letter_topic: DeadLetterTopic | None = None,
         first_start: Offsets | None = None,
-        held: Offsets | None = None,
     ) -> None:
         self.spec = spec
+        # The tables, each with what its ledger held when the import began (the source reads
+        # nothing below it): with Spark's journaled ends, a batch's ranges in each. A routed
+        # import adds the tables of topics that appear while it runs (job.admit_new_topics).
         self.checked = checked
         self.collector = collector
         self.target_end = target_end
-        # Where the query's first batch starts, and what the store held when the import began
-        # (the source reads nothing below it): with Spark's journaled ends, a batch's ranges.
+        # Where the query's first batch starts.
         self.first_start = first_start or {}
-        self.held = held or {}
+        # Upsert: each partition's log time where the next batch starts (upsert_order.py):
+        # each table's ledger's at the start (read after prepare, which gives a ledger an
+        # earlier lagless made its column), then what each batch read.
+        self.log_times: dict[TP, int] = ledger_log_times(checked)
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
         self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
         self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         # The store, when the source's tasks write the records; None: rows come through Spark.
-        self.task_written = spec.task_written(checked.sink, checked.target)
-        self.target = checked.target
+        # Decided per query, as its source's options (batch_function).
+        self.task_written: TaskWrittenSink | None = None
         # Set by the run loop: after a stop request, the batch in flight is finished and the
         # next one refused (job.py).
         self.stop: threading.Event | None = None
@@ -79,13 +117,22 @@ class BatchWriter:
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
 
+    def batch_function(self) -> BatchWriter:
+        """foreachBatch's function for a query started now, with the source's options of
+        every table known now: its tasks write the records, or Spark's rows bring them."""
+        tasks_write = self.spec.tasks_writer(self.checked.destinations) is not None
+        sink = self.checked.sink
+        self.task_written = sink if tasks_write and isinstance(sink, TaskWrittenSink) else None
+        return self
+
     def refresh(self) -> None:
         """Nothing to fetch: this writer runs in this process (connect_writer.py's does not)."""
 
     def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
-        """The batch as the store commits it (its ranges), and its end offsets."""
+        """The batch as the store commits it (its ranges, every table's), and its end offsets."""
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        return Batch(batch_id, batch_ranges(self._batch_start(batch_id), end, self.held)), end
+        ranges = batch_ranges(self._batch_start(batch_id), end, self.checked.held)
+        return Batch(batch_id, ranges), end
 
     def _batch_start(self, batch_id: int) -> Offsets:
         """Where the batch's ranges start: the end of the batch before it."""
@@ -95,6 +142,23 @@ class BatchWriter:
             return batch_end_offsets(self.spec.checkpoint, batch_id - 1)
         except OSError:  # Spark keeps the offsets of its last 100 batches only
             return dict(self.last_end or self.first_start)
+
+    def parts(self, batch: Batch) -> list[tuple[Destination, Batch]]:
+        """Each table's part of the batch: its topics' ranges, as its ledger takes them. Only
+        tables the batch has records for (the first table, when none has: a batch of nothing
+        commits as before). NewTopics when a topic it reads has no table yet: nothing of the
+        batch is written, the run loop prepares their tables and replays it."""
+        covered = batch.covered
+        new = sorted(
+            {t for t, _ in covered} - {t for d in self.checked.destinations for t in d.topics}
+        )
+        if new:
+            raise NewTopics(f"batch {batch.id} reads new topics {', '.join(new)}")
+        parts = [
+            (each, Batch(batch.id, each.ranges_of(batch.ranges)))
+            for each in self.checked.destinations
+        ]
+        return [part for part in parts if part[1].covered] or parts[:1]
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         if self.stop is not None and self.stop.is_set() and self._done_after_stop:
@@ -106,7 +170,10 @@ class BatchWriter:
             self._write(records, batch_id)
         except BaseException as exc:
             self.failure = exc
-            log.error("batch %d failed", batch_id, exc_info=True)
+            if isinstance(exc, NewTopics):
+                log.info("batch %d: %s", batch_id, exc)
+            else:
+                log.error("batch %d failed", batch_id, exc_info=True)
             raise
         self.done += 1
         self._done_after_stop = self.stop is not None and self.stop.is_set()
@@ -121,19 +188,28 @@ class BatchWriter:
 
     def _write(self, records: DataFrame, batch_id: int) -> None:
         batch, end = self.batch(batch_id)
+        parts = self.parts(batch)
         start = self._batch_start(batch_id)
         self.last_end = end
         read_before = Counter(self.summary.by_partition)
         if self.task_written is not None:
-            self._commit_task_files(self.task_written, records, batch)
+            written = self._commit_task_files(self.task_written, records, parts)
         else:
-            self._write_rows(records, batch, sorted(end))
+            written = self._write_tables(records, parts, end)
+        self.summary.add_batch(
+            {tp: n for tp, n in written.by_partition.items() if n},
+            written.bytes,
+            written.written,
+            {reason: n for reason, n in written.dead.items() if n},
+            written.already,
+        )
         if not self.spec.fail_on_data_loss:
             self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
         if self.committer is not None:
             self.committer.commit(end)
             failpoint("after-group-commit")
-        self.collector.batch(self.summary, self.remaining_lag(end))
+        self.summary.behind = self.remaining_lag(end)
+        self.collector.batch(self.summary, self.summary.behind)
 
     def _count_skipped(
         self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]
@@ -160,25 +236,50 @@ class BatchWriter:
             )
             self.summary.skipped += skipped
 
-    def _commit_task_files(self, sink: TaskWrittenSink, receipts: DataFrame, batch: Batch) -> None:
-        """The source's tasks wrote the records (executorWriter); `receipts` says what, and
-        which files hold the records they left to Spark's rows."""
-        target = self.target
-        sink.discard_staged(target)
+    def _commit_task_files(
+        self, sink: TaskWrittenSink, receipts: DataFrame, parts: list[tuple[Destination, Batch]]
+    ) -> Written:
+        """The source's tasks wrote the records (executorWriter), each task into its topic's
+        table; `receipts` says what, and which files hold the records they left to Spark's
+        rows. Each table's files are committed with its own ranges, one table after another."""
+        for destination, _ in parts:
+            sink.discard_staged(destination.target)
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
+        written = Written()
+        for index, (destination, batch) in enumerate(parts):
+            if index:
+                failpoint("between-tables")
+            mine = collected.filter(
+                pc.is_in(collected.column("topic"), pa.array(destination.topics))
+            )
+            self._commit_receipts(sink, receipts.sparkSession, mine, destination, batch, written)
+        return written
+
+    def _commit_receipts(
+        self,
+        sink: TaskWrittenSink,
+        spark: SparkSession,
+        collected: pa.Table,
+        destination: Destination,
+        batch: Batch,
+        written: Written,
+    ) -> None:
+        """One table's part: the files its tasks wrote, and the rows of the records they left
+        to Spark, committed with the table's ranges."""
+        target = destination.target
         files = collected.column("file").to_pylist()
         left = sorted({path for path in collected.column("left").to_pylist() if path})
         dead: dict[str, int] = {}
         if left:
-            records = sink.left_records(receipts.sparkSession, left)
-            shaped, observation, reasons = self._shaped(records, batch, [])
+            records = sink.left_records(spark, left)
+            shaped, observation, reasons = self._shaped(records, destination, batch, [])
             files += sink.stage_rows(accepted(shaped, target), target)
             counts = observation.get["counts"]
             by_reason = dict(zip(reasons, counts, strict=True))
-            self._store_dead_letters(records, shaped, batch, by_reason, dead)
+            self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
             log.info("batch %d: %d files of records left to Spark's rows", batch.id, len(left))
-        sink.commit_staged(files, target, batch)
+        committed = sink.commit_staged(files, target, batch)
         failpoint("after-write")
         if left:
             sink.discard_staged(target)  # the left files, read
@@ -188,36 +289,48 @@ class BatchWriter:
             strict=True,
         ):
             by_partition[(topic, partition)] += records
-        written = sum(by_partition.values()) - sum(dead.values())
+        stored = sum(by_partition.values()) - sum(dead.values())
+        rows, replay = _written(committed, stored)
         size = pc.sum(collected.column("bytes")).as_py() or 0
-        self.summary.add_batch({tp: n for tp, n in by_partition.items() if n}, size, written, dead)
+        written.add(by_partition, size, rows, dead, already=replay)
 
     def _shaped(
-        self, records: DataFrame, batch: Batch, partitions: list[tuple[str, int]]
+        self,
+        records: DataFrame,
+        destination: Destination,
+        batch: Batch,
+        partitions: list[tuple[str, int]],
     ) -> tuple[DataFrame, Observation, list[str]]:
         """The records as rows (rows.shape), observed while they stream into the sink: their
         bytes, then records per partition and per rejection reason; and the reasons."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        target = self.target
-        avro = self.checked.avro
+        target = destination.target
+        avro = destination.avro
         reasons = rejection_reasons(target, self.spec.max_record_bytes, avro)
         # One pass over the batch, not three. Two SQL expressions rather than a Column per
         # partition: building Columns costs a JVM round trip each, which on 24 partitions was
         # half a second of every batch.
-        observation = Observation(f"lagless_batch_{batch.id}")
-        shaped = shape(records, target, self.spec.max_record_bytes, avro).observe(
-            observation,
+        observation = Observation(f"lagless_batch_{batch.id}_{target.table}")
+        metrics = [
             F.expr(f"coalesce(sum({BYTES}), 0) AS bytes"),
             F.expr(f"array({_counts_sql(partitions, reasons)}) AS counts"),
-        )
-        return shaped, observation, reasons
+        ]
+        upsert = target.mode == "upsert" and partitions
+        if upsert:  # the newest timestamp of each partition: its log time at the batch's end
+            metrics.append(
+                F.expr(f"array({_per_partition_sql(partitions, 'max', 'timestamp')}) AS newest")
+            )
+        log_times = self.log_times if target.mode == "upsert" else None
+        shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
+        return shaped.observe(observation, *metrics), observation, reasons
 
     def _store_dead_letters(
         self,
         records: DataFrame,
         shaped: DataFrame,
+        destination: Destination,
         batch: Batch,
         rejected_by_reason: dict[str, int],
         dead: dict[str, int],
@@ -233,55 +346,125 @@ class BatchWriter:
             collected = rejected.toArrow()  # once, for the topic and the table both
             self.dead_letter_topic.send(collected)
             rejected = records.sparkSession.createDataFrame(collected)
-        self.checked.sink.write_dead_letters(rejected, self.target, batch)
+        self.checked.sink.write_dead_letters(rejected, destination.target, batch)
         dead.update({r: n for r, n in rejected_by_reason.items() if n})
 
+    def _write_tables(
+        self, records: DataFrame, parts: list[tuple[Destination, Batch]], end: Offsets
+    ) -> Written:
+        """Spark's rows, each table's part written with its own ranges, one table after
+        another. Several tables read the batch once: it is kept (persist) while they write."""
+        from pyspark.sql import functions as F
+
+        written = Written()
+        several = len(self.checked.destinations) > 1
+        kept = several and len(parts) > 1
+        if kept:
+            records = records.persist()
+        try:
+            for index, (destination, batch) in enumerate(parts):
+                if index:
+                    failpoint("between-tables")
+                rows = (
+                    records.where(F.col("topic").isin(*destination.topics)) if several else records
+                )
+                partitions = sorted(destination.ranges_of(end))
+                self._write_rows(rows, destination, batch, partitions, written)
+        finally:
+            if kept:
+                records.unpersist()
+        return written
+
     def _write_rows(
-        self, records: DataFrame, batch: Batch, partitions: list[tuple[str, int]]
+        self,
+        records: DataFrame,
+        destination: Destination,
+        batch: Batch,
+        partitions: list[tuple[str, int]],
+        written: Written,
     ) -> None:
-        target = self.target
+        target = destination.target
         sink = self.checked.sink
-        shaped, observation, reasons = self._shaped(records, batch, partitions)
+        shaped, observation, reasons = self._shaped(records, destination, batch, partitions)
         failpoint("before-write")
         dead: dict[str, int] = {}
 
         def store_dead_letters() -> None:
-            counts = observation.get["counts"][len(partitions) :]
+            observed = observation.get
+            if target.mode == "upsert":
+                batch.log_times.update(self._log_times_after(partitions, observed["newest"]))
+            counts = observed["counts"][len(partitions) :]
             by_reason = dict(zip(reasons, counts, strict=True))
-            self._store_dead_letters(records, shaped, batch, by_reason, dead)
+            self._store_dead_letters(records, shaped, destination, batch, by_reason, dead)
 
-        written = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
+        stored = sink.write(accepted(shaped, target), target, batch, store_dead_letters)
         observed = observation.get
+        if target.mode == "upsert":
+            self.log_times.update(self._log_times_after(partitions, observed["newest"]))
         per_partition = observed["counts"][: len(partitions)]
         failpoint("after-write")
         by_partition = {tp: n for tp, n in zip(partitions, per_partition, strict=True) if n}
-        if written is None:
-            written = sum(by_partition.values()) - sum(dead.values())
-        self.summary.add_batch(by_partition, observed["bytes"], written, dead)
+        rows, replay = _written(stored, sum(by_partition.values()) - sum(dead.values()))
+        written.add(by_partition, observed["bytes"], rows, dead, already=replay)
+
+    def _log_times_after(self, partitions: list[TP], newest: list[int | None]) -> dict[TP, int]:
+        """Each partition's log time at the batch's end: the newest of where it started and of
+        the timestamps the batch read (None: it read none)."""
+        after = {}
+        for tp, stamp in zip(partitions, newest, strict=True):
+            known = [t for t in (self.log_times.get(tp), stamp) if t is not None]
+            if known:
+                after[tp] = max(known)
+        return after
 
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
 
+def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
+    """(rows the table gained or replaced, whether the ledger held the batch) from what the
+    store told; `stored`: the records it was given, what an append gains."""
+    if isinstance(told, Committed):
+        return (stored if told.rows is None else told.rows), told.replay
+    return (stored if told is None else told), False
+
+
+def ledger_log_times(checked: Checked) -> dict[TP, int]:
+    """Each upsert table's log times where its ledger ends (Sink.log_times): a topic partition
+    lands in one table."""
+    found: dict[TP, int] = {}
+    for each in checked.destinations:
+        if each.target.mode == "upsert":
+            found.update(checked.sink.log_times(each.target, each.partitions))
+    return found
+
+
 def _offsets_text(offsets: Offsets) -> str:
     return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "-"
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _per_partition_sql(partitions: list[tuple[str, int]], aggregate: str, value: str) -> str:
+    """`aggregate` of `value` over each partition's rows, as SQL aggregates."""
+    one_topic = len({topic for topic, _ in partitions}) == 1
+    return ", ".join(
+        f"{aggregate}(CASE WHEN {_of_partition(t, p, one_topic)} THEN {value} END)"
+        for t, p in partitions
+    )
+
+
+def _of_partition(topic: str, partition: int, one_topic: bool) -> str:
+    """SQL: the row is of this partition. With one topic, the partition's number alone tells
+    (every condition is evaluated on every row)."""
+    if one_topic:
+        return f"partition = {partition}"
+    return f"topic = {sql_string(topic)} AND partition = {partition}"
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates. Each is evaluated
-    on every row: with one topic, the partition's number alone tells them apart."""
+    """Records per partition, then per rejection reason, as SQL aggregates."""
     one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
-        [
-            f"count_if(partition = {p})"
-            if one_topic
-            else f"count_if(topic = {_sql_string(t)} AND partition = {p})"
-            for t, p in partitions
-        ]
-        + [f"count_if({ERROR} = {_sql_string(r)})" for r in reasons]
+        [f"count_if({_of_partition(t, p, one_topic)})" for t, p in partitions]
+        + [f"count_if({ERROR} = {sql_string(r)})" for r in reasons]
     )

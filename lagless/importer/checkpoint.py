@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -33,8 +34,9 @@ OFFSETS_VERSION = "v1"
 
 @dataclass(frozen=True)
 class Fit:
-    """What decides which rows a checkpoint's offsets stand for: topics, where they land (no
-    secret, an absolute location), table, write mode, value format and upsert key. The value
+    """What decides which rows a checkpoint's offsets stand for: topics (or the pattern they
+    match), where they land (no secret, an absolute location), table (or the template of a
+    table per topic: importer/routing.py), write mode, value format and upsert key. The value
     schema is left out on purpose: a field added evolves the table, and an incompatible change
     is the store's own check."""
 
@@ -44,6 +46,8 @@ class Fit:
     write: str
     value_format: str
     key_fields: tuple[str, ...] = ()
+    # --topic-pattern; "" for named topics (and in the records of a lagless before routing).
+    pattern: str = ""
 
     @classmethod
     def of(
@@ -54,8 +58,17 @@ class Fit:
         write: str,
         value_format: str,
         key_fields: tuple[str, ...] = (),
+        pattern: str = "",
     ) -> Fit:
-        return cls(tuple(sorted(set(topics))), sink, table, write, value_format, tuple(key_fields))
+        return cls(
+            tuple(sorted(set(topics))),
+            sink,
+            table,
+            write,
+            value_format,
+            tuple(key_fields),
+            pattern,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"version": FIT_VERSION, **asdict(self)}
@@ -71,7 +84,7 @@ class Fit:
             )
         values: dict[str, Any] = {}
         for field in fields(cls):
-            value = doc.get(field.name)
+            value = doc.get(field.name, field.default)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = tuple(value)
             if not isinstance(value, tuple | str):
@@ -91,6 +104,7 @@ class Fit:
 # How each Fit field is given on the command line, to say a misfit in the user's words.
 _OPTIONS = {
     "topics": "--topic",
+    "pattern": "--topic-pattern",
     "sink": "--sink",
     "table": "--table",
     "write": "--write",
@@ -102,7 +116,7 @@ _OPTIONS = {
 def _shown(value: str | tuple[str, ...]) -> str:
     if isinstance(value, tuple):
         return ",".join(value) or "(none)"
-    return value
+    return value or "(none)"
 
 
 def check_fit(checkpoint: str, wanted: Fit) -> bool:
@@ -121,7 +135,14 @@ def check_fit(checkpoint: str, wanted: Fit) -> bool:
     if journaled:
         # Made by a lagless that kept no record: adopted, if its offsets are of these topics.
         topics = sorted({topic for topic, _ in batch_end_offsets(checkpoint, journaled[-1])})
-        if topics and topics != list(wanted.topics):
+        if wanted.pattern:
+            others = [t for t in topics if not re.fullmatch(wanted.pattern, t)]
+            if others:
+                raise BadInput(
+                    f"checkpoint {checkpoint!r} does not fit: it holds offsets of --topic "
+                    f"{others[0]}, which --topic-pattern {wanted.pattern!r} does not match"
+                )
+        elif topics and topics != list(wanted.topics):
             raise BadInput(
                 f"checkpoint {checkpoint!r} does not fit: it holds offsets of --topic "
                 f"{','.join(topics)}, not {','.join(wanted.topics)}"

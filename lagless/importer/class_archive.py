@@ -13,11 +13,16 @@ mtime); building one removes the archives no session mapped for UNUSED_FOR_S (~1
 every venv and every Spark upgrade makes one, and this machine's cache had grown to 3.6 GB).
 
     python -m lagless.importer.class_archive    # build it when missing (scripts/setup does)
+
+Every installation gets it, however lagless was installed: an import that found none starts
+the build in a process of its own as it ends (`build_in_background`), so its next import
+starts sooner; one build at a time (a lock beside the archives), the others skip it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -39,6 +44,8 @@ JVM_EXIT_WAIT_S = 180.0
 # What the dump runs (_session): another recipe is another archive.
 RECIPE = "2: batch read, mapInArrow, a stream through foreachBatch"
 UNUSED_FOR_S = 14 * 24 * 3600.0
+# Held by the process that builds the archive, beside the archives.
+BUILD_LOCK = "spark-driver.build.lock"
 
 
 def enabled() -> bool:
@@ -89,7 +96,8 @@ def remove_unused(kept: Path, now: float) -> list[Path]:
 
 
 def build() -> Path | None:
-    """Dump, check and install the archive unless it exists; None when it cannot be built."""
+    """Dump, check and install the archive unless it exists; None when it cannot be built,
+    or another process is building it."""
     path = archive_path()
     if path is None:
         return None
@@ -98,14 +106,38 @@ def build() -> Path | None:
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        if _run("dump", partial) and partial.is_file() and _run("check", partial):
-            os.replace(partial, path)
+    with open(path.parent / BUILD_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # another process builds it
+        if path.is_file():  # built while this one waited for the lock
             return path
-        return None
-    finally:
-        partial.unlink(missing_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        try:
+            if _run("dump", partial) and partial.is_file() and _run("check", partial):
+                os.replace(partial, path)
+                return path
+            return None
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+def build_in_background() -> bool:
+    """As an import ends: when this installation has no archive yet (and it is not off),
+    start building it in a process of its own, which outlives this one (~1 min of a core);
+    True when one was started."""
+    path = archive_path() if enabled() else None
+    if path is None or path.is_file():
+        return False
+    subprocess.Popen(
+        [sys.executable, "-m", "lagless.importer.class_archive"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not the terminal's Ctrl-C, nor the import's end
+    )
+    return True
 
 
 def _run(step: str, archive: Path) -> bool:

@@ -28,14 +28,14 @@ from lagless.exceptions import crossing_spark
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
+from lagless.signals import StopFile
 from lagless.source.data_loss import Lost
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lagless.importer.batch_writer import BatchWriter
-    from lagless.importer.decode import AvroDecoding
-    from lagless.sinks import Target
+    from lagless.importer.routing import Destination
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +49,16 @@ class ServerSideWriter:
     of this import on its first batch, and keeps it for the next ones."""
 
     spec: ImportSpec
-    target: Target
+    # Each table (its target, topics, decoding and what its ledger held).
+    destinations: list[Destination]
     partitions: list[TP]
-    avro: AvroDecoding | None
     lost: list[Lost]
     target_end: Offsets | None
     first_start: Offsets
-    held: Offsets
     channel: str
     log_settings: str
+    # The run's summary so far: the query may be started again (new topics: job.run_query).
+    summary: Summary
     _writer: BatchWriter | None = field(default=None, repr=False)
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
@@ -79,9 +80,10 @@ class ServerSideWriter:
         # Opened for the query's life: the server ends this process when the query stops.
         sink = sink_from_url(spec.sink_url).__enter__()
         sink.retry_s = spec.retry_seconds
-        sink.prepare(self.target)  # idempotent: sets up what the sink keeps per target
+        for each in self.destinations:  # idempotent: sets up what the sink keeps per target
+            sink.prepare(each.target)
         reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-        checked = Checked(sink, self.target, reader, self.partitions, self.avro, None, self.lost)
+        checked = Checked(sink, reader, self.partitions, self.destinations, None, self.lost)
         committer = GroupCommitter(reader.groups, spec.group) if spec.group else None
         dead_letter_topic = (
             DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
@@ -96,10 +98,10 @@ class ServerSideWriter:
             committer,
             dead_letter_topic,
             self.first_start,
-            self.held,
         )
+        writer.summary = self.summary
         writer.stop = StopFile(Path(self.channel, STOP))
-        return writer
+        return writer.batch_function()
 
 
 class ProgressFile(Collector):
@@ -114,23 +116,23 @@ class ProgressFile(Collector):
         os.replace(partial, self.path)
 
 
-class StopFile(threading.Event):
-    """On the server: the client's stop request, a file it writes (BatchWriter.stop)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-
-    def is_set(self) -> bool:
-        return self.path.exists()
-
-
 class ConnectWriter:
     """In this process: what job.py reads of a BatchWriter (summary, done, failure, stop),
     from the server's progress file; `refresh` polls it and passes a stop request on."""
 
-    def __init__(self, spec: ImportSpec, checked: Checked, collector: Collector) -> None:
+    def __init__(
+        self,
+        spec: ImportSpec,
+        checked: Checked,
+        collector: Collector,
+        target_end: Offsets | None,
+        first_start: Offsets,
+    ) -> None:
+        self.spec = spec
+        self.checked = checked
         self.collector = collector
+        self.target_end = target_end
+        self.first_start = first_start
         self.channel = Path(spec.checkpoint, f"connect-{uuid.uuid4().hex[:12]}")
         self.channel.mkdir(parents=True)
         self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
@@ -140,32 +142,26 @@ class ConnectWriter:
         self.stop: threading.Event | None = None
         self._seen: Any = None
 
-    def server_side(
-        self,
-        spec: ImportSpec,
-        checked: Checked,
-        target_end: Offsets | None,
-        first_start: Offsets,
-        held: Offsets,
-    ) -> ServerSideWriter:
+    def batch_function(self) -> ServerSideWriter:
+        """The recipe for a query started now, with every table known now."""
         from lagless import logs
 
+        checked = self.checked
         return ServerSideWriter(
-            spec,
-            checked.target,
+            self.spec,
+            checked.destinations,
             checked.partitions,
-            checked.avro,
             checked.lost,
-            target_end,
-            first_start,
-            held,
+            self.target_end,
+            self.first_start,
             str(self.channel),
             logs.settings(),
+            self.summary,
         )
 
     def refresh(self) -> None:
         if self.stop is not None and self.stop.is_set():
-            Path(self.channel, STOP).touch()
+            StopFile(Path(self.channel, STOP)).set()
         try:
             stat = Path(self.channel, PROGRESS).stat()
         except FileNotFoundError:

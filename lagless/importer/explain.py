@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from typing import Any
 
 from lagless.importer.checkpoint import last_end_offsets
 from lagless.importer.cluster import master_url
+from lagless.importer.routing import Destination
 from lagless.importer.spec import ImportSpec, check, slots_for
 from lagless.source import to_json_offsets
 from lagless.source.datasource import KafkaStreamReader, RangePartition
@@ -27,12 +29,17 @@ def default_slots(master: str | None, conf: dict[str, str]) -> int:
 
 
 def explain(spec: ImportSpec) -> dict[str, Any]:
+    """The next batch's tasks, and the tables it writes into: each with its topics, what its
+    ledger holds, and the records of the next batch that are its own."""
     checked = check(spec)
     slots = spec.slots or default_slots(spec.master, dict(spec.spark_conf))
     with checked.sink, checked.reader:
-        # As a run would: nothing the table holds already is planned (sinks/ledger.py).
-        held = checked.sink.ledger(checked.target, checked.partitions)
-    reader = KafkaStreamReader(SourceOptions.parse(spec.source_options(slots, held)))
+        # As a run would: nothing a table holds already is planned (sinks/ledger.py).
+        for each in checked.destinations:
+            each.held = checked.sink.ledger(each.target, each.partitions)
+    options = spec.source_options(slots, checked.held, checked=checked)
+    reader = KafkaStreamReader(SourceOptions.parse(options))
+    table_of = {topic: each.target.table for each in checked.destinations for topic in each.topics}
     try:
         if spec.mode == "bulk":
             reader.prepareForTriggerAvailableNow()
@@ -45,6 +52,7 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
             pieces: list[dict[str, Any]] = [
                 {
                     "topic": piece.topic,
+                    "table": table_of[piece.topic],
                     "partition": piece.partition,
                     "from": piece.start,
                     "until": piece.end,
@@ -62,4 +70,24 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
             )
     finally:
         reader.stop()
-    return {"slots": slots, "tasks": tasks}
+    return {"slots": slots, "tables": _tables(checked.destinations, tasks), "tasks": tasks}
+
+
+def _tables(destinations: list[Destination], tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    records: Counter[str] = Counter()
+    planned: Counter[str] = Counter()
+    for task in tasks:
+        for piece in task["pieces"]:
+            records[piece["table"]] += piece["records"]
+            planned[piece["table"]] += 1
+    return [
+        {
+            "table": each.target.table,
+            "topics": list(each.topics),
+            "partitions": len(each.partitions),
+            "holds": to_json_offsets(each.held),
+            "records": records[each.target.table],
+            "pieces": planned[each.target.table],
+        }
+        for each in destinations
+    ]

@@ -9,13 +9,27 @@ Everything the import opens is closed when it ends, and when it fails.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+import uuid
+from collections.abc import Mapping
 from contextlib import ExitStack
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lagless import logs
-from lagless.exceptions import BadInput, LaglessError, Stopped, TerminalError, from_spark
+from lagless.exceptions import (
+    BadInput,
+    LaglessError,
+    NewTopics,
+    Stopped,
+    TerminalError,
+    TransientError,
+    from_spark,
+    worker_error,
+)
 from lagless.first_line import first_line
 from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import (
@@ -27,27 +41,56 @@ from lagless.importer.checkpoint import (
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
-from lagless.importer.spec import ImportSpec, check, slots_for, timestamp_offsets
-from lagless.kafka import Offsets
+from lagless.importer.routing import Destination, refuse_a_merge, topics_of
+from lagless.importer.spec import (
+    Checked,
+    ImportSpec,
+    check,
+    check_destinations,
+    slots_for,
+    timestamp_offsets,
+)
+from lagless.importer.table_lag import history_of_another_topic
+from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
-from lagless.signals import StopRequest, stop_requests
+from lagless.signals import StopFile, StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import lacking, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
-from lagless.source.options import LOG_TO
+from lagless.source.executor_write import ROUTED_WRITER
+from lagless.source.options import LOG_TO, STOP_FILE
 from lagless.source.sampling import sample_meanwhile
 from lagless.source.warmup import SOURCE_MODULES
+
+if TYPE_CHECKING:
+    from lagless.importer.warm_up import WarmUp
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Start:
+    """Where the run starts, as the log, the checkpoint and the tables say (start_offsets)."""
+
+    high: Offsets
+    # The newest committed batch's ends ({} for a new checkpoint).
+    done: Offsets
+    # Bulk: where the import ends; None: it follows the log (continuous).
+    target_end: Offsets | None
+    # Where the query's first batch starts: never below what a table holds.
+    first_start: Offsets
+
+    def backlog(self) -> int:
+        return sum(
+            max(0, h - max(self.done.get(tp, 0), self.first_start[tp]))
+            for tp, h in self.high.items()
+        )
+
+
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
-    from lagless.importer.spark import (
-        is_connect,
-        is_remote,
-        parallelism,
-        spark_session,
-    )
+    """Check, read every table's ledger, start Spark, then run the query (run_query) until the
+    backlog is drained or a stop is asked for; everything opened is closed however it ends."""
+    from lagless.importer.spark import is_connect, is_remote, spark_session
     from lagless.importer.warm_up import WarmUp
 
     collector = collector or Collector()
@@ -60,28 +103,23 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         opened.enter_context(checked.sink)
         opened.enter_context(checked.reader)
         low, high = checked.reader.log.watermarks(checked.partitions)
-        # The store's ledger decides where each partition starts: a lost, fresh or lagging
-        # checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a
-        # ledger that contradicts the log refused, before Spark starts or anything is written.
-        held = reconcile(
-            checked.sink.ledger(checked.target, checked.partitions), low, high, checked.where
-        )
-        if held:
-            log.info("the table holds %s; the import resumes after it", to_json_offsets(held))
-        refuse_a_table_behind(
-            spec.checkpoint, held, checked.where, {lost.tp for lost in checked.lost}
-        )
+        read_ledgers(spec, checked, checked.destinations, low, high)
         done = last_end_offsets(spec.checkpoint)
+        held = checked.held
+        gone = deleted_before_read(low, held, done)
+        if gone is not None:
+            collector.warn(gone)
+        starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
+        # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
+        # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
+        if spec.mode == "bulk" and not checked.lost and all(starts[tp] >= high[tp] for tp in high):
+            return up_to_date(spec, checked, collector)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
-        sizes = sample_meanwhile(
-            checked.reader.records,
-            {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low},
-            high,
-        )
+        sizes = sample_meanwhile(checked.reader.records, starts, high)
         warm_up = None
         if spark is None:
-            task_writer = spec.executor_writer(checked.target)
+            task_writer = spec.tasks_writer(checked.destinations)
             spark = spark_session(
                 spec.master, conf=dict(spec.spark_conf), records_in_jvm=task_writer is None
             )
@@ -93,118 +131,330 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         # next import's other arguments.
         if checked.fit is not None:
             write_fit(spec.checkpoint, checked.fit)
-        slots = spec.slots or slots_for(parallelism(spark))
-        checked.sink.retry_s = spec.retry_seconds
-        checked.sink.prepare(checked.target)
-        target_end = dict(high) if spec.mode == "bulk" else None
-        if target_end is not None and spec.ending_timestamp is not None:
-            target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
-        if spec.starting_timestamp is not None:
-            low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
-        high = target_end or high
-        first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
-        write_first_start(spec.checkpoint, first_start)
-        writer: BatchWriter | ConnectWriter
-        if is_remote(spark):
-            writer = ConnectWriter(spec, checked, collector)
-            opened.callback(writer.close)
-            batch_function: Any = writer.server_side(spec, checked, target_end, first_start, held)
-        else:
-            committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
-            dead_letter_topic = (
-                opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
-                if spec.dead_letter_topic
-                else None
-            )
-            writer = BatchWriter(
-                spec,
-                checked,
-                collector,
-                target_end,
-                committer,
-                dead_letter_topic,
-                first_start,
-                held,
-            )
-            batch_function = writer
-        started = time.monotonic()
+        prepare(spec, checked, checked.destinations)
+        start = start_offsets(spec, checked, low, high, done)
+        write_first_start(spec.checkpoint, start.first_start)
+        writer = _writer(spec, checked, collector, start, opened, remote=is_remote(spark))
         opened.enter_context(collector)
-        collector.start(
-            sum(max(0, h - max(done.get(tp, 0), first_start[tp])) for tp, h in high.items())
-        )
-
-        options = spec.source_options(
-            slots, held, sizes(), checked.json_fields_tasks_decode, checked.target, checked.avro
-        )
-        if is_remote(spark):  # the server's workers log into this import's log too
-            options[LOG_TO] = logs.settings()
-        stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
-        if warm_up is not None:
-            warm_up.plan_reads()
-        writer_stream = stream.writeStream.foreachBatch(batch_function).option(
-            "checkpointLocation", spec.checkpoint
-        )
-        if spec.mode == "bulk":
-            writer_stream = writer_stream.trigger(availableNow=True)
-        else:
-            writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
-        # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
-        with stop_requests() as stop:
-            writer.stop = stop
-            query = writer_stream.start()
-            try:
-                _await(query, stop, writer)
-            finally:
-                _stop(query)
-                writer.refresh()
+        writer.summary.behind = start.backlog()
+        collector.start(writer.summary.behind)
+        started = time.monotonic()
+        run_query(spark, spec, checked, writer, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
-        # After a stop request, an error is the stop's doing (the batch the writer refused, one
-        # that query.stop() interrupted), or, if not, is logged and met again by the rerun.
-        failure = None if stop.is_set() else writer.failure or query.exception()
-        if failure is not None:
-            raise stopped_by(failure)
-        if stop.is_set():
-            log.warning(
-                "stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done
-            )
-            if spec.mode == "bulk":  # a continuous import's signal is its usual end
-                raise Stopped(stop.first.value, stop.first.name)
+        described(writer.summary, spec, checked, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
 
 
-def refuse_a_table_behind(
-    checkpoint: str, held: Offsets, where: str, lost: set[tuple[str, int]]
+def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
+    """A bulk import with nothing to read (the tables hold the log up to its end, or the log is
+    empty): said without starting Spark. The tables are made (a first import of an empty topic
+    leaves an empty table) and the group, if any, is moved up to what the tables hold."""
+    if checked.fit is not None:
+        write_fit(spec.checkpoint, checked.fit)
+    prepare(spec, checked, checked.destinations)
+    held = checked.held
+    if spec.group and held:
+        GroupCommitter(checked.reader.groups, spec.group).commit(held)
+    summary = described(Summary(), spec, checked, held)
+    with collector:
+        collector.finish(summary)
+    log.info("nothing to import, up to date: %s", summary.as_dict())
+    return summary
+
+
+def deleted_before_read(low: Offsets, held: Offsets, done: Offsets) -> str | None:
+    """One line when partitions no table read start above offset 0: the broker deleted their
+    first records (retention; the embedded broker keeps about 5 MB a partition) before any
+    import read them. None when there are none."""
+    gone = {tp: o for tp, o in sorted(low.items()) if o and tp not in held and tp not in done}
+    if not gone:
+        return None
+    named = ", ".join(f"{t}[{p}]" for t, p in list(gone)[:4]) + (", ..." if len(gone) > 4 else "")
+    return (
+        f"the broker deleted {sum(gone.values()):,} records of {len(gone)} partition(s) "
+        f"({named}) before they were read: their logs start above offset 0 (retention)"
+    )
+
+
+def described(summary: Summary, spec: ImportSpec, checked: Checked, held: Offsets) -> Summary:
+    """The summary with where its rows went (the store, its tables) and what they held before."""
+    summary.destination = checked.sink.destination
+    summary.table = ", ".join(sorted({each.target.table for each in checked.destinations}))
+    summary.topics = tuple(sorted(topics_of(checked.partitions)))
+    summary.held_before = dict(held)
+    return summary
+
+
+def read_ledgers(
+    spec: ImportSpec,
+    checked: Checked,
+    destinations: list[Destination],
+    low: Offsets,
+    high: Offsets,
 ) -> None:
-    """BadInput, before anything is written, when the table no longer holds what the
-    checkpoint's committed batches read (it was deleted, emptied or rolled back since): the
-    query would resume past the gap and leave it unfilled, with nothing said. Partitions whose
-    checkpoint offsets the log lost (`lost`: a recreated topic, read again from its start under
-    --skip-lost-offsets) are another log's: not compared."""
-    committed = {tp: r for tp, r in committed_ranges(checkpoint).items() if tp not in lost}
-    gap = lacking(held, committed)
+    """Each table's ledger decides where its partitions start: a lost, fresh or lagging
+    checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a ledger
+    that contradicts the log or the checkpoint refused, before anything is written."""
+    lost = {each.tp for each in checked.lost}
+    for each in destinations:
+        each.held = reconcile(
+            checked.sink.ledger(each.target, each.partitions), low, high, each.where
+        )
+        if each.held:
+            log.info(
+                "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
+            )
+        refuse_a_recreated_topic(checked, each, low, high)
+        refuse_a_table_behind(spec.checkpoint, each, lost)
+
+
+def refuse_a_recreated_topic(
+    checked: Checked, destination: Destination, low: Offsets, high: Offsets
+) -> None:
+    """BadInput, before anything is written, when a topic the table holds was deleted and
+    recreated since (ledger.recreated): its new log's offsets would be taken for those the
+    table holds, and the new records below them never imported. --skip-lost-offsets does not
+    change this: the table's rows are the deleted topic's, not lost offsets of this one."""
+    found = history_of_another_topic(
+        checked.sink, destination.target, checked.reader.records, destination.held, low, high
+    )
+    if found:
+        raise BadInput(
+            f"{destination.where} holds the history of another topic of that name: {found[0]}; "
+            "the topic was deleted and recreated since. Import it into another --table (with a "
+            "new --checkpoint), or drop the table to import the new topic from its start"
+        )
+
+
+def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination]) -> None:
+    """Create each table (safe to repeat), once every check passed."""
+    checked.sink.retry_s = spec.retry_seconds
+    for each in destinations:
+        checked.sink.prepare(each.target)
+
+
+def start_offsets(
+    spec: ImportSpec, checked: Checked, low: Offsets, high: Offsets, done: Offsets
+) -> Start:
+    """Where the first batch starts and, in bulk, where the import ends: by the log, the
+    timestamps asked for, and never below what a table holds."""
+    target_end = dict(high) if spec.mode == "bulk" else None
+    if target_end is not None and spec.ending_timestamp is not None:
+        target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
+    if spec.starting_timestamp is not None:
+        low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
+    held = checked.held
+    first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
+    return Start(target_end or high, done, target_end, first_start)
+
+
+def _writer(
+    spec: ImportSpec,
+    checked: Checked,
+    collector: Collector,
+    start: Start,
+    opened: ExitStack,
+    *,
+    remote: bool,
+) -> BatchWriter | ConnectWriter:
+    """foreachBatch's function: this process's BatchWriter, or a Spark Connect server's."""
+    if remote:
+        connect = ConnectWriter(spec, checked, collector, start.target_end, start.first_start)
+        opened.callback(connect.close)
+        return connect
+    committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
+    dead_letter_topic = (
+        opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
+        if spec.dead_letter_topic
+        else None
+    )
+    return BatchWriter(
+        spec,
+        checked,
+        collector,
+        start.target_end,
+        committer,
+        dead_letter_topic,
+        start.first_start,
+    )
+
+
+def run_query(
+    spark: Any,
+    spec: ImportSpec,
+    checked: Checked,
+    writer: BatchWriter | ConnectWriter,
+    sizes: Mapping[TP, float],
+    warm_up: WarmUp | None,
+) -> None:
+    """The Spark query, until it ends (bulk), a stop is asked for, or it fails. A batch that
+    reads topics without a table yet (a routed import's, new since it started) stops the
+    query before anything of it is written: their tables are checked and prepared
+    (admit_new_topics), and the query starts again on the same checkpoint, which replays
+    the batch."""
+    from lagless.importer.spark import parallelism
+
+    slots = spec.slots or slots_for(parallelism(spark))
+    late_workers = 0
+    stop_file = _stop_file(spec.checkpoint)
+    # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
+    with stop_requests() as stop:
+        writer.stop = stop
+        checked.reader.connection.stop = stop  # the group commits' waits, in this process
+        while True:
+            options = spec.source_options(slots, checked.held, sizes, checked)
+            options[STOP_FILE] = str(stop_file.path)
+            query = _start_query(spark, spec, writer, options, warm_up)
+            warm_up = None  # the planning process is up from the first query on
+            try:
+                _await(query, stop, writer, stop_file)
+            finally:
+                _stop(query)
+                writer.refresh()
+                stop_file.clear()  # asked and answered; a restarted query starts afresh
+            failure = None if stop.is_set() else writer.failure or query.exception()
+            if failure is not None and late_worker(failure) and late_workers < LATE_WORKER_RETRIES:
+                late_workers += 1
+                log.warning(
+                    "a Python worker of Spark's did not connect back within Spark's 10 s (a busy "
+                    "machine); starting the query again (%d of %d): the checkpoint replays its "
+                    "batch",
+                    late_workers,
+                    LATE_WORKER_RETRIES,
+                )
+                writer.failure = None
+                continue
+            if failure is None or not isinstance(from_spark(failure), NewTopics):
+                break
+            log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
+            if not admit_new_topics(spec, checked):
+                break  # gone again (deleted): a rerun resumes
+            writer.failure = None
+    ended(spec, writer, stop, failure)
+
+
+def _start_query(
+    spark: Any,
+    spec: ImportSpec,
+    writer: BatchWriter | ConnectWriter,
+    options: dict[str, str],
+    warm_up: WarmUp | None,
+) -> Any:
+    if isinstance(writer, ConnectWriter):  # the server's workers log into this import's log too
+        options[LOG_TO] = logs.settings()
+    stream = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    if warm_up is not None:
+        warm_up.plan_reads()
+    writer_stream = stream.writeStream.foreachBatch(writer.batch_function()).option(
+        "checkpointLocation", spec.checkpoint
+    )
+    if spec.mode == "bulk":
+        writer_stream = writer_stream.trigger(availableNow=True)
+    else:
+        writer_stream = writer_stream.trigger(processingTime=f"{spec.trigger_seconds} seconds")
+    return writer_stream.start()
+
+
+def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
+    """Topics that appeared while a routed import runs: each table checked, its ledger read and
+    the table prepared, as at the start, before the batch that reads them is written. A topic
+    whose table is an existing one's joins it. Returns the topics admitted."""
+    partitions = checked.reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    known = set(checked.partitions)
+    new = [tp for tp in partitions if tp not in known and checked.destination_of(tp[0]) is None]
+    # New partitions of a known topic are its table's: the source reads them from offset 0.
+    checked.partitions = sorted(known | set(partitions))
+    if not new:
+        return []
+    low, high = checked.reader.log.watermarks(new)
+    tables = {each.target.table: each for each in checked.destinations}
+    added = check_destinations(spec, checked.sink, checked.reader, new)
+    read_ledgers(spec, checked, added, low, high)
+    prepare(spec, checked, added)
+    for each in added:
+        joined = tables.get(each.target.table)
+        if joined is None:
+            checked.destinations.append(each)
+            continue
+        if joined.spelled != each.spelled:
+            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
+        joined.topics = tuple(sorted({*joined.topics, *each.topics}))
+        joined.partitions = sorted({*joined.partitions, *each.partitions})
+        joined.held = {**joined.held, **each.held}
+    log.info("new topics %s: their tables are ready", ", ".join(topics_of(new)))
+    return topics_of(new)
+
+
+def ended(
+    spec: ImportSpec,
+    writer: BatchWriter | ConnectWriter,
+    stop: StopRequest,
+    failure: BaseException | None,
+) -> None:
+    """How the query ended, as lagless says it. After a stop request, an error is the stop's
+    doing (the batch the writer refused, one that query.stop() interrupted), or, if not, is
+    logged and met again by the rerun."""
+    if failure is not None:
+        raise stopped_by(failure)
+    if stop.is_set():
+        log.warning("stopped by %s after %d batches; a rerun resumes", stop.first.name, writer.done)
+        if spec.mode == "bulk":  # a continuous import's signal is its usual end
+            raise Stopped(stop.first.value, stop.first.name)
+
+
+def refuse_a_table_behind(
+    checkpoint: str, destination: Destination, lost: set[tuple[str, int]]
+) -> None:
+    """BadInput, before anything is written, when a table no longer holds what the
+    checkpoint's committed batches read of its topics (it was deleted, emptied or rolled back
+    since): the query would resume past the gap and leave it unfilled, with nothing said.
+    Partitions whose checkpoint offsets the log lost (`lost`: a recreated topic, read again
+    from its start under --skip-lost-offsets) are another log's: not compared."""
+    committed = {
+        tp: r
+        for tp, r in committed_ranges(checkpoint).items()
+        if tp not in lost and tp[0] in destination.topics
+    }
+    gap = lacking(destination.held, committed)
     if gap is None:
         return
     topic, partition = gap.tp
     holds = f"only up to offset {gap.held:,}" if gap.held else "none of it"
     raise BadInput(
         f"checkpoint {checkpoint!r} imported {topic}[{partition}] up to offset {gap.end:,}, "
-        f"but {where} holds {holds}: the table was deleted, emptied or rolled back since; to "
-        "import what it lacks, use a new --checkpoint (the table's ledger then decides where "
-        "each partition resumes)"
+        f"but {destination.where} holds {holds}: the table was deleted, emptied or rolled "
+        "back since; to import what it lacks, use a new --checkpoint (the table's ledger then "
+        "decides where each partition resumes)"
     )
 
 
 def _task_modules(task_writer: TaskWriter | None) -> tuple[str, ...]:
-    """What the source's tasks import: the source, and the store's writer when they write."""
-    return SOURCE_MODULES + ((task_writer.name.partition(":")[0],) if task_writer else ())
+    """What the source's tasks import: the source, and the store's writers when they write."""
+    if task_writer is None:
+        return SOURCE_MODULES
+    names = [task_writer.name]
+    if task_writer.name == ROUTED_WRITER:
+        names += [name for name, _ in json.loads(task_writer.config)["routes"].values()]
+    return SOURCE_MODULES + tuple(sorted({name.partition(":")[0] for name in names}))
 
 
-def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -> None:
+def _stop_file(checkpoint: str) -> StopFile:
+    """Where this run's stop request is passed to Spark's processes, which no signal reaches:
+    the source's planning and tasks then leave a wait for a broker that is away (retry.py).
+    In the checkpoint, which a Spark Connect server sees too; a name of its own per run, so
+    that one a killed run left behind stops no other."""
+    return StopFile(os.path.join(os.path.abspath(checkpoint), f"stop-{uuid.uuid4().hex[:12]}"))
+
+
+def _await(
+    query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter, stop_file: StopFile
+) -> None:
     """Until the query ends, or until a stop was asked for and the batch in flight is done
     (the batch after it is refused by the writer); a second signal: at once, abandoning the
-    batch in flight, which the checkpoint replays."""
+    batch in flight, which the checkpoint replays. A stop request is passed on to Spark's
+    processes (stop_file): one waiting for the broker fails the query at once."""
     from pyspark.errors import StreamingQueryException
 
     done_at_stop: int | None = None
@@ -215,6 +465,7 @@ def _await(query: Any, stop: StopRequest, writer: BatchWriter | ConnectWriter) -
             if done_at_stop is None:
                 done_at_stop = writer.done
                 log.warning("%s: stopping after the batch in flight", stop.first.name)
+                stop_file.set()
             if stop.insisted:
                 log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
                 return
@@ -237,11 +488,46 @@ def _stop(query: Any) -> None:
         log.warning("the query did not stop within Spark's stop timeout", exc_info=True)
 
 
+# Spark gives the Python process it starts (the source's planning runner, a task's worker) a
+# fixed 10 s to connect back (PythonWorkerFactory, not configurable); on a machine busy enough
+# that starting Python takes longer, the query fails before it reads anything. It may pass when
+# started again, which replays nothing twice (the ledger).
+LATE_WORKER_RETRIES = 3
+_LATE_WORKER = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
+
+
+def late_worker(failure: BaseException) -> bool:
+    """The failure is a Python worker of Spark's that did not connect back in time."""
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            text = str(current)
+        except Exception:  # a JVM that is gone cannot describe its error
+            text = repr(current.args)
+        if any(words in text for words in _LATE_WORKER):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def stopped_by(failure: BaseException) -> LaglessError:
     """The query's failure as lagless's own: the class it was raised as in foreachBatch, a
-    task or the source (exceptions.from_spark); any other failure is terminal."""
+    task or the source (exceptions.from_spark); a Python worker that kept failing to start is
+    transient (a rerun on a quieter machine passes); any other failure is terminal, named by
+    the innermost error a Python worker raised (exceptions.worker_error: a full disk's OSError,
+    not Spark's "An exception was thrown from the Python worker"), else by its first line."""
     found = from_spark(failure)
     log.error("the import failed", exc_info=failure)
     if found is not None:
         return found
-    return TerminalError(f"import stopped: {first_line(str(failure))}")
+    if late_worker(failure):
+        return TransientError(
+            "Spark's Python workers did not start within its 10 s, "
+            f"{LATE_WORKER_RETRIES + 1} times: the machine is too busy; run it again later"
+        )
+    return TerminalError(f"import stopped: {worker_error(failure) or first_line(str(failure))}")

@@ -5,9 +5,12 @@ and of the typed JSON values the source's tasks decode (source/json_values.py)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
+from lagless.sinks.ledger import TP
+from lagless.sinks.upsert_order import LOG_TIME, RANK
 from lagless.source.json_values import COLUMN as DECODED
 from lagless.source.json_values import CORRUPT as _CORRUPT
 
@@ -179,9 +182,13 @@ def shape(
     target: Target,
     max_record_bytes: int | None = None,
     avro: AvroDecoding | None = None,
+    log_times: Mapping[TP, int] | None = None,
 ) -> DataFrame:
     """Sink columns (Target.row_columns), plus RAW (the value as read), BYTES (key + value) and
-    ERROR (the reason it is rejected, else NULL)."""
+    ERROR (the reason it is rejected, else NULL). An upsert's rows carry their log time
+    (upsert_order.py), each partition's running maximum starting from `log_times` (its log
+    time where the batch starts, none for a partition not listed), over every record read,
+    the rejected ones included."""
     from pyspark.sql import functions as F
 
     size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
@@ -194,7 +201,12 @@ def shape(
         else:
             records = _parse_json(records, target.fields)
         stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
-    extra = [F.col("value").isNull().alias(TOMBSTONE)] if target.mode == "upsert" else []
+    extra = []
+    if target.mode == "upsert":
+        extra = [
+            _log_time(log_times or {}).alias(LOG_TIME),
+            F.col("value").isNull().alias(TOMBSTONE),
+        ]
     return records.select(
         "topic",
         "partition",
@@ -208,26 +220,46 @@ def shape(
     )
 
 
+def _log_time(carried: Mapping[TP, int]) -> Column:
+    """A record's log time: the newest timestamp of its partition up to it, in this batch and
+    before (`carried`, per partition: a CASE of literals, one expression for the JVM)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    up_to_here = (
+        Window.partitionBy("topic", "partition")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    running = F.max(F.unix_millis("timestamp")).over(up_to_here)
+    if not carried:
+        return running
+    cases = " ".join(
+        f"WHEN topic = {sql_string(t)} AND partition = {p} THEN {int(ms)}"
+        for (t, p), ms in sorted(carried.items())
+    )
+    return F.greatest(running, F.expr(f"CASE {cases} END"))
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     """Rows for the target; in upsert mode only the newest record of each key, a tombstone
-    included (coalescing).
-
-    Newest follows the sinks' rule: the highest offset within a partition, then across
-    partitions the latest timestamp, then the highest partition.
-    """
+    included (coalescing): the one of the highest rank (upsert_order.py), the sinks' rule."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
     if target.mode != "upsert":
         return rows
-    keys = target.unique
-    in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
-    across = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
+    newest_first = Window.partitionBy(*target.unique).orderBy(
+        *(F.col(name).desc() for name in RANK)
+    )
     return (
-        rows.withColumn(_RANK, F.row_number().over(in_partition))
-        .where(F.col(_RANK) == 1)
-        .withColumn(_RANK, F.row_number().over(across))
+        rows.withColumn(_RANK, F.row_number().over(newest_first))
         .where(F.col(_RANK) == 1)
         .drop(_RANK)
     )

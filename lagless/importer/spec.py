@@ -7,14 +7,21 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from lagless.exceptions import BadInput
 from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
 from lagless.importer.cluster import check_tasks_reach_store, master_url
-from lagless.importer.decode import AvroDecoding
+from lagless.importer.routing import (
+    Destination,
+    TableTemplate,
+    by_topic,
+    route,
+    table_names,
+    topics_of,
+)
 from lagless.importer.value_schema import ValueSchema, resolve
 from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
@@ -32,7 +39,11 @@ from lagless.sinks.url import absolute
 from lagless.source import avro_values, json_values, to_json_offsets
 from lagless.source import options as o
 from lagless.source.data_loss import Lost, lost_offsets
+from lagless.source.executor_write import ROUTED_WRITER
 from lagless.source.json_values import decodable
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 # The fewest records the planner puts in a piece of a range (planner/split.py): a remainder
@@ -58,6 +69,7 @@ class ImportSpec:
     topics: tuple[str, ...]
     sink_url: str
     checkpoint: str
+    # A table, or a template of one per topic (routing.py: `{topic}`, `{schema}`, `{table}`).
     table: str | None = None
     write: WriteMode = "append"
     mode: RunMode = "bulk"
@@ -86,12 +98,33 @@ class ImportSpec:
     spark_conf: tuple[tuple[str, str], ...] = ()
     # The executors see the driver's filesystem at the same paths (--shared-disk).
     shared_disk: bool = False
+    # Every topic whose whole name matches this regular expression, now and while the import
+    # runs (Spark's subscribePattern); in place of `topics`.
+    topic_pattern: str | None = None
+
+    @property
+    def routed(self) -> bool:
+        """Whether each topic goes to the table the template names for it (routing.py)."""
+        if self.topic_pattern is not None:
+            return True
+        return self.table is not None and bool(TableTemplate.parse(self.table).names)
+
+    @property
+    def template(self) -> TableTemplate:
+        return TableTemplate.parse(self.table or "{topic}")
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
+        """The one table of an import that is not routed."""
         if self.table is None and len(self.topics) != 1:
-            raise BadInput("importing several topics needs --table")
+            raise BadInput(
+                "importing several topics needs --table: one table, or a table per topic "
+                "with --table '{topic}'"
+            )
+        return self.target_for(self.table or self.topics[0], value_schema)
+
+    def target_for(self, table: str, value_schema: ValueSchema | None = None) -> Target:
         return Target(
-            sink_from_url(self.sink_url).table_name(self.table or self.topics[0]),
+            sink_from_url(self.sink_url).table_name(table),
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
@@ -104,17 +137,15 @@ class ImportSpec:
         slots: int,
         held: Offsets | None = None,
         bytes_per_record: Mapping[TP, float] | None = None,
-        json_fields: str | None = None,
-        target: Target | None = None,
-        avro: AvroDecoding | None = None,
+        checked: Checked | None = None,
     ) -> dict[str, str]:
-        """The lagless-kafka source's options for this import (target: as the checks resolved
-        it; json_fields: Checked.json_fields_tasks_decode; avro: Checked.avro)."""
+        """The lagless-kafka source's options for this import (checked: its tables as the
+        checks resolved them; None: the one table of an import that is not routed, untyped)."""
+        destinations = checked.destinations if checked else [self.untyped_destination()]
         options = self.kafka.source_options()
         options.update(
             {
                 f"{o.KAFKA_PREFIX}bootstrap.servers": self.kafka.bootstrap,
-                o.SUBSCRIBE: ",".join(self.topics),
                 o.STARTING_OFFSETS: "earliest",
                 o.FAIL_ON_DATA_LOSS: str(self.fail_on_data_loss).lower(),
                 o.SLOTS: str(slots),
@@ -122,7 +153,11 @@ class ImportSpec:
                 o.RETRY_SECONDS: str(self.retry_seconds),
             }
         )
-        writer = self.executor_writer(target)
+        if self.topic_pattern is not None:
+            options[o.SUBSCRIBE_PATTERN] = self.topic_pattern
+        else:
+            options[o.SUBSCRIBE] = ",".join(self.topics)
+        writer = self.tasks_writer(destinations)
         if self.max_records_per_batch:
             options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
         else:
@@ -140,17 +175,44 @@ class ImportSpec:
             options[o.EXECUTOR_WRITER_CONFIG] = writer.config
             if writer.secret is not None:
                 options[o.EXECUTOR_WRITER_SECRET] = writer.secret.reveal()
+            if self.routed:  # a task writes into one table: its pieces are of one topic
+                options[o.ONE_TOPIC_PER_TASK] = "true"
         if held:
             options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(held))
         if bytes_per_record:
             sizes = {tp: math.ceil(size) for tp, size in bytes_per_record.items()}
             options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
-        if json_fields is not None:
-            options[o.DECODE_JSON_VALUES] = json_fields
-        if avro is not None and writer is not None and target and target.fields is not None:
-            options[o.DECODE_AVRO_VALUES] = avro.values(target.fields.json()).option()
+        if checked is not None and checked.json_fields_tasks_decode is not None:
+            options[o.DECODE_JSON_VALUES] = checked.json_fields_tasks_decode
+        avro = checked.avro_tasks_decode if checked is not None else None
+        if avro is not None and writer is not None:
+            options[o.DECODE_AVRO_VALUES] = avro.option()
         options.update(self.extra_source_options)
         return options
+
+    def tasks_writer(self, destinations: list[Destination]) -> TaskWriter | None:
+        """The writer the source's tasks run, when they write every table's records (each
+        table's writer, by topic, for a routed import: executor_write.routed); else None,
+        and every batch comes through Spark's rows. One query reads every table's records:
+        they all take the one path or the other."""
+        if len({(_json(each.target.fields), each.avro) for each in destinations}) > 1:
+            return None  # the tasks decode values one way for all tables
+        writers = {}
+        for each in destinations:
+            writer = self.executor_writer(each.target)
+            if writer is None:
+                return None
+            writers.update(dict.fromkeys(each.topics, writer))
+        if not writers:
+            return None
+        if not self.routed:
+            return next(iter(writers.values()))
+        secret = next(iter(writers.values())).secret  # one store's
+        routes = {topic: [writer.name, writer.config] for topic, writer in writers.items()}
+        return TaskWriter(ROUTED_WRITER, json.dumps({"routes": routes}), secret)
+
+    def untyped_destination(self) -> Destination:
+        return Destination(self.target(), self.topics, [], "")
 
     def with_absolute_paths(self) -> ImportSpec:
         """The checkpoint and a local store's path made absolute (the same places)."""
@@ -200,60 +262,168 @@ class Checked:
     """What validation found, so the run does not ask the broker twice."""
 
     sink: Sink
-    target: Target
     reader: OffsetReader
-    partitions: list[tuple[str, int]]
-    avro: AvroDecoding | None = None
+    # Every partition the import reads, and each table's own (routing.py).
+    partitions: list[TP]
+    destinations: list[Destination]
     # The checkpoint's record to write before the query starts; None: it is there already.
     fit: Fit | None = None
     # Offsets the checkpoint stood at that the log no longer holds (--skip-lost-offsets).
     lost: list[Lost] = field(default_factory=list)
 
     @property
-    def where(self) -> str:
-        """The target as messages name it: the store (no password) and the table."""
-        return f"table {self.target.table!r} of {self.sink.url}"
+    def held(self) -> Offsets:
+        """What the tables hold, every table's partitions together (a topic has one table)."""
+        return {tp: offset for each in self.destinations for tp, offset in each.held.items()}
+
+    def destination_of(self, topic: str) -> Destination | None:
+        return by_topic(self.destinations).get(topic)
+
+    @property
+    def shared_value_schema(self) -> ValueSchema | None:
+        """The value's fields and their Avro decoding when every table has the same (one
+        query's tasks decode values one way); None when they differ or there are none."""
+        schemas = {
+            (each.target.value_format, _json(each.target.fields), each.avro)
+            for each in self.destinations
+        }
+        if len(schemas) != 1:
+            return None
+        first = self.destinations[0]
+        if first.target.fields is None:
+            return None
+        return ValueSchema(first.target.fields, first.avro)
 
     @property
     def json_fields_tasks_decode(self) -> str | None:
         """Typed JSON values the source's tasks can decode (source/json_values.py): the
         value schema as JSON, else None (from_json decodes every value)."""
-        fields = self.target.fields
-        if self.target.value_format != "json" or fields is None or self.avro is not None:
+        shared = self.shared_value_schema
+        if shared is None or shared.fields is None or shared.avro is not None:
             return None
-        return fields.json() if decodable(fields.json()) else None
+        if self.destinations[0].target.value_format != "json":
+            return None
+        return shared.fields.json() if decodable(shared.fields.json()) else None
+
+    @property
+    def avro_tasks_decode(self) -> avro_values.AvroValues | None:
+        """The Avro decoder of the source's tasks, when every table decodes alike."""
+        shared = self.shared_value_schema
+        if shared is None or shared.fields is None or shared.avro is None:
+            return None
+        return shared.avro.values(shared.fields.json())
+
+
+def _json(fields: StructType | None) -> str | None:
+    return fields.json() if fields is not None else None
 
 
 def check(spec: ImportSpec) -> Checked:
-    """Every bad-input check, before anything is written to the sink or the checkpoint."""
+    """Every bad-input check, before anything is written to the sink or the checkpoint; a
+    routed import's per table (check_destinations)."""
+    if not spec.trigger_seconds > 0:
+        raise BadInput(f"--trigger-seconds must be above 0, not {spec.trigger_seconds:g}")
     if spec.ending_timestamp is not None and spec.mode != "bulk":
         raise BadInput("--ending-timestamp needs --mode bulk (a continuous import has no end)")
-    table = spec.target().table  # the table name, before anything is asked of the broker
+    if spec.topic_pattern is not None and spec.topics:
+        raise BadInput("--topic-pattern reads every topic it matches: give it without --topic")
     sink = sink_from_url(spec.sink_url)
-    # Before the broker is asked anything: where the tasks write does not depend on the log.
-    check_tasks_reach_store(
-        master_url(spec.master),
-        spec.shared_disk,
-        sink,
-        spec.target(),
-        spec.executor_writer() is not None,
-    )
+    template = spec.template
+    if not spec.routed:
+        # Before the broker is asked anything: where the tasks write does not depend on it.
+        check_tasks_reach_store(
+            master_url(spec.master),
+            spec.shared_disk,
+            sink,
+            spec.target(),
+            spec.executor_writer() is not None,
+        )
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
-    fit = Fit.of(spec.topics, sink.identity, table, spec.write, spec.value_format, spec.key_fields)
+    fit = Fit.of(
+        spec.topics,
+        sink.identity,
+        template.text if spec.routed else spec.target().table,
+        spec.write,
+        spec.value_format,
+        spec.key_fields,
+        spec.topic_pattern or "",
+    )
     new_fit = check_fit(spec.checkpoint, fit)
     reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-    partitions = reader.cluster.partitions(spec.topics)
+    partitions = reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    if spec.topic_pattern is not None and not partitions and spec.mode == "bulk":
+        raise BadInput(
+            f"no topic on {spec.kafka.bootstrap} matches --topic-pattern {spec.topic_pattern!r}"
+        )
     lost = check_log(spec, reader, partitions)
     if spec.dead_letter_topic is not None:
-        if spec.dead_letter_topic in spec.topics:
+        if spec.dead_letter_topic in topics_of(partitions):
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
         reader.cluster.partitions([spec.dead_letter_topic])
-    value_schema = resolve(spec, partitions)
-    target = spec.target(value_schema)
-    sink.check(target)
-    return Checked(
-        sink, target, reader, partitions, value_schema.avro, fit if new_fit else None, lost
-    )
+    destinations = check_destinations(spec, sink, reader, partitions)
+    return Checked(sink, reader, partitions, destinations, fit if new_fit else None, lost)
+
+
+def check_destinations(
+    spec: ImportSpec, sink: Sink, reader: OffsetReader, partitions: list[TP]
+) -> list[Destination]:
+    """The tables these partitions' records land in, each checked as a table of its own: its
+    name, value schema and layout (Sink.check), and whether the tasks can reach it. Called
+    before the first batch, and again for topics that appear while a routed import runs."""
+    names_of = _names_of(spec, reader, partitions)
+    if spec.routed:
+        tables = route(spec.template, topics_of(partitions), names_of, sink.table_name)
+    else:
+        tables = {spec.target().table: spec.topics}
+    destinations = []
+    for table, topics in tables.items():
+        own = [tp for tp in partitions if tp[0] in topics]
+        value_schema = resolve(spec, own, topics)
+        target = spec.target_for(table, value_schema)
+        sink.check(target)
+        if spec.routed:
+            check_tasks_reach_store(
+                master_url(spec.master),
+                spec.shared_disk,
+                sink,
+                target,
+                spec.executor_writer(target) is not None,
+            )
+        where = f"table {target.table!r} of {sink.url}"
+        spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""
+        destinations.append(
+            Destination(target, topics, own, where, value_schema.avro, spelled=spelled)
+        )
+    return destinations
+
+
+def _names_of(
+    spec: ImportSpec, reader: OffsetReader, partitions: list[TP]
+) -> Callable[[str], dict[str, str]]:
+    """A topic's names for the template (routing.table_names): from a sample record's value
+    when the template needs more than the topic's name and the values can tell."""
+    template = spec.template
+    samples: dict[str, bytes | None] = {}
+    if template.needs_source and spec.value_format == "debezium":
+        low, high = reader.log.watermarks(partitions)
+        firsts: dict[str, TP] = {}
+        for tp in sorted(partitions):
+            if high[tp] > low[tp]:
+                firsts.setdefault(tp[0], tp)
+        found = reader.records.at({tp: low[tp] for tp in firsts.values()})
+        samples = {tp[0]: (records[0].value if records else None) for tp, records in found.items()}
+
+    def names_of(topic: str) -> dict[str, str]:
+        names = table_names(topic, samples.get(topic), spec.value_format)
+        missing = template.names - set(names)
+        if missing:
+            raise BadInput(
+                f"--table {template.text!r}: topic {topic!r} has no {{{sorted(missing)[0]}}} "
+                "(its name is not <prefix>.<schema>.<table>)"
+            )
+        return names
+
+    return names_of
 
 
 def check_log(

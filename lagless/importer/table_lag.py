@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from lagless.kafka import TP
+from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
-from lagless.sinks import Target, sink_from_url
+from lagless.kafka.records import Records
+from lagless.sinks import Sink, Target, sink_from_url
+from lagless.sinks.ledger import HeldRecord, Recreated, recreated
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class PartitionInTable:
     # Seconds since the oldest record the table does not hold was written; 0 when caught up,
     # None when that record could not be read (deleted meanwhile, or the read timed out).
     time_lag_s: float | None
+    # The table holds another topic's history: the topic was deleted and recreated since
+    # (ledger.recreated); what it says, else None.
+    another_topic: str | None = None
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -53,6 +58,10 @@ def table_lag(
             if max(held.get(tp, low[tp]), low[tp]) < high[tp]
         }
         found = reader.records.at(oldest_missing)
+        differs = {
+            each.tp: str(each)
+            for each in history_of_another_topic(sink, target, reader.records, held, low, high)
+        }
     now = time.time() if now is None else now
     rows = []
     for tp in partitions:
@@ -64,7 +73,37 @@ def table_lag(
         start = max(held.get(tp, low[tp]), low[tp])
         rows.append(
             PartitionInTable(
-                tp[0], tp[1], held.get(tp), low[tp], high[tp], max(0, high[tp] - start), lag_s
+                tp[0],
+                tp[1],
+                held.get(tp),
+                low[tp],
+                high[tp],
+                max(0, high[tp] - start),
+                lag_s,
+                differs.get(tp),
             )
         )
     return rows
+
+
+def history_of_another_topic(
+    sink: Sink, target: Target, records: Records, held: Offsets, low: Offsets, high: Offsets
+) -> list[Recreated]:
+    """The partitions whose newest row in the table is not the log's record at its offset
+    now (ledger.recreated): the topic was deleted and recreated since. Only offsets the log
+    still holds (`low`, `high`: its watermarks) are read: a record retention removed tells
+    nothing, and waiting for it would only hold the import up."""
+    newest = {
+        tp: row
+        for tp, row in sink.newest_rows(target, held).items()
+        if low.get(tp, 0) <= row.offset < high.get(tp, 0)
+    }
+    if not newest:
+        return []
+    found = records.at({tp: row.offset for tp, row in newest.items()})
+    now = {
+        tp: HeldRecord(seen[0].offset, seen[0].timestamp_ms, seen[0].key)
+        for tp, seen in found.items()
+        if seen
+    }
+    return recreated(newest, now)

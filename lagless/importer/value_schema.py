@@ -13,6 +13,7 @@ from lagless.exceptions import BadInput
 from lagless.first_line import first_line
 from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
 from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,17 +32,22 @@ class ValueSchema:
     avro: AvroDecoding | None = None
 
 
-def resolve(spec: ImportSpec, partitions: list[tuple[str, int]]) -> ValueSchema:
+def resolve(
+    spec: ImportSpec, partitions: list[tuple[str, int]], topics: tuple[str, ...] | None = None
+) -> ValueSchema:
+    """The value's fields of one table, whose records are these partitions' of `topics`
+    (default: the import's)."""
+    topics = spec.topics if topics is None else topics
     if spec.key_fields and spec.write != "upsert":
         raise BadInput("--key-field needs --write upsert")
     if spec.value_format == "avro":
-        schema = _avro(spec)
+        schema = _avro(spec, topics)
     elif spec.value_schema is not None:
         if spec.value_format != "json":
             raise BadInput("--value-schema needs --value-format json or avro")
         if spec.schema_registry is not None:
             raise BadInput("--schema-registry needs --value-format avro")
-        schema = ValueSchema(_json_fields(spec, partitions))
+        schema = ValueSchema(_json_fields(spec, partitions, topics))
     else:
         schema = ValueSchema(None)
     if schema.fields is None:
@@ -50,7 +56,9 @@ def resolve(spec: ImportSpec, partitions: list[tuple[str, int]]) -> ValueSchema:
         return schema
     for field in schema.fields:
         check_identifier(field.name, "value field")
-        if field.name in (*TYPED_COLUMNS, TOMBSTONE):
+        if field.name in (*TYPED_COLUMNS, TOMBSTONE) or (
+            spec.write == "upsert" and field.name == LOG_TIME
+        ):
             raise BadInput(f"value field {field.name!r} has the name of a column lagless adds")
     for name in spec.key_fields:
         if name not in schema.fields.fieldNames():
@@ -58,14 +66,16 @@ def resolve(spec: ImportSpec, partitions: list[tuple[str, int]]) -> ValueSchema:
     return schema
 
 
-def _avro(spec: ImportSpec) -> ValueSchema:
+def _avro(spec: ImportSpec, topics: tuple[str, ...]) -> ValueSchema:
     if spec.value_schema is not None:
         reader = _read_file(spec.value_schema.removeprefix("@"), "--value-schema")
         where = f"--value-schema {spec.value_schema}"
     elif spec.schema_registry is not None:
-        if len(spec.topics) != 1:
-            raise BadInput("--schema-registry reads the subject <topic>-value: import one topic")
-        subject = f"{spec.topics[0]}-value"
+        if len(topics) != 1:
+            raise BadInput(
+                "--schema-registry reads the subject <topic>-value: import one topic per table"
+            )
+        subject = f"{topics[0]}-value"
         reader = latest_registered(spec.schema_registry, subject)
         where = f"subject {subject!r}"
     else:
@@ -83,7 +93,9 @@ def _read_file(path: str, option: str) -> str:
         raise BadInput(f"{option} file {path!r} cannot be read: {reason}") from None
 
 
-def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructType:
+def _json_fields(
+    spec: ImportSpec, partitions: list[tuple[str, int]], topics: tuple[str, ...]
+) -> StructType:
     from lagless.importer.spark import is_remote, spark_session
 
     text = spec.value_schema
@@ -97,7 +109,7 @@ def _json_fields(spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructT
                 "--value-schema infer cannot run over Spark Connect (it reads through Spark's "
                 "RDD API): infer once with a local --master, then pass the schema it prints"
             )
-        fields = _infer(spark, spec, partitions)
+        fields = _infer(spark, spec, partitions, topics)
         print(f"lagless: inferred --value-schema {to_ddl(spark, fields)!r}", file=sys.stderr)
         return fields
     return parse_ddl(spark, text)
@@ -132,7 +144,12 @@ def to_ddl(spark: SparkSession, fields: StructType) -> str:
     return str(jvm.org.apache.spark.sql.types.DataType.fromJson(fields.json()).toDDL())
 
 
-def _infer(spark: SparkSession, spec: ImportSpec, partitions: list[tuple[str, int]]) -> StructType:
+def _infer(
+    spark: SparkSession,
+    spec: ImportSpec,
+    partitions: list[tuple[str, int]],
+    topics: tuple[str, ...],
+) -> StructType:
     """The schema Spark's JSON reader finds in the first INFER_SAMPLE_RECORDS records of each
     partition, read with the lagless source."""
     import json
@@ -142,7 +159,7 @@ def _infer(spark: SparkSession, spec: ImportSpec, partitions: list[tuple[str, in
 
     options = spec.kafka.source_options()
     options["kafka.bootstrap.servers"] = spec.kafka.bootstrap
-    options["subscribe"] = ",".join(spec.topics)
+    options["subscribe"] = ",".join(topics)
     options["failOnDataLoss"] = "false"
 
     with OffsetReader(spec.kafka) as reader:

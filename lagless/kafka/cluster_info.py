@@ -3,6 +3,7 @@ groups and their members."""
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import threading
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ClusterMetadata, ConfigResource
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
@@ -132,7 +133,10 @@ class ClusterInfo:
             names = topics
             missing = [t for t in names if t not in metadata.topics or metadata.topics[t].error]
             if missing:
-                raise BadInput(f"topic {missing[0]!r} does not exist on {bootstrap}")
+                raise BadInput(
+                    f"topic {missing[0]!r} does not exist on {bootstrap}; "
+                    f"{_topics_there(metadata, missing[0])}"
+                )
         return [(t, p) for t in names for p in sorted(metadata.topics[t].partitions)]
 
     def topic_partitions(self) -> dict[str, int]:
@@ -355,3 +359,20 @@ def describe_found(group: str, found: Any) -> GroupDescription:
         ),
         protocol=str(getattr(getattr(found, "type", None), "name", None) or "CLASSIC"),
     )
+
+
+# Topics a "does not exist" names, nearest to the one asked for first; more are counted.
+NAMED_TOPICS = 10
+
+
+def _topics_there(metadata: ClusterMetadata, asked: str) -> str:
+    """What the cluster has instead, for a topic that is not there: its topics (not Kafka's
+    internal ones), the names closest to `asked` first."""
+    names = sorted(t for t, meta in metadata.topics.items() if not meta.error and t[:2] != "__")
+    if not names:
+        return "it has no topics"
+    close = difflib.get_close_matches(asked, names, n=NAMED_TOPICS, cutoff=0.6)
+    shown = close + [name for name in names if name not in close]
+    more = len(shown) - NAMED_TOPICS
+    listed = ", ".join(shown[:NAMED_TOPICS]) + (f" and {more} more" if more > 0 else "")
+    return f"its topics: {listed}"

@@ -8,6 +8,7 @@ TransientError says so.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -30,6 +31,9 @@ class KafkaConnection:
     timeout_s: float
     retry_s: float
     reached: bool
+    # A stop request that ends a wait for a broker that is away (retry.py); None: waits last
+    # the budget.
+    stop: threading.Event | None = None
     admin: AdminClient = field(init=False)
     _cluster_id: str | None = field(default=None, init=False)
 
@@ -78,6 +82,7 @@ class KafkaConnection:
             budget_s=self.retry_s,
             retry_on=(KafkaException,),
             reason=lambda exc: reason(cast(KafkaException, exc)),
+            stop=self.stop,
         )
 
 

@@ -17,6 +17,7 @@ metadata.
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 from typing import Self
 
@@ -38,11 +39,13 @@ class OffsetReader:
         retry_s: float = DEFAULT_RETRY_S,
         *,
         reached: bool = False,
+        stop: threading.Event | None = None,
     ) -> None:
         """`timeout_s`: how long one request may take; `retry_s`: how long a broker that went
-        away is waited for (lagless/retry.py). Before it first answered (`reached`), an
-        unreachable broker is bad input (a wrong address) rather than one to wait for."""
-        self.connection = KafkaConnection(config, timeout_s, retry_s, reached)
+        away is waited for (lagless/retry.py), unless `stop` is set meanwhile. Before it first
+        answered (`reached`), an unreachable broker is bad input (a wrong address) rather than
+        one to wait for."""
+        self.connection = KafkaConnection(config, timeout_s, retry_s, reached, stop)
         self.cluster = ClusterInfo(self.connection)
         self.groups = GroupOffsets(self.connection)
         self.records = Records(config)

@@ -16,10 +16,16 @@ from lagless.kafka.config import KafkaConfig
 
 @dataclass(frozen=True)
 class RecordInfo:
-    """A record as the driver needs it: when it was written and how big it is."""
+    """A record as the driver needs it: when it was written, how big it is, and its value (a
+    routed import's table may be named by it: importer/routing.py); where it is and its key,
+    which tell a recreated topic's record from the one a table holds."""
 
     timestamp_s: float | None
     size_bytes: int
+    value: bytes | None = None
+    offset: int = -1
+    timestamp_ms: int | None = None
+    key: bytes | None = None
 
 
 # A few records of each partition, all partitions in one fetch: with the reader's 1 MiB per
@@ -66,10 +72,15 @@ class Records:
                     if message.error() is not None or tp not in pending:
                         continue
                     kind, millis = message.timestamp()
+                    key = message.key()
                     seen[tp].append(
                         RecordInfo(
                             timestamp_s=millis / 1000 if kind and millis > 0 else None,
-                            size_bytes=len(message.value() or b"") + len(message.key() or b""),
+                            size_bytes=len(message.value() or b"") + len(key or b""),
+                            value=message.value(),
+                            offset=cast(int, message.offset()),
+                            timestamp_ms=millis if kind else None,
+                            key=bytes(key) if key is not None else None,
                         )
                     )
                     if len(seen[tp]) == wanted[tp]:

@@ -240,7 +240,26 @@ def _cells(line: str) -> list[str] | None:
 
 
 def format_duration(seconds: float) -> str:
+    """A drain time in the unit its size asks for: 0.042s, 12.3s, 4m05s, 1h02m03s."""
+    if seconds < 10:
+        return f"{seconds:.3g}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+# (unit, seconds in it): the chart's time axis, the largest unit the drain fills twice.
+TIME_UNITS = (("hours", 3600.0), ("minutes", 60.0), ("seconds", 1.0))
+# (unit, records in it): the chart's records axis, likewise.
+RECORD_UNITS = (("millions", 1e6), ("thousands", 1e3), ("", 1.0))
+
+
+def scale_for(largest: float, units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    """The largest unit `largest` is at least two of (the smallest unit otherwise)."""
+    for name, size in units:
+        if largest >= 2 * size:
+            return name, size
+    return units[-1]

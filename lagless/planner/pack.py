@@ -74,3 +74,23 @@ def pack_tasks(
     loads = dict((slot, weight) for weight, slot in lightest)
     ranked = sorted(range(count), key=lambda slot: (-loads[slot], slot))
     return [tuple(sorted(members[slot])) for slot in ranked]
+
+
+def pack_tasks_per_topic(
+    pieces: Sequence[OffsetRange],
+    min_task_bytes: int,
+    bytes_per_record: Mapping[tuple[str, int], float] | None = None,
+) -> list[Task]:
+    """pack_tasks for each topic's pieces apart, so that every task reads one topic (a routed
+    import's task writes into its topic's table); the tasks of all topics heaviest first,
+    as pack_tasks orders its own (ties by their first piece)."""
+    topics = sorted({piece.topic for piece in pieces})
+    tasks = [
+        task
+        for topic in topics
+        for task in pack_tasks(
+            [piece for piece in pieces if piece.topic == topic], min_task_bytes, bytes_per_record
+        )
+    ]
+    sizes = record_sizes({piece.key for task in tasks for piece in task}, bytes_per_record)
+    return sorted(tasks, key=lambda task: (-sum(p.records * sizes[p.key] for p in task), task[0]))

@@ -10,7 +10,6 @@ from typing import Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 
 @dataclass
@@ -24,12 +23,25 @@ class Summary:
     seconds: float = 0.0
     by_partition: Counter[tuple[str, int]] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    # Records of batches the table held already when they were committed (another import
+    # committed them meanwhile, or a replay): read, not imported again.
+    already_in_table: int = 0
     # Offsets lost before they were read (deleted by retention, or a recreated topic's), skipped
     # under --skip-lost-offsets (failOnDataLoss=false).
     skipped: int = 0
     # The last batch's records and bytes (for its log line).
     last_records: int = 0
     last_bytes: int = 0
+    # Where the rows land, as the summary names it: the store (an absolute path, or a URL
+    # without its password) and the table; the topics imported.
+    destination: str = ""
+    table: str = ""
+    topics: tuple[str, ...] = ()
+    # What the table held when the import began: per partition, the first offset above it.
+    held_before: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Records between where the import is and the end it reads to (bulk: the end offsets
+    # seen at the start; continuous: the log's end as last seen). 0: up to date.
+    behind: int = 0
 
     def add_batch(
         self,
@@ -37,35 +49,49 @@ class Summary:
         bytes_read: int,
         written: int,
         dead_lettered_by_reason: dict[str, int],
+        already_in_table: int = 0,
     ) -> None:
-        """Records read = imported + dead-lettered; `written` counts rows after coalescing."""
+        """Records read = imported + dead-lettered + already in the table (records of table
+        parts the ledger held); `written` counts the rows the tables gained or replaced."""
         self.batches += 1
         self.by_partition.update(records_by_partition)
         read = sum(records_by_partition.values())
-        dead = sum(dead_lettered_by_reason.values())
         self.records += read
-        self.imported += read - dead
-        self.dead_lettered += dead
         self.bytes += bytes_read
         self.last_records = read
         self.last_bytes = bytes_read
+        self.already_in_table += already_in_table
+        dead = sum(dead_lettered_by_reason.values())
+        self.imported += read - dead - already_in_table
+        self.dead_lettered += dead
         self.written += written
         self.dead_lettered_by_reason.update(dead_lettered_by_reason)
 
+    @property
+    def up_to_date(self) -> bool:
+        return self.behind == 0
+
     def as_dict(self) -> dict[str, object]:
         return {
+            "destination": self.destination,
+            "table": self.table,
+            "topics": list(self.topics),
             "records": self.records,
             "bytes": self.bytes,
             "imported": self.imported,
             "written": self.written,
             "dead_lettered": self.dead_lettered,
             "dead_lettered_by_reason": dict(self.dead_lettered_by_reason),
+            "already_in_table": self.already_in_table,
             "skipped": self.skipped,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
             "records_per_partition": {
                 f"{t}[{p}]": n for (t, p), n in sorted(self.by_partition.items())
             },
+            "held_before": {f"{t}[{p}]": n for (t, p), n in sorted(self.held_before.items())},
+            "behind": self.behind,
+            "up_to_date": self.up_to_date,
         }
 
 
@@ -82,6 +108,9 @@ class Collector:
 
     def close(self) -> None:
         """The import is over, finished or failed: release the display."""
+
+    def warn(self, text: str) -> None:
+        """Something the user should know before the import runs (one line)."""
 
     def start(self, lag: int) -> None:
         """The import begins with `lag` records to read (as far as is known)."""
@@ -123,13 +152,22 @@ class RecentRate:
 
 
 class RichCollector(Collector):
-    """A live bar with records/s and MB/s (RecentRate), remaining lag, elapsed time, and a
-    summary table at the end."""
+    """On a terminal, a live bar (stderr) with records/s and MB/s (RecentRate), remaining lag
+    and elapsed time; following a topic (`follow`), a line per batch on stdout instead. At
+    the end, the summary on stdout (`summary=False`: none, as under --json)."""
 
     def __init__(
-        self, console: Console | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        summary: bool = True,
+        follow: bool = False,
     ) -> None:
         self.console = console or Console(stderr=True)
+        # The summary and a followed topic's lines: stdout (or the console given, the demo's).
+        self.summary_console = (console or Console()) if summary else None
+        self.follow = follow
         self._progress = Progress(
             TextColumn("[bold]import"),
             BarColumn(),
@@ -140,11 +178,16 @@ class RichCollector(Collector):
             console=self.console,
             transient=False,
             # Not on a terminal (a supervisor's log): no bar, so stderr holds only what failed.
-            disable=not self.console.is_terminal,
+            disable=follow or not self.console.is_terminal,
         )
         self._task: TaskID | None = None
         self._clock = clock
         self._rate = RecentRate(clock())
+
+    def warn(self, text: str) -> None:
+        self.console.print(
+            f"lagless: warning: {text}", highlight=False, markup=False, soft_wrap=True
+        )
 
     def start(self, lag: int) -> None:
         self._rate = RecentRate(self._clock())
@@ -155,6 +198,9 @@ class RichCollector(Collector):
         if self._task is None:
             return
         records, size = self._rate.add(self._clock(), summary.records, summary.bytes)
+        if self.follow:
+            self._progress_line(summary, lag, records)
+            return
         rate = f"{records:,.0f} rec/s {size / 1e6:,.1f} MB/s"
         self._progress.update(
             self._task,
@@ -164,27 +210,73 @@ class RichCollector(Collector):
             lag=lag,
         )
 
+    def _progress_line(self, summary: Summary, lag: int, per_second: float) -> None:
+        """Following a topic: a line per batch on a terminal's stdout, none elsewhere (the log
+        has each batch)."""
+        out = self.summary_console
+        if out is None or not out.is_terminal:
+            return
+        out.print(
+            f"{time.strftime('%H:%M:%S')}  batch of {summary.last_records:,} records  "
+            f"{per_second:,.0f} records/s  behind {lag:,}  imported {summary.imported:,}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+
     def close(self) -> None:
         self._progress.stop()
 
     def finish(self, summary: Summary) -> None:
         self._progress.stop()
-        table = Table(title="import summary", show_header=False)
-        seconds = max(summary.seconds, 1e-9)
-        table.add_row("records read", f"{summary.records:,}")
-        table.add_row("imported", f"{summary.imported:,}")
-        table.add_row("dead-lettered", f"{summary.dead_lettered:,}")
-        for reason, count in sorted(summary.dead_lettered_by_reason.items()):
-            table.add_row(f"  {reason}", f"{count:,}")
-        if summary.skipped:
-            table.add_row("skipped (lost before read)", f"{summary.skipped:,}")
-        table.add_row("rows written (after coalescing)", f"{summary.written:,}")
-        table.add_row("bytes", f"{summary.bytes:,}")
-        table.add_row("seconds", f"{summary.seconds:.1f}")
-        table.add_row("records/s", f"{summary.records / seconds:,.0f}")
-        table.add_row("MB/s", f"{summary.bytes / seconds / 1e6:,.2f}")
-        self.console.print(table)
-        per_partition = Table("topic", "partition", "records", title="records per partition")
-        for (topic, partition), count in sorted(summary.by_partition.items()):
-            per_partition.add_row(topic, str(partition), f"{count:,}")
-        self.console.print(per_partition)
+        if self.summary_console is not None:
+            self.summary_console.print(
+                summary_text(summary), highlight=False, markup=False, soft_wrap=True
+            )
+
+
+# Partitions a summary names one by one; more are counted.
+NAMED_PARTITIONS = 4
+
+
+def summary_text(summary: Summary) -> str:
+    """What an import did, for a person: where the rows went, what was imported, what the
+    table held already, and whether it is up to date."""
+    topics = ", ".join(summary.topics) or "the topics"
+    lines = [f"lagless import: {topics} -> table {summary.table!r} of {summary.destination}"]
+    seconds = max(summary.seconds, 1e-9)
+    if summary.imported or summary.dead_lettered:
+        lines.append(
+            f"  imported        {summary.imported:,} records ({summary.bytes / 1e6:,.1f} MB) in "
+            f"{summary.seconds:.1f} s, {summary.records / seconds:,.0f} records/s"
+        )
+        lines.append(f"  rows written    {summary.written:,}")
+    else:
+        lines.append("  imported        nothing new")
+    if summary.dead_lettered:
+        by_reason = sorted(summary.dead_lettered_by_reason.items())
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in by_reason)
+        lines.append(f"  dead-lettered   {summary.dead_lettered:,} ({reasons})")
+    if summary.already_in_table:
+        lines.append(
+            f"  already held    {summary.already_in_table:,} records read (their batches were "
+            "in the table already)"
+        )
+    if summary.skipped:
+        lines.append(f"  skipped         {summary.skipped:,} (deleted before they were read)")
+    lines.append(f"  held before     {held_text(summary.held_before)}")
+    if summary.up_to_date:
+        lines.append("up to date")
+    else:
+        lines.append(f"behind by {summary.behind:,} records; a rerun resumes")
+    return "\n".join(lines)
+
+
+def held_text(held: dict[tuple[str, int], int]) -> str:
+    """What a table held, per partition the first offset above it."""
+    shown = {tp: offset for tp, offset in sorted(held.items()) if offset}
+    if not shown:
+        return "nothing"
+    if len(shown) > NAMED_PARTITIONS:
+        return f"offsets below {sum(shown.values()):,} in all, on {len(shown)} partitions"
+    return "offsets below " + ", ".join(f"{t}[{p}]={o:,}" for (t, p), o in shown.items())

@@ -1,5 +1,6 @@
-"""The field reports (/work/shared/seeds in the project's history; README's table) reproduced
-on a live broker: `lagless demo --scenario NAME`."""
+"""The field reports lagless was built from (the failures README's table names: blocked
+threads, out-of-order commits, large records, rebalances, auto-commit loss) reproduced on a
+live broker: `lagless demo --scenario NAME`."""
 
 from __future__ import annotations
 

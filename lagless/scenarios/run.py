@@ -25,6 +25,7 @@ from lagless.lag.table import rich_table
 from lagless.progress import RichCollector
 from lagless.scenarios.base import Scenario
 from lagless.scenarios.noida import noida_kafka
+from lagless.sinks.url import local_url
 
 READY_TIMEOUT_S = 60.0
 # After the import every partition is caught up: one sample says so (a status over time would
@@ -70,7 +71,7 @@ def run_scenario(
             f"noida-db at {bootstrap}; {outcome.produced:,} records in {scenario.topic!r}"
         )
         database = os.path.join(out, f"scenario-{scenario.name}.db")
-        sink_url = f"sqlite:///{database}"
+        sink_url = local_url("sqlite", database)
         failed: list[BaseException] = []
         ready, stop = threading.Event(), threading.Event()
 

@@ -80,10 +80,11 @@ class GroupWatch:
     """One group: what was learned of it so far, and its latest view.
 
     A partition whose offsets hold still (report.steady: the same offsets, caught up or over
-    more than the window) keeps its row from round to round instead of being judged again, while the record
-    at its committed offset and its topic's retention.ms stay the same; a group whose rows are
-    all kept, with the same status, state and members, keeps its metrics lines too. So a fleet
-    of caught-up or stopped groups costs little more per round than asking the broker."""
+    more than the window) keeps its row from round to round instead of being judged again,
+    while the record at its committed offset and its topic's retention.ms stay the same; a
+    group whose rows are all kept, with the same status, state and members, keeps its metrics
+    lines too. So a fleet of caught-up or stopped groups costs little more per round than
+    asking the broker."""
 
     def __init__(self, group: str, settings: SamplerSettings) -> None:
         self.group = group

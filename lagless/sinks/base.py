@@ -13,14 +13,15 @@ import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 from lagless.exceptions import BadInput
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
-from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.ledger import TP, Batch, HeldRecord
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,6 +52,21 @@ DEAD_LETTER_COLUMNS = (
     "stage",
     "error",
 )
+
+
+@dataclass(frozen=True)
+class Written:
+    """What committing a batch did to its table (Sink.write, TaskWrittenSink.commit_staged),
+    counted the same way in every store."""
+
+    # Rows the table gained or replaced (an upsert's newer record replaces its key's row);
+    # None: one per row given (an append).
+    rows: int | None = None
+    # The ledger held the batch's offsets already (a replay): nothing was written.
+    replay: bool = False
+
+
+ALREADY_HELD = Written(0, replay=True)
 
 
 def check_identifier(name: str, what: str = "table name") -> str:
@@ -148,11 +164,17 @@ class Target:
             "value": StringType() if self.value_format == "json" else BinaryType(),
             "timestamp": LongType(),
         }
+        # Upsert: each row's rank needs its log time (upsert_order.py), last so that a table an
+        # earlier lagless made gains it where a column added goes.
+        ranked = [StructField(LOG_TIME, LongType(), True)] if self.mode == "upsert" else []
         if self.fields is None:
-            return StructType([StructField(n, types[n], n not in self.unique) for n in COLUMNS])
+            return StructType(
+                [StructField(n, types[n], n not in self.unique) for n in COLUMNS] + ranked
+            )
         return StructType(
             [StructField(n, types[n], n not in self.unique) for n in TYPED_COLUMNS]
             + [StructField(f.name, f.dataType, f.name not in self.unique) for f in self.fields]
+            + ranked
         )
 
 
@@ -174,7 +196,8 @@ class Sink(ABC):
        before anything is opened;
     2. `check`: before anything is written anywhere;
     3. `prepare`: once every check passed;
-    4. `ledger`: once, before the first batch: where each partition resumes;
+    4. `ledger`: once, before the first batch: where each partition resumes; then
+       `newest_rows`: what tells the topic the table holds from one recreated since;
     5. per batch, `write`, which calls back for `write_dead_letters` when a record was
        rejected;
     6. `close`: last, also when the import fails.
@@ -203,6 +226,14 @@ class Sink(ABC):
         """Where rows land, as a checkpoint remembers it: an absolute location, no secret."""
         return f"{self.scheme}:///{os.path.realpath(self.location)}"
 
+    @property
+    def destination(self) -> str:
+        """Where rows land, as the import's summary names it: a local store's absolute path
+        (its database file, its folder), else its URL without a password."""
+        local = f"{self.scheme}:///"
+        identity = self.identity
+        return identity[len(local) :] if identity.startswith(local + "/") else identity
+
     def table_name(self, name: str) -> str:
         """--table (or the topic's name) as this store takes it; BadInput if it cannot."""
         return check_identifier(name)
@@ -223,12 +254,26 @@ class Sink(ABC):
         records of, the first offset above everything it holds (ledger.py). The import starts
         there, whatever its checkpoint says."""
 
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        """After `ledger`, before the first batch: for partitions of `held` (what `ledger`
+        found), the offset, timestamp and key of the table's row of the highest offset below
+        it (ledger.recreated compares them with the log). A partition left out says nothing;
+        a store that cannot tell returns {}."""
+        return {}
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """Upsert, with `ledger`: each partition's log time where the ledger ends (kept with
+        Batch.log_times; upsert_order.py), where the next batch's running maximum starts. A
+        partition left out: none kept (an append table, or one an earlier lagless wrote)."""
+        return {}
+
     @abstractmethod
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int | None:
+    ) -> int | Written | None:
         """Per batch: store rows (COLUMNS) idempotently with the batch's ranges in the ledger, in
-        one atomic step; returns the rows written (None: all of them). Calls before_commit
+        one atomic step; returns the rows the table gained or replaced (None: one per row
+        given), or Written (ALREADY_HELD: the ledger held the batch). Calls before_commit
         once the rows are staged (Spark's job over them has run) and before that step: the
         batch's dead letters are stored then, so the ledger never holds a batch whose dead
         letters a crash lost."""
@@ -300,10 +345,10 @@ class TaskWrittenSink(Sink):
         raise NotImplementedError(f"{type(self).__name__}'s tasks leave no records")
 
     @abstractmethod
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """Per batch, after the tasks wrote (files: theirs, and stage_rows'): make the batch
         visible with its ranges in the ledger, in one atomic step, unless the ledger holds
-        them already."""
+        them already (then ALREADY_HELD; None or Written: what the table gained)."""
 
 
 class DriverSink(Sink):
@@ -314,7 +359,7 @@ class DriverSink(Sink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int:
+    ) -> int | Written:
         columns = [self.transported(f.name, f.dataType) for f in rows.schema.fields]
         table = rows.select(*columns).toArrow()
         before_commit()
@@ -330,12 +375,15 @@ class DriverSink(Sink):
             return F.to_json(name).alias(name)
         return F.col(name)
 
-    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> int:
+    def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()
-        return self.write_arrow(table.to_reader(), target, None)
+        self.write_arrow(table.to_reader(), target, None)
 
     @abstractmethod
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+    def write_arrow(
+        self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None
+    ) -> int | Written:
         """Store rows into the target, and the batch's ranges into its ledger, in one
         transaction; with no batch, rows are dead letters (DEAD_LETTER_COLUMNS) for the
-        dead-letter table. Returns the rows changed."""
+        dead-letter table. Returns the rows the target gained or replaced (ALREADY_HELD: the
+        ledger held the batch)."""

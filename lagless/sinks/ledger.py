@@ -20,6 +20,10 @@ highest offset the table holds; a ledger beyond the log's end (the topic was rec
 table was fed from another cluster) is refused before anything is written, and so is a ledger
 below what the checkpoint's committed batches covered (`lacking`: the table was deleted,
 emptied or rolled back under the checkpoint, which would otherwise resume past its gap).
+A topic deleted and recreated under the same name whose new log is as long or longer is told
+apart by the rows themselves (`recreated`): the newest row the table holds of each partition
+carries its record's offset, timestamp and key, atomically with the ranges, in every store
+(tables an earlier lagless wrote too); the log's record at that offset now must be the same.
 
 Pure: no store, no broker. Offsets are (topic, partition) -> offset, ranges [start, end).
 """
@@ -45,10 +49,15 @@ class ConcurrentImport(TransientError):
 @dataclass(frozen=True)
 class Batch:
     """One micro-batch as a store commits it: Spark's id (for names of staging folders only:
-    ids start again at 0 with every checkpoint) and the offsets it covers."""
+    ids start again at 0 with every checkpoint) and the offsets it covers.
+
+    An upsert's batch also carries each partition's log time at its end (upsert_order.py),
+    which the store keeps with the ranges. It is known once the batch's rows are staged: the
+    importer fills `log_times` in the store's before_commit call, before the commit reads it."""
 
     id: int
     ranges: Mapping[TP, Range] = field(default_factory=dict)
+    log_times: dict[TP, int] = field(default_factory=dict, compare=False)
 
     @property
     def covered(self) -> dict[TP, Range]:
@@ -83,11 +92,12 @@ def batch_ranges(
     start: Mapping[TP, int], end: Mapping[TP, int], held: Mapping[TP, int]
 ) -> dict[TP, Range]:
     """The offsets a batch covers: from its start (Spark's previous end, or the query's first
-    offsets), raised to what the table held when the import began (the source reads nothing
-    below it), to its end."""
+    offsets; 0 for a partition new since, a new topic's, as the source reads it), raised to
+    what the table held when the import began (the source reads nothing below it), to its
+    end."""
     ranges = {}
     for tp, until in end.items():
-        begin = start.get(tp, until)
+        begin = start.get(tp, 0)
         if begin > until:  # the source found its start lost and read the log from its start
             begin = 0
         begin = max(begin, held.get(tp, 0))
@@ -132,6 +142,12 @@ def verdict(batch: Batch, held: Mapping[TP, int]) -> Verdict:
     return states.pop() if states else Verdict.REPLAY
 
 
+def holds(batch: Batch, held: Mapping[TP, int]) -> bool:
+    """Whether the table holds every offset of `batch` already (verdict's REPLAY), for a
+    store whose unique key keeps a replay out by itself and only counts what it wrote."""
+    return all(tp in held and end <= held[tp] for tp, (_, end) in batch.covered.items())
+
+
 @dataclass(frozen=True)
 class Lacking:
     """A partition the checkpoint's committed batches covered up to `end` that the table
@@ -151,6 +167,58 @@ def lacking(held: Mapping[TP, int], committed: Mapping[TP, Range]) -> Lacking | 
         if end > start and held.get(tp, 0) < end:
             return Lacking(tp, end, held.get(tp, 0))
     return None
+
+
+@dataclass(frozen=True)
+class HeldRecord:
+    """A record as a table row keeps it and as the log has it: what tells one topic's record
+    at an offset from another's (Kafka brokers here give no topic id: noida-db's and the
+    embedded broker's are all zeros or not answered)."""
+
+    offset: int
+    timestamp: int | None  # milliseconds since the epoch
+    key: bytes | None
+
+
+@dataclass(frozen=True)
+class Recreated:
+    """A partition whose log holds, at the offset of the newest row the table has of it,
+    another record than the one imported: `held` as the table keeps it, `found` in the log."""
+
+    tp: TP
+    held: HeldRecord
+    found: HeldRecord
+
+    def __str__(self) -> str:
+        topic, partition = self.tp
+        differs = "timestamp" if self.held.timestamp != self.found.timestamp else "key"
+        return (
+            f"{topic}[{partition}]: the record at offset {self.held.offset:,} has another "
+            f"{differs} than the one the table holds ({_shown(self.held, differs)}, now "
+            f"{_shown(self.found, differs)})"
+        )
+
+
+def _shown(record: HeldRecord, what: str) -> str:
+    if what == "timestamp":
+        return str(record.timestamp)
+    return "no key" if record.key is None else repr(record.key[:32])
+
+
+def recreated(held: Mapping[TP, HeldRecord], found: Mapping[TP, HeldRecord]) -> list[Recreated]:
+    """The partitions (in order) whose newest held row (`held`) differs from the log's record
+    at its offset (`found`: the log's first record at or after it); none when every partition
+    matches or cannot tell. A record the log no longer has at that offset (retention,
+    compaction, DeleteRecords) tells nothing: only a record at the same offset with another
+    timestamp or key is another topic's."""
+    differ = []
+    for tp, mine in sorted(held.items()):
+        theirs = found.get(tp)
+        if theirs is None or theirs.offset != mine.offset:
+            continue
+        if (theirs.timestamp, theirs.key) != (mine.timestamp, mine.key):
+            differ.append(Recreated(tp, mine, theirs))
+    return differ
 
 
 def reconcile(

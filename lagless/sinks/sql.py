@@ -8,12 +8,14 @@ dead-letter table on (topic, partition, offset), the tombstone memory on the key
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
-from lagless.sinks.ledger import Batch
+from lagless.sinks.ledger import TP, Batch, HeldRecord
+from lagless.sinks.upsert_order import LOG_TIME, newer_sql
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructField
@@ -61,19 +63,9 @@ _CAST_ON_INSERT = ("jsonb",)
 
 
 def newer(record: str, held: str) -> str:
-    """SQL: the record aliased `record` is newer than the row aliased `held`.
-
-    A stored row gives way only to a newer record: a later offset of the same partition or,
-    when the key comes from another partition, a later timestamp (then the higher partition on
-    a tie). While a key's timestamps do not go back within a partition (LogAppendTime, or one
-    producer's clock), this is a total order, so the final table is the same whatever order
-    batches and tasks finish in and however often they are replayed."""
-    r, h = record, held
-    return (
-        f'({r}."partition" = {h}."partition" AND {r}."offset" > {h}."offset")'
-        f' OR ({r}."partition" <> {h}."partition" AND ({r}."timestamp" > {h}."timestamp"'
-        f' OR ({r}."timestamp" = {h}."timestamp" AND {r}."partition" > {h}."partition")))'
-    )
+    """SQL: the record aliased `record` is newer than the row aliased `held`: it outranks it
+    (upsert_order.py, the one rule of every store)."""
+    return newer_sql(record, held)
 
 
 NEWER = newer("excluded", "t")
@@ -126,8 +118,9 @@ def target_layout(target: Target, dialect: Dialect) -> Layout:
 
 
 def tombstone_layout(target: Target, dialect: Dialect) -> Layout:
-    """The key of each deleted row and the coordinates of the tombstone that deleted it."""
-    kept = (*target.unique, "partition", "offset", "timestamp")
+    """The key of each deleted row and the coordinates of the tombstone that deleted it (its
+    rank: upsert_order.py)."""
+    kept = (*target.unique, "partition", "offset", "timestamp", "topic", LOG_TIME)
     columns = target_layout(target, dialect).columns
     return Layout(
         table=target.tombstone_table,
@@ -159,25 +152,32 @@ def ledger_layout(target: Target, dialect: Dialect) -> Layout:
             ("partition", types["int"]),
             ("start_offset", types["bigint"]),
             ("end_offset", types["bigint"]),
+            # Upsert: the partition's log time at end_offset (upsert_order.py); else NULL.
+            (LOG_TIME, types["bigint"]),
         ),
         unique=("topic", "partition", "start_offset"),
     )
 
 
 def record_ranges(layout: Layout, batch: Batch) -> list[str]:
-    """The statement that adds the batch's ranges to the ledger (none for an empty batch); a
-    replay changes nothing, a longer range from the same start widens the entry."""
+    """The statement that adds the batch's ranges (and its log times) to the ledger (none for
+    an empty batch); a replay changes nothing, a longer range from the same start widens the
+    entry."""
     rows = ", ".join(
-        f"({_literal(topic)}, {int(partition)}, {int(start)}, {int(end)})"
+        f"({_literal(topic)}, {int(partition)}, {int(start)}, {int(end)}, "
+        f"{_number(batch.log_times.get((topic, partition)))})"
         for (topic, partition), (start, end) in batch.covered.items()
     )
     if not rows:
         return []
+    log_time = quoted(LOG_TIME)
     return [
         f"INSERT INTO {quoted(layout.table)} AS t ({', '.join(quoted(n) for n in layout.names)}) "
         f"VALUES {rows} ON CONFLICT ({', '.join(quoted(n) for n in layout.unique)}) DO UPDATE "
         'SET "end_offset" = CASE WHEN excluded."end_offset" > t."end_offset" '
-        'THEN excluded."end_offset" ELSE t."end_offset" END'
+        'THEN excluded."end_offset" ELSE t."end_offset" END, '
+        f"{log_time} = CASE WHEN t.{log_time} IS NULL OR excluded.{log_time} > t.{log_time} "
+        f"THEN excluded.{log_time} ELSE t.{log_time} END"
     ]
 
 
@@ -187,6 +187,45 @@ def held_offsets(layout: Layout) -> str:
         f'SELECT "topic", "partition", MAX("end_offset") FROM {quoted(layout.table)} '
         'GROUP BY "topic", "partition"'
     )
+
+
+def log_times(layout: Layout) -> str:
+    """A query: (topic, partition, its log time where the table's ledger ends; upsert_order):
+    a running maximum, so the largest of its entries."""
+    return (
+        f'SELECT "topic", "partition", MAX({quoted(LOG_TIME)}) FROM {quoted(layout.table)} '
+        f'WHERE {quoted(LOG_TIME)} IS NOT NULL GROUP BY "topic", "partition"'
+    )
+
+
+def newest_rows(table: str) -> str:
+    """A query: (topic, partition, offset, timestamp, key) of each partition's row of the
+    highest offset in `table` (ledger.recreated compares it with the log). Append tables
+    find it by their unique key; an upsert table is scanned."""
+    t = quoted(table)
+    return (
+        f'SELECT r."topic", r."partition", r."offset", r."timestamp", r."key" FROM {t} AS r '
+        f'JOIN (SELECT "topic", "partition", MAX("offset") AS "top" FROM {t} '
+        'GROUP BY "topic", "partition") AS m ON r."topic" = m."topic" '
+        'AND r."partition" = m."partition" AND r."offset" = m."top"'
+    )
+
+
+def held_records(conn: Any, table: str, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+    """Sink.newest_rows of `table`, asked on a DB-API connection (sqlite3's, psycopg's)."""
+    if not held:
+        return {}
+    found = {
+        (str(topic), int(partition)): HeldRecord(
+            int(offset), None if stamp is None else int(stamp), None if key is None else bytes(key)
+        )
+        for topic, partition, offset, stamp, key in conn.execute(newest_rows(table)).fetchall()
+    }
+    return {tp: row for tp, row in found.items() if tp in held}
+
+
+def _number(value: int | None) -> str:
+    return "NULL" if value is None else str(int(value))
 
 
 def _literal(text: str) -> str:

@@ -84,10 +84,10 @@ class LocalStorage:
         """delta-rs's / polars' storage_options: none for a local path."""
         return None
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(path)
+        return pq.read_table(path, columns=columns)
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -102,13 +102,26 @@ class LocalStorage:
 
     @contextlib.contextmanager
     def locked(self, path: str, run_id: str, wait_s: float) -> Iterator[None]:
-        """The lock file's flock: the kernel drops it with its holder."""
-        with open(path, "a") as handle:
+        """The lock file's flock: the kernel drops it with its holder. The holder removes the
+        file before it lets go (a clean run leaves no lock behind): one that waited on the
+        removed file finds its path gone or another file's, and locks anew."""
+        while True:
+            handle = open(path, "a")  # noqa: SIM115 - closed below, or kept while held
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                held = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                held = False
+            if held:
+                break
+            handle.close()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
 
 class S3Storage:
@@ -222,10 +235,12 @@ class S3Storage:
 
         return pq.read_metadata(path.removeprefix("s3://"), filesystem=self.filesystem)
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(path.removeprefix("s3://"), filesystem=self.filesystem)
+        return pq.read_table(
+            path.removeprefix("s3://"), filesystem=self.filesystem, columns=columns
+        )
 
     @property
     def filesystem(self) -> pafs.S3FileSystem:

@@ -50,15 +50,27 @@ class SinkUrl:
 
 def parse_local(url: str, scheme: str, *, write_from: bool = False) -> SinkUrl:
     """`scheme:///relative/path` or `scheme:////absolute/path`; with write_from, the store
-    takes `?write_from=`. The path is taken as written (no percent-decoding), as SQLAlchemy
-    takes SQLite's."""
+    takes `?write_from=`. Percent-escapes in the path are decoded, as in any URL (`p%20q.db`
+    is `p q.db`; `%3F` a `?`, `%25` a `%`)."""
     prefix = f"{scheme}:///"
     rest = url[len(prefix) :] if url.startswith(prefix) else ""
-    path, _, query = rest.partition("?")
+    written, _, query = rest.partition("?")
+    try:
+        path = unquote(written, errors="strict")
+    except UnicodeDecodeError:
+        raise BadInput(f"sink URL {url!r}: a percent-escape of its path is not UTF-8") from None
     if not path:
         raise BadInput(f"sink URL {url!r} has no path (expected {prefix}PATH)")
-    shown = f"{prefix}{path}"
+    if "\x00" in path:
+        raise BadInput(f"sink URL {url!r} has a NUL byte in its path")
+    shown = f"{prefix}{written}"
     return SinkUrl(scheme, shown, path, _write_from(query, shown, write_from))
+
+
+def local_url(scheme: str, path: str) -> str:
+    """The URL of a local store at `path`, escaped as parse_local decodes it (a relative path
+    stays relative)."""
+    return f"{scheme}:///{quote(path)}"
 
 
 def absolute(url: str) -> str:
@@ -68,7 +80,24 @@ def absolute(url: str) -> str:
     if not slashes or rest.startswith("/") or not rest or "/" in scheme:
         return url
     path, question, query = rest.partition("?")
-    return f"{scheme}:///{os.path.abspath(path)}{question}{query}"
+    return f"{local_url(scheme, os.path.abspath(unquote(path)))}{question}{query}"
+
+
+def relative_that_looks_absolute(url: str) -> str | None:
+    """One line when a local store's path is relative (three slashes) and starts with a folder
+    the working folder has not (`sqlite:///data/orders.db` without ./data): a new folder tree
+    under the working folder, where the user may have meant the absolute path. Else None."""
+    scheme, slashes, rest = url.partition(":///")
+    if not slashes or not rest or rest.startswith("/") or "/" in scheme:
+        return None
+    path = unquote(rest.partition("?")[0])
+    first, separator, _ = path.partition("/")
+    if not separator or first in ("", ".", "..") or os.path.exists(first):
+        return None
+    return (
+        f"{url} is the relative path {os.path.abspath(path)} (three slashes); for the absolute "
+        f"path /{path}, write {scheme}:////{rest}"
+    )
 
 
 def parse_server(url: str, *, write_from: bool = False) -> SinkUrl:

@@ -33,8 +33,9 @@ from lagless.kafka import TP, Offsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.logs import configure_from_environment
 from lagless.planner import fewest_partitions, limit_batch, plan_tasks, rate_limit
-from lagless.planner.pack import pack_tasks
+from lagless.planner.pack import pack_tasks, pack_tasks_per_topic
 from lagless.planner.ranges import OffsetRange
+from lagless.signals import StopFile
 from lagless.source import avro_values, json_values
 from lagless.source.data_loss import lost_offsets, resumed
 from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
@@ -147,9 +148,14 @@ class _Planning:
             # The import checked the broker before the query started: from here on, a broker
             # that does not answer is away, and waited for (retrySeconds).
             self._reader = OffsetReader(
-                self.options.kafka, retry_s=self.options.retry_s, reached=True
+                self.options.kafka, retry_s=self.options.retry_s, reached=True, stop=self.stop
             )
         return self._reader
+
+    @property
+    def stop(self) -> StopFile | None:
+        """The import's stop request (stopFile), which ends a wait for a broker that is away."""
+        return StopFile(self.options.stop_file) if self.options.stop_file else None
 
     def close(self) -> None:
         """Release the clients the driver opened; planning again opens new ones."""
@@ -278,7 +284,11 @@ class _Planning:
         if (options.min_partitions or 0) > 1 or options.max_records_per_partition:
             # A Spark task per piece: packing would undo minPartitions and maxRecordsPerPartition.
             return [RangePartition((piece,)) for piece in pieces]
-        return [RangePartition(task) for task in pack_tasks(pieces, options.min_task_bytes, sizes)]
+        if options.one_topic_per_task:
+            tasks = pack_tasks_per_topic(pieces, options.min_task_bytes, sizes)
+        else:
+            tasks = pack_tasks(pieces, options.min_task_bytes, sizes)
+        return [RangePartition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """A task's records (or its receipts, when it writes them itself); runs on an
@@ -306,6 +316,7 @@ class _Planning:
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_s=self.options.poll_timeout_s,
             retry_s=self.options.retry_s,
+            stop=self.stop,
         )
         if not self.options.include_headers:
             batches = (batch.remove_column(_HEADERS) for batch in batches)

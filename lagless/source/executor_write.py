@@ -18,19 +18,23 @@ The writer is named as "module:function" (the source never imports a store, as S
 name classes in options); function(config, secret) returns an ExecutorWriter. The secret (a
 store's password) comes in an option of its own, whose name Spark redacts wherever it shows
 options.
+
+A routed import (many topics, a table each) names `routed` (ROUTED_WRITER): its config maps each
+topic to its table's writer and config, and the source then plans every task's pieces of one
+topic (oneTopicPerTask), so a task writes into one table.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import BadInput
+from lagless.exceptions import BadInput, TerminalError
 from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 
@@ -73,6 +77,35 @@ def load_writer(spec: str, config: str, secret: Secret | None = None) -> Executo
         return factory(json.loads(config or "{}"), secret)
     except (ImportError, AttributeError, ValueError) as exc:
         raise BadInput(f"option executorWriter {spec!r} cannot be loaded: {exc}") from None
+
+
+ROUTED_WRITER = f"{__name__}:routed"
+
+
+class RoutedWriter:
+    """The writer of the table a task's topic is routed to."""
+
+    def __init__(self, routes: dict[str, list[str]], secret: Secret | None) -> None:
+        self.routes = routes
+        self.secret = secret
+
+    def write(
+        self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
+    ) -> tuple[str, str | None]:
+        topics = sorted({piece.topic for piece in pieces})
+        if len(topics) != 1:
+            raise TerminalError(f"a routed task read topics {topics}: one table each")
+        route = self.routes.get(topics[0])
+        if route is None:  # the driver prepares a topic's table before its first batch runs
+            raise TerminalError(f"topic {topics[0]!r} has no table in this import's routes")
+        name, config = route
+        return load_writer(name, config, self.secret).write(pieces, batches)
+
+
+def routed(config: Mapping[str, object], secret: Secret | None = None) -> RoutedWriter:
+    routes = config["routes"]
+    assert isinstance(routes, dict)
+    return RoutedWriter(routes, secret)
 
 
 def write_task(

@@ -103,6 +103,9 @@ EXECUTOR_WRITER = "executorWriter"
 EXECUTOR_WRITER_CONFIG = "executorWriterConfig"
 # The writer's secret (a store's password): Spark redacts options named like "secret".
 EXECUTOR_WRITER_SECRET = "executorWriterSecret"
+# true: every task reads pieces of one topic only (a routed import's tasks each write into the
+# one table their topic is routed to: executor_write.routed).
+ONE_TOPIC_PER_TASK = "oneTopicPerTask"
 # Streams under the availableNow trigger only (lagless import --ending-timestamp): stop at the
 # offsets of this time (as endingTimestamp would) instead of at the latest offsets.
 AVAILABLE_NOW_ENDING_TIMESTAMP = "availableNowEndingTimestamp"
@@ -121,6 +124,9 @@ DECODE_AVRO_VALUES = "decodeAvroValues"
 # Where the source's planning and tasks log (logs.settings()), when Spark's Python workers do
 # not inherit the import's environment: a Spark Connect server's (importer/connect_writer.py).
 LOG_TO = "logTo"
+# A file whose appearance asks the query to stop (lagless import's signals.StopFile): the
+# planning's and the tasks' waits for a broker that is away end then (retry.py).
+STOP_FILE = "stopFile"
 
 KNOWN = (
     SUBSCRIBE,
@@ -155,12 +161,14 @@ KNOWN = (
     EXECUTOR_WRITER,
     EXECUTOR_WRITER_CONFIG,
     EXECUTOR_WRITER_SECRET,
+    ONE_TOPIC_PER_TASK,
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     HELD_OFFSETS,
     BYTES_PER_RECORD,
     DECODE_JSON_VALUES,
     DECODE_AVRO_VALUES,
     LOG_TO,
+    STOP_FILE,
 )
 # Options a batch query refuses (Spark: "... is only for batch queries" / "... streaming").
 BATCH_ONLY = (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP)
@@ -210,9 +218,11 @@ class SourceOptions:
     executor_writer: str | None = None
     executor_writer_config: str = "{}"
     executor_writer_secret: Secret | None = None
+    one_topic_per_task: bool = False
     poll_timeout_s: float = 60.0
     retry_s: float = DEFAULT_RETRY_S
     log_to: str | None = None
+    stop_file: str | None = None
     decode_json_values: str | None = None
     decode_avro_values: str | None = None
 
@@ -345,9 +355,11 @@ class SourceOptions:
                 lowered, EXECUTOR_WRITER_CONFIG, cls.executor_writer_config
             ),
             executor_writer_secret=secret if secret is None else Secret(secret),
+            one_topic_per_task=_bool(lowered, ONE_TOPIC_PER_TASK, cls.one_topic_per_task),
             poll_timeout_s=poll_ms / 1000 if poll_ms else cls.poll_timeout_s,
             retry_s=_seconds(lowered, RETRY_SECONDS, cls.retry_s),
             log_to=_raw(lowered, LOG_TO) or None,
+            stop_file=_raw(lowered, STOP_FILE) or None,
             decode_json_values=_json_fields(lowered),
             decode_avro_values=_avro_values(lowered),
         )

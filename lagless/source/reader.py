@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from lagless.exceptions import DataLossError, TerminalError
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
-from lagless.retry import DEFAULT_RETRY_S, away_error
+from lagless.retry import DEFAULT_RETRY_S, away_error, stopped_waiting
 from lagless.source.schema import (
     ARROW_SCHEMA,
     HEADER_TYPE,
@@ -90,10 +91,12 @@ def read_ranges(
     fail_on_data_loss: bool = True,
     poll_timeout_s: float = 60.0,
     retry_s: float = DEFAULT_RETRY_S,
+    stop: threading.Event | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Read each piece in turn, the next one's consumer assigned ahead (READ_AHEAD). A piece
     that brings no record for poll_timeout_s (at most WARN_EVERY_S) is logged as a broker away,
-    and waited for up to retry_s (librdkafka reconnects by itself): then a TransientError."""
+    and waited for up to retry_s (librdkafka reconnects by itself): then a TransientError; or
+    until `stop` is set: then Stopped (the batch fails whole, and is replayed by a rerun)."""
     pieces = [piece for piece in pieces if piece.start < piece.end]
     if not pieces:
         return
@@ -106,7 +109,7 @@ def read_ranges(
                 consumers[index % len(consumers)],
                 piece,
                 fail_on_data_loss,
-                _Patience(config.bootstrap, min(poll_timeout_s, WARN_EVERY_S), retry_s),
+                _Patience(config.bootstrap, min(poll_timeout_s, WARN_EVERY_S), retry_s, stop),
             )
 
 
@@ -118,10 +121,17 @@ class _Patience:
     """How long a task waits for a record: it logs a broker away every `warn_every_s`, and
     gives up when the retry budget is spent."""
 
-    def __init__(self, bootstrap: str, warn_every_s: float, budget_s: float) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        warn_every_s: float,
+        budget_s: float,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.warn_every_s = warn_every_s
         self.budget_s = budget_s
+        self.stop = stop
         self._progress_at = time.monotonic()
         self._warned = 0
 
@@ -138,6 +148,8 @@ class _Patience:
     def check(self, piece: OffsetRange, position: int) -> None:
         waited = time.monotonic() - self._progress_at
         where = f"{piece.topic}[{piece.partition}] at offset {position} (range ends at {piece.end})"
+        if self.stop is not None and self.stop.is_set():
+            raise stopped_waiting(f"reading {where}")
         if waited > self.budget_s:
             log.error("no record from %s for %.0f s: giving up", where, waited)
             raise away_error(

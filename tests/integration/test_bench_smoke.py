@@ -234,3 +234,14 @@ def test_fleet_measures_serve_on_noida_with_the_groups_made() -> None:
         assert between(run["rss_mib"], 10, 300) and between(run["descriptors"], 5, 200), run
         assert run["rounds"] >= 1 and between(run["scrape_p99_s"], 0.0, 30), run
     assert "20 groups" in printed and "ratio" in printed
+
+
+@pytest.mark.matrix
+def test_first_import_shows_a_fresh_installations_first_and_second_import() -> None:
+    """~4 minutes: the background build of the class archive is most of it (matrix only)."""
+    figures, printed = run_bench(
+        "first_import.py", *("--records", "4000", "--partitions", "2"), timeout=1500
+    )
+    assert figures["records"] == 4000 and "archive mapped" in printed
+    for name in ("script_s", "first_s", "archive_build_s", "second_s"):
+        assert between(figures[name], 0.01, 1200), (name, figures)

@@ -246,3 +246,31 @@ def test_a_typed_append_the_tasks_write_through_spark_connect_keeps_every_record
     dead = stored(url, f"{TOPIC}_dlq", DEAD_LETTER_COLUMNS)
     assert len(rows) == 592 and len(set(rows)) == 592 and all(isinstance(s, int) for *_, s in rows)
     assert len(dead) == 8 and {row[0] for row in dead} == {TOPIC}
+
+
+@pytest.mark.matrix
+def test_a_routed_import_through_spark_connect_fills_a_table_per_topic(
+    embedded_broker, connect_server, tmp_path
+):
+    """--topic-pattern through the server: its BatchWriter gets every table (the recipe's
+    destinations), its tasks each write one topic's files into that topic's table."""
+    from lagless.gen import explicit, produce_profile
+    from lagless.kafka.config import KafkaConfig
+
+    kafka = KafkaConfig(embedded_broker.bootstrap)
+    embedded_broker.create_topic(f"{TOPIC}_b", 1)
+    produce_profile(kafka, TOPIC, explicit([200] * PARTITIONS), keys=12)
+    produce_profile(kafka, f"{TOPIC}_b", explicit([150]), keys=12)
+    url = f"parquet:///{tmp_path}/lake"
+    args = [
+        *("--bootstrap", embedded_broker.bootstrap, "--topic-pattern", f"{TOPIC}(_b)?"),
+        *("--sink", url, "--checkpoint", str(tmp_path / "ckpt")),
+        *("--max-records-per-batch", str(BATCH_RECORDS)),
+        *("--master", connect_server.url, "--json"),
+    ]
+    run = Import(tmp_path / "run", args, "1")
+    assert run.finish() == 0, run.stderr()
+    assert summary(run, "1")["records"] == 550
+    for table, partitions, records in ((TOPIC, PARTITIONS, 200), (f"{TOPIC}_b", 1, 150)):
+        rows = stored(url, table, ("partition", "offset"))
+        assert rows == [(p, o) for p in range(partitions) for o in range(records)], table

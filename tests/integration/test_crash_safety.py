@@ -34,7 +34,7 @@ from psycopg.types.string import TextLoader
 
 from lagless.exceptions import LaglessError
 from lagless.gen import ProducedSummary, RecordKind, explicit, produce_profile
-from lagless.importer.checkpoint import batch_end_offsets
+from lagless.importer.checkpoint import batch_end_offsets, journaled_batches
 from lagless.importer.job import run_import
 from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY, VALIDATE, too_large
 from lagless.importer.spec import ImportSpec
@@ -933,3 +933,70 @@ def test_typed_rows_the_source_tasks_write_survive_kill_9(
     assert summary.records > 0 and "records left to Spark's rows" in caplog.text
     staged = [p for p in tmp_path.rglob("*.parquet") if "staging" in str(p)]  # any store's
     assert not staged
+
+
+@pytest.mark.parametrize(
+    ("sink", "value_format", "failpoint"),
+    [
+        # Spark's rows, split by table in each batch: the first table committed, not the others.
+        ("sqlite", "json", "between-tables:1"),
+        *(
+            pytest.param(*case, marks=pytest.mark.matrix)
+            for case in (
+                ("delta", "raw", "between-tables:2"),  # the tasks write, a table each
+                ("parquet", "raw", "between-tables:1"),
+                ("postgresql", "json", "between-tables:2"),
+                ("iceberg", "json", "between-tables:1"),
+            )
+        ),
+    ],
+)
+def test_kill_9_between_two_tables_commits_then_a_rerun_lands_every_record_once_in_each(
+    sink, value_format, failpoint, request, broker, kafka, topic_name, tmp_path, spark
+):
+    """A routed import (--topic-pattern, a table per topic) killed in its first batch after
+    some of the tables committed their part: each table's ledger alone says what it holds, so
+    the rerun replays into each only what it lacks, never doubling the others."""
+    topics = [f"{topic_name}_{suffix}" for suffix in "abc"]
+    records = {}
+    for seed, topic in enumerate(topics):
+        broker.create_topic(topic, PARTITIONS)
+        produce_profile(kafka, topic, explicit([150] * PARTITIONS), keys=12, seed=seed)
+        records[topic] = read_topic(kafka, topic, PARTITIONS)
+    url = sink_url(sink, tmp_path, request)
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(),
+        topic_pattern=f"{topic_name}_[abc]",
+        sink_url=url,
+        checkpoint=str(tmp_path / "ckpt"),
+        value_format=value_format,
+        max_records_per_batch=BATCH_RECORDS,
+    )
+    args = ["--bootstrap", kafka.bootstrap, "--sink", url, "--checkpoint", spec.checkpoint]
+    args += ["--topic-pattern", f"{topic_name}_[abc]", "--format", value_format]
+    args += ["--max-records-per-batch", str(BATCH_RECORDS)]
+
+    code, _, stderr = run_import_process(args, tmp_path, failpoint)
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    assert journaled_batches(spec.checkpoint) == [0]  # killed in the first batch
+    first = batch_end_offsets(spec.checkpoint, 0)
+    columns = ("partition", "offset")
+
+    def rows(topic: str, until: Offsets | None = None) -> list[tuple[Any, ...]]:
+        return sorted(
+            (r.partition, r.offset)
+            for r in records[topic]
+            if until is None or r.offset < until.get((topic, r.partition), 0)
+        )
+
+    left = {topic: stored(url, topic, columns) for topic in topics}
+    committed_tables = [t for t in topics if left[t] and left[t] == rows(t, first)]
+    assert all(left[t] in ([], rows(t, first)) for t in topics), "only whole parts of tables"
+    assert len(committed_tables) == int(failpoint.partition(":")[2])
+
+    rerun(spec, spark)
+
+    for topic in topics:
+        assert stored(url, topic, columns) == rows(topic), topic

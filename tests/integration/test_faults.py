@@ -15,6 +15,7 @@ The default run keeps a few representative cases; the full matrix is marked `mat
 from __future__ import annotations
 
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -95,17 +97,34 @@ def embedded() -> Iterator[EmbeddedBroker]:
 class Import:
     """`python -m lagless --log-file LOG import ...` as a subprocess in its own session."""
 
-    def __init__(self, folder: Path, args: list[str], name: str) -> None:
+    def __init__(self, folder: Path, args: list[str], name: str, terminal: bool = False) -> None:
+        """terminal: stdout is a terminal's (a pseudo-terminal: `terminal_output()`)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / f"{name}.log"
         self.err = folder / f"{name}.err"
+        self._terminal: int | None = None
         with open(folder / f"{name}.out", "w") as out, open(self.err, "w") as err:
+            stdout: int | TextIO = out
+            if terminal:
+                self._terminal, stdout = pty.openpty()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "lagless", "--log-file", str(self.log), "import", *args],
-                stdout=out,
+                stdout=stdout,
                 stderr=err,
                 start_new_session=True,
             )
+            if isinstance(stdout, int):
+                os.close(stdout)
+
+    def terminal_output(self) -> str:
+        """What the import wrote to its terminal, once it ended."""
+        assert self._terminal is not None
+        chunks = []
+        with suppress(OSError):  # EIO: the other end is closed and drained
+            while chunk := os.read(self._terminal, 65536):
+                chunks.append(chunk)
+        os.close(self._terminal)
+        return b"".join(chunks).decode(errors="replace")
 
     def batches(self) -> list[tuple[int, int]]:
         """(batch id, records) of each batch the import logged as written."""
@@ -384,6 +403,73 @@ def test_a_second_ctrl_c_stops_a_bulk_import_at_once_and_a_rerun_completes(embed
 def test_a_signal_stops_an_import(embedded, tmp_path, request, sink, mode, number):
     url = sink_url(sink, tmp_path, request)
     stopped_by_signal(embedded.bootstrap, url, mode, number, tmp_path)
+
+
+# --- a stop request during an outage: the wait for the broker ends (issue 31.3) ------------
+
+# The retry budget is the default (300 s): an import that waited it out would fail the test.
+STOP_DURING_OUTAGE_S = 60.0
+
+
+def test_sigterm_stops_a_continuous_import_waiting_for_a_hung_broker(broker_process, tmp_path):
+    """Caught up, the broker hung (SIGSTOP): the planning waits for it with retries. SIGTERM
+    ends that wait: exit 0 within seconds (Kubernetes kills at 30), not after the budget, and
+    the table holds every record once."""
+    sink = f"sqlite:///{tmp_path}/out.db"
+    expected = produce(broker_process.bootstrap)
+    run = Import(
+        tmp_path / "run",
+        import_args(broker_process.bootstrap, sink, tmp_path / "ckpt", "continuous"),
+        "1",
+        terminal=True,
+    )
+    run.wait_for_batches(1)
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while len(landed(sink)) < len(expected):
+        assert run.process.poll() is None and time.monotonic() < deadline, run.stderr()
+        time.sleep(0.5)
+    broker_process.hang()
+    try:
+        time.sleep(3.0)  # a few triggers: the planning is inside its retries
+        run.signal(signal.SIGTERM)
+        code = run.finish(timeout_s=STOP_DURING_OUTAGE_S)
+    finally:
+        broker_process.resume()
+    assert code == 0, run.stderr()
+    assert "lagless:" not in run.stderr() and "Traceback" not in run.stderr()
+    assert "a stop was asked for; no longer waiting" in run.log.read_text()
+    assert landed(sink) == expected
+    # On a terminal, a line per batch (issue 34.2), then the summary.
+    shown = run.terminal_output().splitlines()
+    batches = [line for line in shown if "records/s" in line and "behind" in line]
+    assert len(batches) == len(run.batches()), shown
+    assert shown[-1].strip() == "up to date", shown
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_a_bulk_import_waiting_for_a_hung_broker(broker_process, tmp_path, number):
+    """Mid-import, the broker hung: the next batch's planning (or its tasks' reading) waits.
+    A signal ends the wait: 128 + the signal within seconds, whole batches only; a rerun with
+    the broker back ends like a clean run."""
+    sink = f"sqlite:///{tmp_path}/out.db"
+    expected = produce(broker_process.bootstrap)
+    args = import_args(broker_process.bootstrap, sink, tmp_path / "ckpt", "bulk")
+    run = Import(tmp_path / "run", args, "1")
+    run.wait_for_batches(2)
+    broker_process.hang()
+    try:
+        time.sleep(3.0)
+        run.signal(number)
+        code = run.finish(timeout_s=STOP_DURING_OUTAGE_S)
+    finally:
+        broker_process.resume()
+    assert code == 128 + number, run.stderr()
+    assert run.stderr_lines()[0].startswith(f"lagless: stopped by {signal.Signals(number).name}")
+    held = landed(sink)
+    assert len(held) == len(set(held)) and set(held) < set(expected)
+    assert len(held) % BATCH_RECORDS == 0  # whole batches: none half-written
+    finish(Import(tmp_path / "run", args, "2"), "bulk", sink, expected)
 
 
 # --- offsets deleted before they were read, skipped under failOnDataLoss=false --------------

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -256,6 +257,8 @@ def test_broker_command_serves_clients_and_stops_cleanly_on_sigterm() -> None:
         (["--brokers", "0"], "at least 1"),
         (["--topic", "a:2", "--topic", "a:3"], "given twice"),
         (["--topic", "a:x"], "not a number"),
+        (["--retention-bytes", "6000000"], "the embedded broker (librdkafka's mock) keeps no"),
+        (["--retention-ms", "0"], "argument --retention-ms: must be at least 1"),
     ],
 )
 def test_broker_bad_input_is_one_line_and_exit_2(
@@ -272,3 +275,35 @@ def test_broker_bad_input_exits_2_without_a_traceback_as_a_process() -> None:
     result = run_cli("broker", "--topic", ":3")
     assert result.returncode == 2
     assert result.stderr == "lagless: error: topic ':3' has no name (expected NAME:PARTITIONS)\n"
+
+
+def test_the_broker_keeps_the_retention_it_is_given() -> None:
+    """Issue 34.3: by size (below the mock's own 5 MB) and by time, the oldest records go, as
+    Kafka's log cleaner deletes them; what is kept stays readable."""
+    with EmbeddedBroker(
+        topics={"sized": 1, "timed": 1}, retention_bytes=20_000, retention_ms=30_000
+    ) as running:
+        assert running.retention == (
+            "keeps 20,000 bytes a partition, and records newer than 30,000 ms"
+        )
+        config = KafkaConfig(running.bootstrap)
+        producer = Producer(config.producer())
+        for n in range(1000):  # 100 KB of values: 80 % past the size
+            producer.produce("sized", b"v" * 98, b"%02d" % (n % 100), partition=0)
+        old = int(time.time() * 1000) - 120_000
+        for n in range(100):  # two minutes old: past the time
+            producer.produce("timed", b"old", partition=0, timestamp=old + n)
+        for _ in range(50):
+            producer.produce("timed", b"new", partition=0)
+        assert producer.flush(10) == 0
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            (sized,) = watermarks(config, "sized", 1)
+            (timed,) = watermarks(config, "timed", 1)
+            if sized[0] >= 800 and timed[0] == 100:
+                break
+            time.sleep(0.2)
+
+    assert sized == (800, 1000)  # 200 records of 100 B: 20,000 bytes
+    assert timed == (100, 150)

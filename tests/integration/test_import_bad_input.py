@@ -42,6 +42,8 @@ def orders_broker():  # type: ignore[no-untyped-def]
     ("over", "says"),
     [
         ({"--topic": "missing"}, "topic 'missing' does not exist"),
+        ({"--topic": "ordrs"}, "topic 'ordrs' does not exist on 127.0.0.1:"),
+        ({"--topic": "ordrs"}, "; its topics: orders"),  # issue 34.6: what there is
         ({"--sink": "mysql://db/x"}, "sink URL scheme 'mysql' is not one of"),
         ({"--sink": "sqlite://"}, "has no path"),
         ({"--table": "1bad;drop"}, "table name '1bad;drop' is not a valid identifier"),
@@ -50,7 +52,25 @@ def orders_broker():  # type: ignore[no-untyped-def]
         ({"--sink": "parquet:///{tmp}/lake", "--write": "upsert"}, "append only"),
         ({"--sink": "delta://"}, "has no path"),
         ({"--sink": "delta:///{tmp}/a_file/lake"}, "is not a directory"),
-        ({"--max-records-per-batch": "0"}, "--max-records-per-batch must be at least 1"),
+        ({"--max-records-per-batch": "0"}, "--max-records-per-batch: must be at least 1, not 0"),
+        # Issue 31.7: every option checked before anything is written.
+        (
+            {"--trigger-seconds": "-1", "--mode": "continuous"},
+            "argument --trigger-seconds: must be a number of seconds above 0, not -1",
+        ),
+        ({"--trigger-seconds": "0"}, "--trigger-seconds: must be a number of seconds above 0"),
+        ({"--trigger-seconds": "nan"}, "--trigger-seconds: must be a finite number, not nan"),
+        ({"--retry-seconds": "-5"}, "--retry-seconds: must be a number of seconds, 0 or more"),
+        ({"--topic": ""}, "argument --topic: must not be empty"),
+        ({"--table": ""}, "argument --table: must not be empty"),
+        ({"--group": ""}, "argument --group: must not be empty"),
+        ({"--group": " g"}, "argument --group: ' g' has spaces around it"),
+        ({"--key-field": "id,,kind", "--write": "upsert"}, "--key-field 'id,,kind' names an empty"),
+        (
+            {"--sink": "iceberg:///{tmp}/lake", "--table": "a.b.c"},
+            "Iceberg table 'a.b.c' has 2 dots: lagless takes TABLE or NAMESPACE.TABLE",
+        ),
+        ({"--sink": "sqlite:///%ff.db"}, "a percent-escape of its path is not UTF-8"),
         ({"--kafka-option": "novalue"}, "is not KEY=VALUE"),
         ({"--dead-letter-topic": "nowhere"}, "topic 'nowhere' does not exist"),
         ({"--dead-letter-topic": "orders"}, "--dead-letter-topic 'orders' is being imported"),
@@ -89,6 +109,21 @@ def test_unknown_option_is_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["import", "--bootstrp", "x:1", "--topic", "t"], "--bootstrp (did you mean --bootstrap?)"),
+        (["lag", "--bootstrap", "x:1", "--grup", "g"], "--grup (did you mean --group?)"),
+        (["--log-levl=debug", "lag"], "--log-levl (did you mean --log-level?)"),
+    ],
+)
+def test_a_misspelt_option_is_told_with_the_one_meant(argv, says):
+    """Issue 34.6: before argparse's "required: --bootstrap", which would hide the typo."""
+    result = run_cli(*argv)
+    assert result.returncode == 2
+    assert result.stderr == f"lagless: error: unrecognized option {says}\n"
+
+
 def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):
     result = run_cli(*import_args("127.0.0.1:1", tmp_path))
     assert result.returncode == 2
@@ -113,7 +148,7 @@ def test_unreachable_bootstrap_is_one_line_and_writes_nothing(tmp_path):
         (["--kafka-option", "no.such.setting=1"], "kafka option no.such.setting: No such"),
         (["--kafka-option", "fetch.wait.max.ms=soon"], "kafka option fetch.wait.max.ms"),
         (["--mode", "continuous", "--ending-timestamp", "1"], "--ending-timestamp needs"),
-        (["--starting-timestamp", "-1"], "--starting-timestamp must be milliseconds"),
+        (["--starting-timestamp", "-1"], "--starting-timestamp: must be milliseconds since"),
     ],
 )
 def test_refused_kafka_settings_are_one_line_exit_2_and_write_nothing(

@@ -15,15 +15,16 @@ from lagless.sinks import sink_from_url
 from lagless.sinks.base import COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import Batch
 from lagless.sinks.task_files import FILE_SCHEMA
+from lagless.sinks.upsert_order import LOG_TIME
 
 TARGET = Target("events", "upsert", "raw")
 
-# Keys written from several partitions (the partition count changed, as in seed 002). Within a
-# partition a key's timestamps never go back (LogAppendTime, or one producer's clock): the
-# rule assumes it, since a stored row alone cannot rank two records it has not both seen.
+# Keys written from several partitions (the partition count changed, as in seed 002); partition
+# 0's timestamps go back at offset 2. Each record carries its log time (upsert_order.py: the
+# newest timestamp of its partition up to it), as importer/rows.py gives it.
 # A record without a value is a tombstone: keys 3 and 4 end deleted, key 2's tombstone is older
 # than its newest record, and key 1 is deleted then written again.
-RECORDS = [
+LOG = [
     ("t", p, o, f"k{k}".encode(), None if dead else f"v{p}-{o}".encode(), ts)
     for p, o, k, ts, dead in [
         (0, 0, 1, 100, 0), (0, 1, 1, 105, 0), (0, 2, 2, 90, 0), (0, 3, 1, 105, 0),  # offset tie
@@ -31,28 +32,32 @@ RECORDS = [
         (2, 0, 3, 60, 1), (2, 1, 4, 10, 0), (2, 2, 1, 104, 0), (2, 3, 2, 200, 1), (2, 4, 4, 11, 1),
     ]
 ]  # fmt: skip
+RECORDS = [
+    (*r, max(s[5] for s in LOG if s[1] == r[1] and s[2] <= r[2])) for r in LOG
+]  # (topic, partition, offset, key, value, timestamp, log time)
+
+
+def rank(r):  # type: ignore[no-untyped-def]
+    return (r[6], r[0], r[1], r[2])
 
 
 def newest(records):  # type: ignore[no-untyped-def]
-    """The rule, stated independently of SQL: per partition the last offset, then across
-    partitions the latest timestamp, then the higher partition."""
-    last_in_partition: dict = {}
-    for r in records:
-        key = (r[3], r[1])
-        if key not in last_in_partition or r[2] > last_in_partition[key][2]:
-            last_in_partition[key] = r
+    """The rule, stated independently of SQL: per key the record of the highest rank
+    (log time, topic, partition, offset); none where that is a tombstone."""
     winners: dict = {}
-    for r in last_in_partition.values():
-        if r[3] not in winners or (r[5], r[1]) > (winners[r[3]][5], winners[r[3]][1]):
+    for r in records:
+        if r[3] not in winners or rank(r) > rank(winners[r[3]]):
             winners[r[3]] = r
     return sorted((r for r in winners.values() if r[4] is not None), key=lambda r: r[3])
 
 
 def as_arrow(records) -> pa.Table:  # type: ignore[no-untyped-def]
     return pa.table(
-        {name: [r[i] for r in records] for i, name in enumerate(COLUMNS)}
+        {name: [r[i] for r in records] for i, name in enumerate((*COLUMNS, LOG_TIME))}
         | {TOMBSTONE: [r[4] is None for r in records]},
-        schema=FILE_SCHEMA.append(pa.field(TOMBSTONE, pa.bool_())),
+        schema=FILE_SCHEMA.append(pa.field(LOG_TIME, pa.int64())).append(
+            pa.field(TOMBSTONE, pa.bool_())
+        ),
     )
 
 
@@ -93,4 +98,5 @@ def test_postgresql_upsert_ends_the_same_in_any_order_and_on_replay(postgres, or
         sink.write_arrow(batch.to_reader(), TARGET, Batch(0))  # type: ignore[attr-defined]
     with psycopg.connect(postgres.url) as conn:
         rows = conn.execute("SELECT * FROM events ORDER BY key").fetchall()
-    assert [(t, p, o, bytes(k), bytes(v), ts) for t, p, o, k, v, ts in rows] == newest(RECORDS)
+    found = [(t, p, o, bytes(k), bytes(v), ts, lt) for t, p, o, k, v, ts, lt in rows]
+    assert found == newest(RECORDS)

@@ -23,3 +23,34 @@ def test_archives_no_session_mapped_for_weeks_are_removed_the_others_kept(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [kept.name, recent.name, unrelated.name]
     )
+
+
+def test_one_build_at_a_time_the_others_skip_it(tmp_path, monkeypatch) -> None:
+    """Issue 34.5: imports that end together start one build; a second finds it under way."""
+    import fcntl
+
+    from lagless.importer import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(class_archive.SWITCH, raising=False)
+    path = class_archive.archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    with open(path.parent / class_archive.BUILD_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process is building
+        assert class_archive.build() is None
+    assert not path.exists() and not list(path.parent.glob("*.partial"))
+
+
+def test_a_background_build_starts_only_where_there_is_no_archive(tmp_path, monkeypatch) -> None:
+    from lagless.importer import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(class_archive.SWITCH, "off")
+    assert class_archive.build_in_background() is False
+    monkeypatch.delenv(class_archive.SWITCH)
+    path = class_archive.archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # there already
+    assert class_archive.build_in_background() is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -62,3 +63,45 @@ def test_a_command_imports_what_it_runs_only() -> None:
     )
     assert "lagless.cli.import_" in loaded
     assert not loaded & {"matplotlib", "pandas", "lagless.cli.demo", "lagless.scenarios"}
+
+
+def _options() -> list[tuple[str, argparse.Action]]:
+    parser = build_parser()
+    found = [("lagless", a) for a in parser._actions]
+    found += [(name, a) for name, sub in _commands().items() for a in sub._actions]
+    return [
+        (name, a)
+        for name, a in found
+        if a.option_strings and not isinstance(a, argparse._HelpAction)
+    ]
+
+
+def test_every_value_has_a_metavar_of_one_style() -> None:
+    """Upper case, no underscores (N, S, URL, KEY=VALUE): not argparse's MAX_RECORD_BYTES."""
+    odd = [
+        f"{name} {action.option_strings[0]} {action.metavar}"
+        for name, action in _options()
+        if action.nargs != 0
+        and not action.choices
+        and (
+            not isinstance(action.metavar, str)
+            or action.metavar != action.metavar.upper()
+            or "_" in action.metavar
+        )
+    ]
+    assert not odd, odd
+
+
+def test_every_default_is_said_one_way() -> None:
+    """An option with a default says it, as `(default: X)` (or `default: X` inside its
+    parentheses); never `(2)` or `(default 2)`."""
+    odd = []
+    for name, action in _options():
+        text = action.help or ""
+        shown = text % {"default": action.default} if "%(default)" in text else text
+        has_default = action.default not in (None, False, [], argparse.SUPPRESS)
+        if has_default and "default: " not in shown:
+            odd.append(f"{name} {action.option_strings[0]}: no default said: {shown}")
+        if re.search(r"default [^:]|\(\d[\d.,]*\)", shown.replace("defaults", "")):
+            odd.append(f"{name} {action.option_strings[0]}: {shown}")
+    assert not odd, "\n".join(odd)

@@ -24,7 +24,9 @@ from lagless.exceptions import (
     from_spark,
     marker,
     parse_marker,
+    worker_error,
 )
+from lagless.importer.job import stopped_by
 from lagless.signals import Interrupted
 
 
@@ -163,3 +165,65 @@ def test_main_prints_one_line_and_logs_the_trace(
 def traceback_text(error: BaseException) -> str:
     """What a Spark worker writes back for an error (pyspark.util.handle_worker_exception)."""
     return "".join(traceback.format_exception_only(type(error), error))
+
+
+# As Spark hands back a worker's failure through foreachBatch (abridged from a real import
+# into a full disk): pyspark's PythonException, whose message holds the worker's traceback.
+WORKER_TRACEBACK = """An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/lagless/source/datasource.py", line 300, in read
+    yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+  File "/lagless/sinks/task_files.py", line 84, in write
+    writer.close()
+  File "pyarrow/error.pxi", line 92, in pyarrow.lib.check_status
+OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device
+"""
+FOREACH_BATCH_TRACEBACK = f"""Traceback (most recent call last):
+  File "/pyspark/sql/utils.py", line 163, in call
+    self.func(DataFrame(jdf, wrapped_session_jdf), batch_id)
+  File "/pyspark/errors/exceptions/captured.py", line 285, in unwrap_spark_exception
+    raise converted from None
+    ^^^^^^^^^^^^^^^^^
+pyspark.errors.exceptions.captured.PythonException: {WORKER_TRACEBACK}
+\tat py4j.Protocol.getReturnValue(Protocol.java:476)
+\t... 34 more
+"""
+CHAINED = """Traceback (most recent call last):
+  File "w.py", line 3, in write
+ValueError: the first thing that went wrong
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "w.py", line 5, in write
+RuntimeError: cleaning up after it
+"""
+
+
+def test_a_workers_innermost_error_is_named_as_python_printed_it() -> None:
+    disk_full = (
+        "OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on "
+        "device"
+    )
+    assert worker_error(RuntimeError(WORKER_TRACEBACK)) == disk_full
+    assert worker_error(RuntimeError(FOREACH_BATCH_TRACEBACK)) == disk_full  # wrappers passed
+    try:
+        try:
+            raise RuntimeError("py4j: the query failed")
+        except RuntimeError:
+            raise ValueError("wrapped") from Exception(FOREACH_BATCH_TRACEBACK)
+    except ValueError as wrapped:
+        assert worker_error(wrapped) == disk_full  # found in a cause
+    assert worker_error(RuntimeError(CHAINED)) == "ValueError: the first thing that went wrong"
+    assert worker_error(RuntimeError("An exception was thrown from the Python worker:")) is None
+
+
+def test_a_failure_without_a_marker_ends_as_the_workers_error() -> None:
+    """The one line says the cause (a full disk), not Spark's wrapping."""
+    stopped = stopped_by(RuntimeError(FOREACH_BATCH_TRACEBACK))
+    assert type(stopped) is TerminalError
+    assert str(stopped) == (
+        "import stopped: OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] "
+        "No space left on device"
+    )
+    assert str(stopped_by(RuntimeError("query gone\nmore"))) == "import stopped: query gone"

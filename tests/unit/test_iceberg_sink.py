@@ -16,6 +16,7 @@ from lagless.sinks.base import TOMBSTONE
 from lagless.sinks.iceberg import IcebergSink
 from lagless.sinks.iceberg.newer_wins import plan
 from lagless.sinks.ledger import Batch
+from lagless.sinks.upsert_order import LOG_TIME
 from tests.unit.test_ledger_stores import PARTITIONS, TOPIC, commit, iceberg_rows
 
 
@@ -73,45 +74,53 @@ def test_only_iceberg_takes_a_namespace_in_the_table_name(tmp_path: Path) -> Non
             sink_from_url(other).table_name("sales.deals")
 
 
-def rows(*spec: tuple[bytes, int, int, int, bool]) -> pa.Table:
-    keys, partitions, offsets, stamps, dead = zip(*spec, strict=True)
+def rows(*spec: tuple[bytes, int, int, int, int | None, bool]) -> pa.Table:
+    """(key, partition, offset, timestamp, log time, tombstone) of topic t."""
+    keys, partitions, offsets, stamps, log_times, dead = zip(*spec, strict=True)
     return pa.table(
         {
             "key": pa.array(keys, pa.binary()),
+            "topic": pa.array(["t"] * len(keys), pa.string()),
             "partition": pa.array(partitions, pa.int32()),
             "offset": pa.array(offsets, pa.int64()),
             "timestamp": pa.array(stamps, pa.int64()),
+            LOG_TIME: pa.array(log_times, pa.int64()),
             TOMBSTONE: pa.array(dead, pa.bool_()),
         }
     )
 
 
 def test_the_upsert_plan_is_newer_wins_and_remembers_tombstones() -> None:
+    """The rank (upsert_order.py): the log time, then topic, partition and offset."""
     held = rows(
-        (b"same-partition", 0, 10, 500, False),
-        (b"older-elsewhere", 1, 99, 900, False),
-        (b"newer-elsewhere", 1, 5, 100, False),
-        (b"deleted", 0, 3, 50, False),
+        (b"same-partition", 0, 10, 500, 500, False),
+        (b"older-elsewhere", 1, 99, 900, 900, False),
+        (b"newer-elsewhere", 1, 5, 100, 100, False),
+        (b"deleted", 0, 3, 50, 50, False),
+        (b"legacy", 1, 3, 300, None, False),  # an earlier lagless's row: its timestamp ranks
     ).drop_columns([TOMBSTONE])
-    graves = rows((b"buried", 0, 40, 400, True)).drop_columns([TOMBSTONE])
+    graves = rows((b"buried", 0, 40, 400, 400, True)).drop_columns([TOMBSTONE])
     batch = rows(
-        (b"same-partition", 0, 11, 1, False),  # a later offset wins whatever its timestamp
-        (b"older-elsewhere", 0, 7, 800, False),  # another partition: an older timestamp loses
-        (b"newer-elsewhere", 0, 7, 200, False),  # a newer timestamp wins
-        (b"deleted", 0, 4, 60, True),  # a newer tombstone deletes
-        (b"buried", 0, 39, 10, False),  # older than its key's tombstone: dropped
-        (b"fresh", 1, 0, 5, False),
+        (b"same-partition", 0, 11, 1, 500, False),  # a later offset: its log time is as late
+        (b"older-elsewhere", 0, 7, 800, 800, False),  # another partition: an older one loses
+        (b"newer-elsewhere", 0, 7, 200, 200, False),  # a newer log time wins
+        (b"deleted", 0, 4, 60, 60, True),  # a newer tombstone deletes
+        (b"buried", 0, 39, 10, 390, False),  # older than its key's tombstone: dropped
+        (b"legacy", 0, 8, 250, 320, False),
+        (b"fresh", 1, 0, 5, 5, False),
     )
 
     planned = plan(batch, held, ("key",), graves)
 
     assert sorted(planned.replaced.column("key").to_pylist()) == [
         b"deleted",
+        b"legacy",
         b"newer-elsewhere",
         b"same-partition",
     ]
     assert sorted(planned.added.column("key").to_pylist()) == [
         b"fresh",
+        b"legacy",
         b"newer-elsewhere",
         b"same-partition",
     ]

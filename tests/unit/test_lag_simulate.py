@@ -8,13 +8,18 @@ import pytest
 
 from lagless.cli.main import main
 from lagless.exceptions import BadInput
+from lagless.lag.chart import write_chart
 from lagless.lag.simulate import (
+    RECORD_UNITS,
+    TIME_UNITS,
     assign_range,
     assign_roundrobin,
     assign_sticky,
+    format_duration,
     ideal_drain_s,
     parse_counts,
     parse_lag_table,
+    scale_for,
     simulate_all,
     simulate_group,
     simulate_planner,
@@ -133,7 +138,7 @@ def test_cli_prints_each_strategy_and_writes_the_chart(
     ("args", "error"),
     [
         (["--counts", "5,x", "--consumers", "2"], "--counts: 'x' is not a whole number"),
-        (["--counts", "5,6", "--consumers", "0"], "simulate needs partitions, consumers >= 1"),
+        (["--counts", "5,6", "--consumers", "0"], "argument --consumers: must be at least 1"),
         (["--lag-table", "/nonexistent/lag.md", "--consumers", "2"], "cannot read"),
     ],
 )
@@ -144,3 +149,48 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"lagless: error: {error}")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [
+        (0.00025, "0.00025s"),
+        (0.357, "0.357s"),
+        (12.34, "12.3s"),
+        (245, "4m05s"),
+        (3723, "1h02m03s"),
+    ],
+)
+def test_a_drain_time_is_said_in_the_unit_its_size_asks_for(seconds: float, said: str) -> None:
+    """Issue 34.4: at demo scale every strategy read 0m00s."""
+    assert format_duration(seconds) == said
+
+
+def test_the_chart_axes_take_the_unit_the_input_fills() -> None:
+    assert scale_for(0.9, TIME_UNITS) == ("seconds", 1.0)
+    assert scale_for(600, TIME_UNITS) == ("minutes", 60.0)
+    assert scale_for(30_000, TIME_UNITS) == ("hours", 3600.0)
+    assert scale_for(70_000, RECORD_UNITS) == ("thousands", 1e3)  # not 0.07 millions
+    assert scale_for(90_000_000, RECORD_UNITS) == ("millions", 1e6)
+    assert scale_for(500, RECORD_UNITS) == ("", 1.0)
+
+
+def test_every_strategy_is_drawn_with_a_marker_of_its_own(tmp_path, monkeypatch) -> None:
+    """Lines that coincide (sticky and roundrobin drain alike) stay visible by their markers,
+    which fall at points of their own."""
+    import matplotlib.axes
+
+    drawn: list[dict[str, object]] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        drawn.append(kwargs)
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
+    backlog = [3000, 2000, 0, 500, 1200, 0, 0, 4000]
+    drains = simulate_all(backlog, 3, 10_000.0, 60.0)
+    write_chart(drains, ideal_drain_s(backlog, 3, 10_000.0), tmp_path / "c.png", "t")
+
+    assert len(drawn) == len(drains) == 7
+    assert len({(d["marker"], d["markevery"]) for d in drawn}) == 7

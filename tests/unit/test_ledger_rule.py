@@ -10,11 +10,13 @@ from lagless.exceptions import BadInput
 from lagless.sinks.ledger import (
     Batch,
     ConcurrentImport,
+    HeldRecord,
     Lacking,
     Verdict,
     batch_ranges,
     lacking,
     reconcile,
+    recreated,
     verdict,
 )
 
@@ -106,3 +108,22 @@ def test_a_table_lacks_exactly_the_partitions_it_holds_below_what_was_read(
         assert found is None
     else:
         assert found == Lacking(short[0], read[short[0]][1], held.get(short[0], 0))
+
+
+def test_a_recreated_topic_is_told_by_the_record_at_the_newest_held_offset() -> None:
+    """Another timestamp or key at the same offset: another topic's record. A record the log
+    no longer has there (retention, compaction: the log's first record is further on) or a
+    partition the log did not answer for tells nothing."""
+    held = {A: HeldRecord(99, 1000, b"k"), B: HeldRecord(5, 7, None)}
+    assert recreated(held, {A: HeldRecord(99, 1000, b"k"), B: HeldRecord(5, 7, None)}) == []
+    assert recreated(held, {A: HeldRecord(120, 5, b"x")}) == []
+    later = recreated(held, {A: HeldRecord(99, 2000, b"k"), B: HeldRecord(5, 7, b"k")})
+    assert [(each.tp, each.found) for each in later] == [
+        (A, HeldRecord(99, 2000, b"k")),
+        (B, HeldRecord(5, 7, b"k")),
+    ]
+    assert str(later[0]) == (
+        "a[0]: the record at offset 99 has another timestamp than the one the table holds "
+        "(1000, now 2000)"
+    )
+    assert "another key" in str(later[1]) and "(no key, now b'k')" in str(later[1])

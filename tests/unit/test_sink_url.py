@@ -3,6 +3,7 @@ encoded again only for the client that decodes them; the password never in `show
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import quote, unquote, urlsplit
 
@@ -12,7 +13,13 @@ from hypothesis import strategies as st
 
 from lagless.exceptions import BadInput
 from lagless.sinks import sink_from_url
-from lagless.sinks.url import absolute, parse_local, parse_server
+from lagless.sinks.url import (
+    absolute,
+    local_url,
+    parse_local,
+    parse_server,
+    relative_that_looks_absolute,
+)
 
 ONLY_WRITE_FROM = re.escape("the only query parameter is write_from=executors|driver")
 
@@ -22,12 +29,45 @@ ONLY_WRITE_FROM = re.escape("the only query parameter is write_from=executors|dr
     [
         ("sqlite:///orders.db", "orders.db"),
         ("sqlite:////tmp/x.db", "/tmp/x.db"),
-        ("sqlite:///a%20b.db", "a%20b.db"),  # taken as written, as SQLAlchemy takes it
+        ("sqlite:///a%20b.db", "a b.db"),  # percent-escapes decoded, as in any URL
+        ("sqlite:///100%25.db", "100%.db"),
+        ("sqlite:///what%3F.db?write_from=executors", "what?.db"),
     ],
 )
 def test_local_paths_follow_sqlalchemy(url: str, path: str) -> None:
     parsed = parse_local(url, "sqlite", write_from=True)
-    assert parsed.path == path and parsed.write_from == "executors" and parsed.shown == url
+    assert parsed.path == path and parsed.write_from == "executors"
+    assert parsed.shown == url.partition("?")[0]
+
+
+@given(
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1)
+)
+def test_a_local_url_made_from_any_path_reads_back_as_that_path(path: str) -> None:
+    """local_url escapes what parse_local decodes; absolute() keeps the path it was given."""
+    assert parse_local(local_url("parquet", path), "parquet").path == path
+    absolute_path = parse_local(absolute(local_url("parquet", path)), "parquet").path
+    assert absolute_path == os.path.abspath(path)
+
+
+def test_a_bad_percent_escape_is_one_line() -> None:
+    with pytest.raises(BadInput, match="is not UTF-8"):
+        parse_local("sqlite:///%ff.db", "sqlite")
+
+
+def test_a_relative_path_starting_with_a_new_folder_is_told_with_both_readings(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    said = relative_that_looks_absolute("sqlite:///data/orders.db")
+    assert said == (
+        f"sqlite:///data/orders.db is the relative path {tmp_path}/data/orders.db (three "
+        "slashes); for the absolute path /data/orders.db, write sqlite:////data/orders.db"
+    )
+    (tmp_path / "data").mkdir()  # a folder of the working folder: meant so
+    assert relative_that_looks_absolute("sqlite:///data/orders.db") is None
+    for url in ("sqlite:///orders.db", "sqlite:////data/x.db", "postgresql://h/db"):
+        assert relative_that_looks_absolute(url) is None
 
 
 def test_write_from_is_read_the_same_for_every_store_that_takes_it() -> None:

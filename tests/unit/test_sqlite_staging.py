@@ -4,10 +4,12 @@ source/executor_write.py builds them)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +19,8 @@ import pytest
 from lagless.exceptions import BadInput, TerminalError
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Target, sink_from_url
+from lagless.sinks.base import ALREADY_HELD, Written
+from lagless.sinks.ledger import Batch, ConcurrentImport
 from lagless.sinks.sqlite import SqliteSink
 from lagless.sinks.task_files import FILE_SCHEMA, StagedFiles
 from lagless.source.executor_write import write_task
@@ -73,12 +77,16 @@ def test_a_batch_staged_by_the_tasks_lands_once_even_when_replayed(tmp_path: Pat
     sink.prepare(TARGET)
     tasks = [[OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 7)], [OffsetRange("t", 0, 5, 9)]]
 
+    batch = Batch(0, {("t", 0): (0, 9), ("t", 1): (3, 7)})
+
     sink.discard_staged(TARGET)
-    sink.commit_staged(run_tasks(sink, tasks), TARGET, 0)
+    assert sink.commit_staged(run_tasks(sink, tasks), TARGET, batch) == Written(13)
     first = stored(path)
-    # A replay (crash after the write, before Spark's commit), split into other tasks.
+    # A replay (crash after the write, before Spark's commit), split into other tasks: told
+    # apart (issue 31.5), nothing written.
     sink.discard_staged(TARGET)
-    sink.commit_staged(run_tasks(sink, [[p] for pieces in tasks for p in pieces]), TARGET, 0)
+    again = run_tasks(sink, [[p] for pieces in tasks for p in pieces])
+    assert sink.commit_staged(again, TARGET, batch) == ALREADY_HELD
 
     expected = sorted(
         ("t", p.partition, o, f"k{o}".encode(), f"v{o}".encode(), (1_700_000_000 + o) * 1000)
@@ -142,3 +150,46 @@ def test_tasks_get_an_absolute_staging_folder_for_a_relative_sink_path(url: str)
     assert writer is not None
     folder = json.loads(writer.config)["folder"]
     assert os.path.isabs(folder) and folder.startswith(os.getcwd())
+
+
+def test_each_import_stages_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    """Two imports into one table at once: one discarding what it staged leaves the other's."""
+    sink = SqliteSink.from_url(f"sqlite:///{tmp_path}/d.db")
+    a, b = (replace(TARGET, run_id=run) for run in ("import-a", "import-b"))
+    writers = [sink.executor_writer(target) for target in (a, b)]
+    folders = [json.loads(writer.config)["folder"] for writer in writers if writer is not None]
+    assert folders == [f"{tmp_path}/d.db-lagless-staging/{TARGET.table}/import-{x}" for x in "ab"]
+    for folder in folders:
+        os.makedirs(folder)
+        Path(folder, "piece.arrow").write_bytes(b"staged")
+    sink.discard_staged(a)
+    assert not os.path.exists(folders[0]) and os.listdir(folders[1]) == ["piece.arrow"]
+    sink.discard_staged(b)
+    assert not os.path.exists(f"{tmp_path}/d.db-lagless-staging")
+
+
+def test_a_commit_waits_for_another_imports_then_is_transient(tmp_path: Path) -> None:
+    """Commits into one database queue on its lock file; one that waited past the retry
+    budget is ConcurrentImport (exit 75), nothing written."""
+    sink = SqliteSink.from_url(f"sqlite:///{tmp_path}/d.db")
+    sink.prepare(TARGET)
+    sink.retry_s = 0.3
+    batch = Batch(0, {("t", 0): (0, 3)})
+    rows = pa.table(
+        {
+            "topic": ["t"] * 3,
+            "partition": [0] * 3,
+            "offset": [0, 1, 2],
+            "key": [b"k"] * 3,
+            "value": [b"v"] * 3,
+            "timestamp": [1, 2, 3],
+        },
+        schema=FILE_SCHEMA,
+    )
+    with open(f"{tmp_path}/d.db-lagless.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another import's commit
+        with pytest.raises(ConcurrentImport, match="another import held it for 0 s"):
+            sink.write_arrow(rows.to_reader(), TARGET, batch)
+    assert sink.ledger(TARGET, [("t", 0)]) == {}
+    sink.write_arrow(rows.to_reader(), TARGET, batch)
+    assert sink.ledger(TARGET, [("t", 0)]) == {("t", 0): 3}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,15 +32,18 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
 from lagless.sinks.base import (
+    ALREADY_HELD,
     TOMBSTONE,
     Target,
     WriteMode,
+    Written,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
-from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
+from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.sql import newer
 from lagless.sinks.task_files import stage_rows
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -48,6 +51,8 @@ if TYPE_CHECKING:
 
 # Columns every lagless table has, whatever the shaping makes of values.
 IDENTITY = ("partition", "offset", "timestamp")
+# What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
+RANKED = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 # In upsert mode a record without a value deletes its key (Kafka's compaction convention).
 IS_TOMBSTONE = f's."{TOMBSTONE}"'
 
@@ -107,20 +112,35 @@ class DeltaSink(FolderTableSink):
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """Kept as an application transaction per partition (its version the log time)."""
+        delta = self._open_or_none(target.table) if target.mode == "upsert" else None
+        if delta is None:
+            return {}
+        found = {tp: delta.transaction_version(_log_time_id(tp)) for tp in partitions}
+        return {tp: ms for tp, ms in found.items() if ms is not None}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        import polars as pl
+
+        delta = self._open_or_none(target.table)
+        if delta is None or not held:
+            return {}
+        return newest_rows_in(pl.scan_delta(delta), held)
+
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """After the tasks wrote the batch (executorWriter): commit its files in one transaction."""
-        self._append(target.table, sorted(set(files)), batch)
+        return None if self._append(target.table, sorted(set(files)), batch) else ALREADY_HELD
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch of rows: tasks write the files, the driver appends them or merges them."""
         files = self._stage(rows, target, target.table)
         before_commit()
         if target.mode == "append":
-            self._append(target.table, files, batch)
-        else:
-            self._merge(files, target, batch)
+            return None if self._append(target.table, files, batch) else ALREADY_HELD
+        return self._merge(files, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
@@ -141,27 +161,30 @@ class DeltaSink(FolderTableSink):
             tables.append((target.tombstone_table, "upsert"))
         return tables
 
-    def _append(self, table: str, files: list[str], batch: Batch) -> None:
+    def _append(self, table: str, files: list[str], batch: Batch) -> bool:
         """Move the batch's files beside the table's and add them, with the batch's ranges, in
-        one commit, unless the log holds these offsets already (a replay). A batch without
-        files still records its ranges in a table that exists."""
+        one commit, unless the log holds these offsets already (a replay: False). A batch
+        without files still records its ranges in a table that exists."""
         delta = self._open_or_none(table) if not files else None
         if delta is None:
             if not files:
-                return
+                return True
             delta = self._open(table, "append", self._schema(files[0]))
         if _is_replay(delta, batch):
             self._drop(files)
-            return
+            return False
         folder = self.storage.join(self.location, table)
         actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
-        _commit(
-            delta,
-            batch,
-            lambda props: delta.create_write_transaction(
-                actions, "append", delta.schema(), commit_properties=props
-            ),
+        return (
+            _commit(
+                delta,
+                batch,
+                lambda props: delta.create_write_transaction(
+                    actions, "append", delta.schema(), commit_properties=props
+                ),
+            )
+            is not _LOST_TO_A_REPLAY
         )
 
     def _open_or_none(self, table: str) -> DeltaTable | None:
@@ -174,31 +197,27 @@ class DeltaSink(FolderTableSink):
         except TableNotFoundError:
             return None
 
-    def _merge(self, files: list[str], target: Target, batch: Batch) -> None:
+    def _merge(self, files: list[str], target: Target, batch: Batch) -> Written:
         """Tombstones into `<table>_tombstones`, then one MERGE into the target: a record only
         replaces an older row and only when newer than its key's tombstone; a tombstone deletes
         an older row. Both commits are newer-only, so a replay between them changes nothing."""
         import polars as pl
 
         if not files:
-            return
+            return Written(0)
         rows_schema = self._schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
         delta = self._open(target.table, "upsert", stored)
         if _is_replay(delta, batch):
             self._drop(files)
-            return
+            return ALREADY_HELD
         keys = target.unique
 
         def same_key(a: str, b: str) -> str:
             return " AND ".join(f'{a}."{k}" = {b}."{k}"' for k in keys)
 
         source = pl.scan_parquet(files, storage_options=self.storage.client_options())
-        tombstones = (
-            source.filter(pl.col(TOMBSTONE))
-            .select(*keys, "partition", "offset", "timestamp")
-            .collect()
-        )
+        tombstones = source.filter(pl.col(TOMBSTONE)).select(*keys, *RANKED).collect()
         graves = self._open(target.tombstone_table, "upsert", tombstones.to_arrow().schema)
         if tombstones.height and not _is_replay(graves, batch):
             _commit(
@@ -227,7 +246,7 @@ class DeltaSink(FolderTableSink):
         whole = f"({newer('s', 't')})"
         # Every stored column from the source row: the tombstone flag itself is not stored.
         columns = {name: f's."{name}"' for name in stored.names}
-        _commit(
+        merged = _commit(
             delta,
             batch,
             lambda props: (
@@ -244,6 +263,21 @@ class DeltaSink(FolderTableSink):
                 .execute()
             ),
         )
+        if merged is _LOST_TO_A_REPLAY:
+            return ALREADY_HELD
+        if not _is_replay(delta, batch):
+            # A MERGE that changed nothing (tombstones of keys the table lacks, records that
+            # lost) commits nothing, so its ranges and log times would be missing: a rerun
+            # would read the batch again and find the tombstones' table holding it already.
+            _commit(
+                delta,
+                batch,
+                lambda props: delta.create_write_transaction(
+                    [], "append", delta.schema(), commit_properties=props
+                ),
+            )
+        # Rows gained or replaced, as every store counts them (not the tombstones' deletes).
+        return Written(merged["num_target_rows_inserted"] + merged["num_target_rows_updated"])
 
     def _schema(self, path: str) -> pa.Schema:
         return self.storage.parquet_metadata(path).schema.to_arrow_schema()
@@ -280,12 +314,29 @@ class DeltaSink(FolderTableSink):
             storage_options=self.storage.client_options(),
         )
         delta.update_incremental()
-        if _columns(delta.schema()) != _columns(Schema.from_arrow(schema)):
+        wanted = _columns(Schema.from_arrow(schema))
+        added = _added_for_ranks(_columns(delta.schema()), wanted)
+        if added:  # a table an earlier lagless made: the columns the rank needs, added
+            delta.alter.add_columns(
+                [f for f in Schema.from_arrow(schema).fields if f.name in added]
+            )
+            delta.update_incremental()
+        if _columns(delta.schema()) != wanted:
             raise TerminalError(
                 f"the batch's columns ({', '.join(schema.names)}) differ from those of Delta "
                 f"table {path!r}; pick another --table"
             )
         return delta
+
+
+def _added_for_ranks(found: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:
+    """The columns of an upsert's rank (upsert_order.py) an earlier lagless's table lacks, when
+    they are all it lacks (they come last, where a column added goes)."""
+    missing = wanted[len(found) :]
+    names = [name for name, _ in missing]
+    if wanted[: len(found)] != found or not missing or not set(names) <= {"topic", LOG_TIME}:
+        return []
+    return names
 
 
 def _columns(schema: Any) -> list[tuple[str, str]]:
@@ -296,6 +347,11 @@ def _columns(schema: Any) -> list[tuple[str, str]]:
 def _app_id(tp: TP) -> str:
     """The application transaction that holds a partition's place in the table's log."""
     return f"lagless:{tp[0]}:{tp[1]}"
+
+
+def _log_time_id(tp: TP) -> str:
+    """The application transaction whose version is an upsert partition's log time."""
+    return f"lagless-log-time:{tp[0]}:{tp[1]}"
 
 
 def _is_replay(delta: DeltaTable, batch: Batch) -> bool:
@@ -327,20 +383,31 @@ def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
     return {(t, int(p)): int(o) + 1 for t, p, o in found.iter_rows()}
 
 
-def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
+# What _commit returns when its commit lost to another writer of the same batch.
+_LOST_TO_A_REPLAY = object()
+
+
+def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
     """One Delta transaction that records the batch's ranges (an application transaction per
-    partition). A commit that lost a race to another writer of these partitions finds them
-    held (a stale driver of the same batch: done) or raises ConcurrentImport."""
+    partition); what `action` returned (a MERGE's metrics). A commit that lost a race to
+    another writer of these partitions finds them held (a stale driver of the same batch:
+    _LOST_TO_A_REPLAY) or raises ConcurrentImport."""
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties, Transaction
 
     ranges = batch.covered
+    log_times = [
+        Transaction(_log_time_id(tp), ms)
+        for tp, ms in sorted(batch.log_times.items())
+        if tp in ranges
+    ]
     props = CommitProperties(
-        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()],
+        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()]
+        + log_times,
         custom_metadata={"lagless.ranges": batch.to_json()},
     )
     try:
-        action(props)
+        done = action(props)
     except CommitFailedError:
         delta.update_incremental()
         if not _is_replay(delta, batch):
@@ -348,7 +415,9 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> None:
                 f"a commit to {delta.table_uri} lost to another import of the same partitions; "
                 "rerun to resume after what the table holds"
             ) from None
+        done = _LOST_TO_A_REPLAY
     delta.update_incremental()
+    return done
 
 
 def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:

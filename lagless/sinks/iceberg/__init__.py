@@ -28,7 +28,7 @@ import sqlite3
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -39,20 +39,22 @@ from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.sinks.base import (
+    ALREADY_HELD,
     DEAD_LETTER_COLUMNS,
     TOMBSTONE,
     Target,
     WriteMode,
+    Written,
     check_identifier,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
+from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
-from lagless.sinks.iceberg.summary import held_in, properties
-from lagless.sinks.ledger import TP, Batch, ConcurrentImport, Verdict, verdict
+from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
 from lagless.sinks.task_files import Conform, stage_rows
 from lagless.sinks.url import parse_local
@@ -142,7 +144,12 @@ class IcebergSink(FolderTableSink):
         return super().identity
 
     def table_name(self, name: str) -> str:
-        """A table, or `namespace.table`."""
+        """A table, or `namespace.table`: one level of namespace (lagless makes it)."""
+        if name.count(".") > 1:
+            raise BadInput(
+                f"Iceberg table {name!r} has {name.count('.')} dots: lagless takes TABLE or "
+                "NAMESPACE.TABLE (one namespace, no nested ones)"
+            )
         namespace, dot, table = name.partition(".")
         if dot:
             check_identifier(namespace, "namespace")
@@ -192,10 +199,33 @@ class IcebergSink(FolderTableSink):
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        if target.mode != "upsert":
+            return {}
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return log_times_in(found) if found is not None else {}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        import polars as pl
+
+        if not held:
+            return {}
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            if found is None:
+                return {}
+            with warnings.catch_warnings():  # polars would rather plan with a plugin
+                warnings.simplefilter("ignore", pl.exceptions.PerformanceWarning)
+                return newest_rows_in(pl.scan_iceberg(found), held)
+
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """After the tasks wrote the batch (executorWriter): add its files in one commit."""
         with self._catalog_errors():
-            self._add_files(target.table, sorted(set(files)), batch)
+            added = self._add_files(target.table, sorted(set(files)), batch)
+        return None if added else ALREADY_HELD
 
     @property
     def conform(self) -> Conform:
@@ -204,15 +234,14 @@ class IcebergSink(FolderTableSink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch of rows: tasks write the files, the driver adds them or upserts them."""
         files = self._stage(rows, target, target.table)
         before_commit()
         with self._catalog_errors():
             if target.mode == "append":
-                self._add_files(target.table, files, batch)
-            else:
-                self._upsert(files, target, batch)
+                return None if self._add_files(target.table, files, batch) else ALREADY_HELD
+            return self._upsert(files, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, added to `<table>_dlq` before the batch's rows commit."""
@@ -359,14 +388,14 @@ class IcebergSink(FolderTableSink):
         self.storage.move(path, moved)
         return moved
 
-    def _add_files(self, table: str, files: list[str], batch: Batch) -> None:
+    def _add_files(self, table: str, files: list[str], batch: Batch) -> bool:
         """Move the batch's files into the table's data folder and add them, with the batch's
-        ranges, in one commit, unless the table holds these offsets already (a replay). A
-        batch without files still records its ranges."""
+        ranges, in one commit, unless the table holds these offsets already (a replay: False).
+        A batch without files still records its ranges."""
         found = self._table(table)
         if verdict(batch, held_in(found)) is Verdict.REPLAY:
             self._drop(files)
-            return
+            return False
         data = self.storage.join(_local_path(found.location()), "data")
         self.storage.makedirs(data)
         moved = [self._move(path, data) for path in files]
@@ -380,12 +409,14 @@ class IcebergSink(FolderTableSink):
 
         if not self._commit(table, batch, build):
             self._drop(moved)
+            return False
+        return True
 
-    def _upsert(self, files: list[str], target: Target, batch: Batch) -> None:
+    def _upsert(self, files: list[str], target: Target, batch: Batch) -> Written:
         """Tombstones into `<table>_tombstones`, then the target: both newer-only, each in one
         commit with the batch's ranges, so a replay between the two changes nothing."""
         if not files:
-            return
+            return Written(0)
         rows = pa.concat_tables([self.storage.read_parquet(path) for path in files])
         self._drop(files)
         keys = target.unique
@@ -403,12 +434,18 @@ class IcebergSink(FolderTableSink):
             self._commit(target.tombstone_table, batch, bury)
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
 
+        added: list[int] = []  # the rows the target gains or has replaced, by the last try
+
         def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
             held = _scan(table, match, [*keys, *COORDINATES])
             kept = _scan(self._table(target.tombstone_table), match, [*keys, *COORDINATES])
-            _apply(tx, table, plan(rows, held, keys, kept), keys, props)
+            planned = plan(rows, held, keys, kept)
+            added[:] = [planned.added.num_rows]
+            _apply(tx, table, planned, keys, props)
 
-        self._commit(target.table, batch, upsert)
+        if not self._commit(target.table, batch, upsert):
+            return ALREADY_HELD
+        return Written(added[0] if added else 0)
 
     def _commit(self, table: str, batch: Batch, build: Build) -> bool:
         """One commit of what `build` adds to a transaction, with the batch's ranges in its
@@ -423,7 +460,8 @@ class IcebergSink(FolderTableSink):
             if verdict(batch, held) is Verdict.REPLAY:
                 return False
             tx = found.transaction()
-            build(tx, found, properties(held, batch))
+            log_times = log_times_in(found) if batch.log_times else None
+            build(tx, found, properties(held, batch, log_times))
             try:
                 tx.commit_transaction()
                 return True

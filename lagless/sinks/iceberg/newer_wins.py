@@ -1,6 +1,7 @@
 """Upsert into an Iceberg table, planned on the driver from a batch's rows and the rows the
-table holds for the batch's keys: the same newer-wins rule as the SQL stores (sql.newer) and
-Delta's MERGE, so every store converges to the same table whatever order batches arrive in.
+table holds for the batch's keys: the same rank as the SQL stores and Delta's MERGE
+(upsert_order.py), so every store converges to the same table however the records are
+batched, whatever order batches arrive in.
 
 The batch holds one row per key (rows.accepted coalesces); TOMBSTONE marks a deletion. Only
 keys and coordinates are compared (in polars); the rows kept are taken from the batch as they
@@ -12,12 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lagless.sinks.base import TOMBSTONE
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
 
-COORDINATES = ("partition", "offset", "timestamp")
+# A row's rank (upsert_order.py) is read from these; the last two came later (a table an
+# earlier lagless made has them empty).
+COORDINATES = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 HELD = "_held"
 ROW = "_row"
 
@@ -31,14 +35,23 @@ class Plan:
 
 
 def newer_than_held() -> pl.Expr:
-    """The batch's row is newer than the held one joined beside it (columns suffixed HELD), or
-    there is none (sql.newer, with a missing row as oldest)."""
+    """The batch's row outranks the held one joined beside it (columns suffixed HELD), or
+    there is none (upsert_order.py, with a missing row as lowest)."""
     import polars as pl
 
-    p, o, t = (pl.col(c) for c in COORDINATES)
-    hp, ho, ht = (pl.col(c + HELD) for c in COORDINATES)
-    newer = ((p == hp) & (o > ho)) | ((p != hp) & ((t > ht) | ((t == ht) & (p > hp))))
-    return ho.is_null() | newer
+    def rank(suffix: str) -> list[pl.Expr]:
+        return [
+            pl.coalesce(pl.col(LOG_TIME + suffix), pl.col("timestamp" + suffix)),
+            pl.col("topic" + suffix).fill_null(""),
+            pl.col("partition" + suffix),
+            pl.col("offset" + suffix),
+        ]
+
+    mine, theirs = rank(""), rank(HELD)
+    newer = mine[-1] > theirs[-1]
+    for a, b in zip(reversed(mine[:-1]), reversed(theirs[:-1]), strict=True):
+        newer = (a > b) | ((a == b) & newer)
+    return pl.col("offset" + HELD).is_null() | newer
 
 
 def plan(

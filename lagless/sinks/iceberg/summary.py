@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 RANGES = "lagless.ranges"
 HELD = "lagless.held"
+# Upsert: each partition's log time where the table's ledger ends (upsert_order.py), as HELD.
+LOG_TIMES = "lagless.log-times"
 
 
 def held_in(table: Table) -> dict[TP, int]:
@@ -45,10 +47,32 @@ def held_in(table: Table) -> dict[TP, int]:
     return held
 
 
-def properties(held: Mapping[TP, int], batch: Batch) -> dict[str, str]:
-    """The summary properties of a batch's snapshots, given what the table held before it."""
+def log_times_in(table: Table) -> dict[TP, int]:
+    """Each partition's log time where the table's ledger ends (none: not an upsert table's
+    or not kept by an earlier lagless)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        listed = snapshot.summary.get(LOG_TIMES) if snapshot.summary is not None else None
+        if listed is not None:  # cumulative, as HELD
+            return {(e["topic"], int(e["partition"])): int(e["ms"]) for e in json.loads(listed)}
+    return {}
+
+
+def properties(
+    held: Mapping[TP, int], batch: Batch, log_times: Mapping[TP, int] | None = None
+) -> dict[str, str]:
+    """The summary properties of a batch's snapshots, given what the table held before it
+    (and, upsert, its log times then)."""
     after = dict(held)
     for tp, (_, end) in batch.covered.items():
         after[tp] = max(after.get(tp, 0), end)
     listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(after.items())]
-    return {RANGES: batch.to_json(), HELD: json.dumps(listed, separators=(",", ":"))}
+    found = {RANGES: batch.to_json(), HELD: json.dumps(listed, separators=(",", ":"))}
+    if log_times is not None and (log_times or batch.log_times):
+        times = {**log_times}
+        for tp, ms in batch.log_times.items():
+            times[tp] = max(times.get(tp, ms), ms)
+        kept = [{"topic": t, "partition": p, "ms": ms} for (t, p), ms in sorted(times.items())]
+        found[LOG_TIMES] = json.dumps(kept, separators=(",", ":"))
+    return found

@@ -30,18 +30,22 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from lagless.exceptions import BadInput
 from lagless.failpoints import failpoint
 from lagless.sinks.base import (
+    ALREADY_HELD,
     DEAD_LETTER_COLUMNS,
     Target,
+    Written,
     check_writable_path,
 )
-from lagless.sinks.folder_table import FolderTableSink
-from lagless.sinks.ledger import TP, Batch, Range, Verdict, held_until, verdict
+from lagless.sinks.folder_table import HELD_RECORD_COLUMNS, FolderTableSink, newest_rows_in
+from lagless.sinks.ledger import TP, Batch, HeldRecord, Range, Verdict, held_until, verdict
 from lagless.sinks.storage import LocalStorage, S3Storage, Storage
 from lagless.sinks.task_files import stage_rows
 
@@ -89,34 +93,60 @@ class ParquetSink(FolderTableSink):
                 return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
         return held_until(_held_ranges(self.storage, table)[0])
 
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        """Read in the batch folder that holds each partition's newest range only."""
+        import polars as pl
+
+        table = self.storage.join(self.location, target.table)
+        newest: dict[TP, tuple[int, str]] = {}
+        for folder, tp, (_, end) in _held_in_folders(self.storage, table, self.s3 is not None)[0]:
+            if tp in held and end > newest.get(tp, (-1, ""))[0]:
+                newest[tp] = (end, folder)
+        found: dict[TP, HeldRecord] = {}
+        for folder in sorted({folder for _, folder in newest.values()}):
+            files = [
+                self.storage.read_parquet(self.storage.join(folder, name), HELD_RECORD_COLUMNS)
+                for name in self.storage.names(folder)
+                if name.endswith(".parquet") and not name.startswith(("_", "."))
+            ]
+            if files:
+                rows = pl.from_arrow(pa.concat_tables(files, promote_options="default"))
+                assert isinstance(rows, pl.DataFrame)
+                wanted = {tp: held[tp] for tp, (_, where) in newest.items() if where == folder}
+                found |= newest_rows_in(rows.lazy(), wanted)
+        return found
+
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> None:
+    ) -> Written | None:
         """A batch's rows, written by Spark's tasks, then made visible in one rename (on S3:
         written by the tasks through pyarrow, committed by the lock's copy). Typed values
         keep their nested types; a field the schema added is a column of the files written
         since (readers merge the files' schemas)."""
         rows = rows.select(*target.schema().fieldNames())
-        self._write(rows, target, target.table, batch, before_commit)
+        return self._write(rows, target, target.table, batch, before_commit)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, as the rows are, before the batch's rows are visible."""
         rows = rows.select(*DEAD_LETTER_COLUMNS)
         self._write(rows, target, target.dead_letter_table, batch)
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written | None:
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(files))
         table = self.storage.join(self.location, target.table)
         if isinstance(self.storage, S3Storage):
-            _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
+            )
         gathering = _gathering(table, batch)
         shutil.rmtree(gathering, ignore_errors=True)
         os.makedirs(gathering)
         for path in files:
             os.replace(path, os.path.join(gathering, os.path.basename(path)))
-        _make_visible(table, batch)
+        said = _said(_make_visible(table, batch))
+        self.tidy_staging(target)
+        return said
 
     def _write(
         self,
@@ -125,18 +155,24 @@ class ParquetSink(FolderTableSink):
         table: str,
         batch: Batch,
         before_commit: Callable[[], None] = _no_op,
-    ) -> None:
+    ) -> Written | None:
         folder = self.storage.join(self.location, table)
         if isinstance(self.storage, S3Storage):
             staging = self._staging(target, table)
             clear = self.storage.remove_tree
             files = stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
             before_commit()
-            _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
-            return
+            return _said(
+                _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
+            )
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
         before_commit()
-        _make_visible(folder, batch)
+        return _said(_make_visible(folder, batch))
+
+
+def _said(visible: bool) -> Written | None:
+    """A batch made visible gains a row per record (None); one the table held, nothing."""
+    return None if visible else ALREADY_HELD
 
 
 def folder_name(batch: Batch) -> str:
@@ -148,9 +184,10 @@ def _gathering(table: str, batch: Batch) -> str:
     return os.path.join(table, f"_{folder_name(batch)}.partial")
 
 
-def _make_visible(table: str, batch: Batch) -> None:
+def _make_visible(table: str, batch: Batch) -> bool:
     """The gathered batch, with its ranges, becomes `batch=<digest>` in one rename, unless the
-    table holds its offsets already (ledger.verdict; then the gathered files are dropped)."""
+    table holds its offsets already (ledger.verdict; then the gathered files are dropped and
+    False is returned)."""
     gathering = _gathering(table, batch)
     with open(os.path.join(gathering, RANGES), "w", encoding="utf-8") as handle:
         handle.write(batch.to_json())
@@ -159,14 +196,15 @@ def _make_visible(table: str, batch: Batch) -> None:
     with storage.locked(os.path.join(table, LOCK), "", 0):
         if verdict(batch, held_until(_held_ranges(storage, table)[0])) is Verdict.REPLAY:
             shutil.rmtree(gathering)
-            return
+            return False
         failpoint("mid-write")  # files written, the batch not yet visible nor committed
         os.replace(gathering, os.path.join(table, folder_name(batch)))
+    return True
 
 
 def _commit_on_s3(
     storage: S3Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
-) -> None:
+) -> bool:
     """Under the table's lock object: unless the table holds the batch (then its staged files
     are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
     the commit point. Folders a crashed commit left without `_ranges.json` go first."""
@@ -180,12 +218,13 @@ def _commit_on_s3(
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
             for path in files:
                 storage.remove(path)
-            return
+            return False
         folder = storage.join(table, folder_name(batch))
         for path in files:
             storage.move(path, storage.join(folder, path.rsplit("/", 1)[-1]))
         failpoint("mid-write")  # files in the batch's folder, its ranges not yet written
         storage.write_text(storage.join(folder, RANGES), batch.to_json())
+    return True
 
 
 def _held_ranges(
@@ -193,7 +232,15 @@ def _held_ranges(
 ) -> tuple[list[tuple[TP, Range]], list[str]]:
     """Every range the visible batches of the table hold, and on S3 the batch folders a
     crashed commit left without ranges."""
-    held: list[tuple[TP, Range]] = []
+    held, incomplete = _held_in_folders(storage, table, on_s3)
+    return [(tp, held_range) for _, tp, held_range in held], incomplete
+
+
+def _held_in_folders(
+    storage: Storage, table: str, on_s3: bool = False
+) -> tuple[list[tuple[str, TP, Range]], list[str]]:
+    """_held_ranges, each range with the batch folder that holds it."""
+    held: list[tuple[str, TP, Range]] = []
     incomplete = []
     for name in storage.names(table):
         folder = storage.join(table, name)
@@ -201,11 +248,13 @@ def _held_ranges(
             continue
         listed = storage.read_text(storage.join(folder, RANGES))
         if listed is not None:
-            held.extend(Batch.ranges_from_json(listed).items())
+            ranges: Iterable[tuple[TP, Range]] = Batch.ranges_from_json(listed).items()
         elif on_s3:
             incomplete.append(folder)
+            continue
         else:
-            held.extend(_ranges_in_files(folder))
+            ranges = _ranges_in_files(folder)
+        held.extend((folder, tp, held_range) for tp, held_range in ranges)
     return held, incomplete
 
 

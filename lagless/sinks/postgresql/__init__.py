@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,17 +25,27 @@ from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.retry import retried
 from lagless.secret import Secret
-from lagless.sinks.base import DriverSink, Sink, Target, TaskWriter, TaskWrittenSink
-from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.base import (
+    ALREADY_HELD,
+    DriverSink,
+    Sink,
+    Target,
+    TaskWriter,
+    TaskWrittenSink,
+    Written,
+)
+from lagless.sinks.ledger import TP, Batch, HeldRecord, holds
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
     evolve,
     held_offsets,
+    held_records,
     insert,
     layouts,
     ledger_layout,
+    log_times,
     quoted,
     record_ranges,
     target_layout,
@@ -43,6 +53,7 @@ from lagless.sinks.sql import (
     upsert,
 )
 from lagless.sinks.task_ingest import RECEIPT_SCHEMA, ingest_task_rows
+from lagless.sinks.upsert_order import newest_first_sql
 from lagless.sinks.url import SinkUrl, parse_server
 
 if TYPE_CHECKING:
@@ -151,14 +162,25 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         return self._retried(attempt)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, held_offsets)
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, log_times) if target.mode == "upsert" else {}
+
+    def _from_ledger(self, target: Target, query: Callable[[Layout], str]) -> dict[TP, int]:
+        """(topic, partition, a number) of each partition, by `query` of the ledger table."""
         layout = ledger_layout(target, "postgresql")
         with self._connect() as conn:
             if conn.execute("SELECT to_regclass(%s)", (quoted(layout.table),)).fetchone() == (
                 None,
             ):
                 return {}  # no import into the table yet, or one by a lagless before the ledger
-            found = conn.execute(held_offsets(layout)).fetchall()
-        return {(topic, int(p)): int(end) for topic, p, end in found}
+            found = conn.execute(query(layout)).fetchall()
+        return {(topic, int(p)): int(value) for topic, p, value in found}
+
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        with self._connect() as conn:
+            return held_records(conn, target.table, held)
 
     def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
         """The tasks committed their records themselves; the batch's ranges follow in a
@@ -173,7 +195,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
 
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
-    ) -> int:
+    ) -> int | Written:
         """The batch's tasks stream their rows into `<table>_stage_<batch>` (created afresh:
         what a crashed attempt left there is dropped), then one transaction merges it and drops
         it. Retried whole while the server is away, up to the retry budget."""
@@ -182,7 +204,6 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
         stage = staging_table(target.table, batch.id)
         statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
-        recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
         columns = _arrow_schema(shipped)
         uri = Secret(self._arrow_uri(TASK_APPLICATION))
         copy_into = _copies_into(target)
@@ -195,7 +216,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
                 raise TransientError(unreachable[0])
             return collected
 
-        def attempt() -> int:
+        def attempt() -> int | Written:
             if copy_into is not None:
                 # Each task COPYs its rows straight into the table, all or nothing. A replay
                 # meets rows written before: those tasks wrote nothing, and the batch is staged
@@ -216,8 +237,11 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             ingest(stage)
             failpoint("mid-write")  # the batch staged, not yet merged
             before_commit()
+            # After before_commit: an upsert's log times are the batch's then.
+            recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
-                return self._merge(conn, cur, statements, recorded)
+                # The target's statement is the one before the DROP of the stage.
+                return self._merge(conn, cur, statements, recorded, statements[-2], (target, batch))
 
         return self._retried(attempt)
 
@@ -230,7 +254,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             # One statement may not update a row twice: keep each key's newest record.
             newest = (
                 f"(SELECT DISTINCT ON ({keys}) * FROM {source} "
-                f'ORDER BY {keys}, "timestamp" DESC, "partition" DESC, "offset" DESC)'
+                f"ORDER BY {keys}, {newest_first_sql()})"
             )
             return upsert(layout, tombstone_layout(target, "postgresql"), newest)
         return [insert(target_layout(target, "postgresql"), source)]
@@ -245,7 +269,9 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             reason=first_line,
         )
 
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+    def write_arrow(
+        self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None
+    ) -> int | Written:
         """Retries while the server is away, up to the retry budget; each try is one transaction:
         the Arrow table into a temporary table through ADBC (binary COPY, no Python object per
         cell), then one INSERT ... ON CONFLICT (three in upsert mode: tombstones delete, are
@@ -262,31 +288,50 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             statements = self._statements(target, STAGE)
             copy_into = _copies_into(target)
         table = rows.read_all()
-        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded))
+        of = (target, batch) if batch is not None else None
+        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded, of))
 
     def _write_once(
-        self, table: pa.Table, statements: list[str], copy_into: str | None, recorded: list[str]
-    ) -> int:
+        self,
+        table: pa.Table,
+        statements: list[str],
+        copy_into: str | None,
+        recorded: list[str],
+        of: tuple[Target, Batch] | None,
+    ) -> int | Written:
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
             if copy_into is not None and _appended(conn, cur, table, copy_into, recorded):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            return self._merge(conn, cur, statements, recorded)
+            return self._merge(conn, cur, statements, recorded, statements[-1], of)
 
     def _merge(
-        self, conn: Any, cur: Any, statements: list[str], recorded: Sequence[str] = ()
-    ) -> int:
+        self,
+        conn: Any,
+        cur: Any,
+        statements: list[str],
+        recorded: Sequence[str] = (),
+        counted: str | None = None,
+        of: tuple[Target, Batch] | None = None,
+    ) -> int | Written:
         """The statements, then the ledger's (`recorded`), in one transaction; the rows the
-        statements changed."""
+        `counted` statement (the target's: an upsert's tombstones delete, and are remembered,
+        before it) changed, or ALREADY_HELD when the ledger held the batch (`of`) already."""
         changed = 0
         for statement in statements:
             cur.execute(statement)
-            changed += max(cur.rowcount, 0)
+            if statement == counted:
+                changed = max(cur.rowcount, 0)
+        replay = False
+        if of is not None:
+            target, batch = of
+            cur.execute(held_offsets(ledger_layout(target, "postgresql")))
+            replay = holds(batch, {(t, int(p)): int(end) for t, p, end in cur.fetchall()})
         for statement in recorded:
             cur.execute(statement)
         conn.commit()
-        return changed
+        return ALREADY_HELD if replay else changed
 
     def _connect_arrow(self) -> Any:
         """An ADBC connection (its temporary tables go with it)."""

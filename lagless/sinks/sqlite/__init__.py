@@ -11,36 +11,41 @@ instead. Other batches (JSON text, upsert, dead letters) always come through Spa
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager, suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import adbc_driver_sqlite.dbapi as adbc_sqlite
 import pyarrow as pa
 
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet
 from lagless.sinks.base import (
+    ALREADY_HELD,
     DriverSink,
     Target,
     TaskWriter,
     TaskWrittenSink,
+    Written,
     check_writable_path,
 )
-from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, holds
 from lagless.sinks.sql import (
     Layout,
     dead_letter_layout,
     evolve,
     held_offsets,
+    held_records,
     insert,
     layouts,
     ledger_layout,
+    log_times,
     record_ranges,
     target_layout,
     tombstone_layout,
@@ -126,12 +131,15 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         return stage_rows(rows, os.path.join(self._staging(target), "_rows"))
 
     def discard_staged(self, target: Target) -> None:
-        """Before a batch's tasks run: drop what a crashed attempt staged."""
-        shutil.rmtree(self._staging(target), ignore_errors=True)
-        with suppress(OSError):  # not empty: another table of the database is staging
-            os.rmdir(os.path.dirname(self._staging(target)))
+        """Before a batch's tasks run: drop what a crashed attempt of this import staged
+        (another import's folder beside it is left alone: it may be staging now)."""
+        staging = self._staging(target)
+        shutil.rmtree(staging, ignore_errors=True)
+        for folder in (os.path.dirname(staging), os.path.dirname(os.path.dirname(staging))):
+            with suppress(OSError):  # not empty: another import or table is staging
+                os.rmdir(folder)
 
-    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> None:
+    def commit_staged(self, files: list[str], target: Target, batch: Batch) -> Written:
         """After the tasks wrote the batch: its files into the table in one transaction (rows
         a replayed batch stored before are left as they are), then the files are dropped."""
         files = sorted(set(files))
@@ -146,14 +154,25 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             rows = staged_parquet.read_files(files, target.fields.json())
         else:
             rows = staged.read_files(files) if files else staged.no_rows()
-        self.write_arrow(rows, target, batch)
+        written = self.write_arrow(rows, target, batch)
         self.discard_staged(target)
+        return written if isinstance(written, Written) else Written(written)
 
     def _staging(self, target: Target) -> str:
+        """`<db>-lagless-staging/<table>/<run>`: a folder per import (Target.run_id), so two
+        imports into one table at once never drop each other's files."""
         # Absolute: a task on a standalone worker runs in a folder of its own.
-        return os.path.join(os.path.abspath(f"{self.location}-lagless-staging"), target.table)
+        folder = os.path.abspath(f"{self.location}-lagless-staging")
+        return os.path.join(folder, target.table, target.run_id)
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, held_offsets)
+
+    def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, log_times) if target.mode == "upsert" else {}
+
+    def _from_ledger(self, target: Target, query: Callable[[Layout], str]) -> dict[TP, int]:
+        """(topic, partition, a number) of each partition, by `query` of the ledger table."""
         if not os.path.exists(self.location):
             return {}
         layout = ledger_layout(target, "sqlite")
@@ -162,10 +181,16 @@ class SqliteSink(DriverSink, TaskWrittenSink):
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (layout.table,)
             ).fetchone():
                 return {}  # no import into the table yet, or one by a lagless before the ledger
-            found = conn.execute(held_offsets(layout)).fetchall()
-        return {(topic, int(p)): int(end) for topic, p, end in found}
+            found = conn.execute(query(layout)).fetchall()
+        return {(topic, int(p)): int(value) for topic, p, value in found}
 
-    def write_arrow(self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None) -> int:
+    def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        with self._connect() as conn:
+            return held_records(conn, target.table, held)
+
+    def write_arrow(
+        self, rows: pa.RecordBatchReader, target: Target, batch: Batch | None
+    ) -> int | Written:
         """One transaction: the rows into a temporary table through ADBC (no Python object per
         cell: 600k rows/s against 100k with executemany), then one INSERT (three in upsert
         mode: tombstones delete, are remembered, then records are stored) and the batch's
@@ -179,20 +204,69 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         else:
             statements = [insert(target_layout(target, "sqlite"), f"temp.{STAGE}")]
         recorded = record_ranges(ledger_layout(target, "sqlite"), batch) if batch else []
-        changed = 0
+        # Here, not at the top: ADBC's DB-API loads pandas and polars (2 s on a busy machine),
+        # which an import with nothing to write (up to date) never needs.
+        import adbc_driver_sqlite.dbapi as adbc_sqlite
+
         with closing(adbc_sqlite.connect(self.location)) as conn, closing(conn.cursor()) as cur:
             cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             cur.adbc_ingest(STAGE, rows, mode="create", temporary=True)
             failpoint("mid-write")
-            for statement in statements:
-                cur.execute(statement)
+            with self._one_writer():
+                for statement in statements:
+                    cur.execute(statement)
+                # What the target gained or replaced: its own statement's changes, the last one
+                # (an upsert's tombstones delete, and are remembered, before it).
                 cur.execute("SELECT changes()")
-                changed += int(cur.fetchone()[0])  # type: ignore[index]
-            for statement in recorded:
-                cur.execute(statement)
-            cur.execute(f"DROP TABLE temp.{STAGE}")
-            conn.commit()
-        return changed
+                changed = int(cur.fetchone()[0])  # type: ignore[index]
+                # A replay: the unique key kept its rows out (changed is 0); said apart.
+                replay = batch is not None and holds(batch, self._held(cur, target))
+                for statement in recorded:
+                    cur.execute(statement)
+                cur.execute(f"DROP TABLE temp.{STAGE}")
+                conn.commit()
+        return ALREADY_HELD if replay else changed
+
+    @staticmethod
+    def _held(cur: Any, target: Target) -> dict[TP, int]:
+        """The ledger as this transaction sees it (before the batch's ranges are recorded)."""
+        cur.execute(held_offsets(ledger_layout(target, "sqlite")))
+        return {(topic, int(p)): int(end) for topic, p, end in cur.fetchall()}
+
+    @contextmanager
+    def _one_writer(self) -> Iterator[None]:
+        """One lagless import writes the database at a time. SQLite's own wait (busy_timeout)
+        gives up at once when two transactions that read first both want to write (it would
+        deadlock), which failed one of two imports into one file: writers queue on the flock
+        of `<db>-lagless.lock` instead (the kernel drops it with a crashed holder), for as
+        long as the import waits for a store that is away (retry_s); then ConcurrentImport
+        (exit 75: a rerun resumes after what the table holds). The holder removes the file
+        before it lets go, so none is left beside the database; a waiter that then holds the
+        lock of a removed file tries again."""
+        path = f"{self.location}-lagless.lock"
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            handle = open(path, "a")  # noqa: SIM115 - held past this block
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                if time.monotonic() > deadline:
+                    raise ConcurrentImport(
+                        f"SQLite file {self.location!r}: another import held it for "
+                        f"{self.retry_s:.0f} s (--retry-seconds); rerun to resume after what "
+                        "the table holds"
+                    ) from None
+                time.sleep(0.05)
+                continue
+            if _same_file(path, handle.fileno()):
+                break
+            handle.close()  # locked a file its holder removed meanwhile
+        try:
+            yield
+        finally:
+            os.remove(path)
+            handle.close()  # lets go of the lock
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -204,6 +278,13 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             yield conn
         finally:
             conn.close()
+
+
+def _same_file(path: str, descriptor: int) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(descriptor).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _evolution(conn: sqlite3.Connection, layout: Layout) -> list[str]:
