@@ -25,7 +25,7 @@ from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
-from lagless.serve.service import LagService, bind
+from lagless.serve.service import LagService, bind, fleet_gc
 
 DEFAULT_PORT = 9308
 # Shorter than lag's 10 s: the service notices a broker that went away within a round or two.
@@ -107,17 +107,18 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         server.server_close()
         raise
-    service = LagService(started[0], server).start()
-    print(service.url, flush=True)
-    watched = ", ".join(args.group) if args.group else "every group the broker lists"
-    print(
-        f"lagless serve: {watched} on {args.bootstrap}; {service.url}/metrics, "
-        f"{service.url}/api/groups; Ctrl-C to stop",
-        file=sys.stderr,
-        flush=True,
-    )
-    wait_for_signal()
-    service.stop()
+    with fleet_gc():
+        service = LagService(started[0], server).start()
+        print(service.url, flush=True)
+        watched = ", ".join(args.group) if args.group else "every group the broker lists"
+        print(
+            f"lagless serve: {watched} on {args.bootstrap}; {service.url}/metrics, "
+            f"{service.url}/api/groups; Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
+        wait_for_signal()
+        service.stop()
     return 0
 
 

@@ -5,6 +5,7 @@ tests/integration/test_serve_fleet.py."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from lagless.lag.status import Status
 from lagless.serve import api, metrics
 from lagless.serve import sampler as sampler_module
 from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.serve.service import FLEET_GC_THRESHOLDS, fleet_gc
 from tests.harness.serve import metric, parse_metrics
 
 SETTINGS = SamplerSettings(interval_s=1.0, window_s=2.0, retention_warning_s=3600.0)
@@ -265,3 +267,16 @@ def test_a_view_that_cannot_be_built_leaves_the_last_one_unknown_and_sampling_go
     sampler.sample_once()
     assert sampler.views()[0].error is None
     assert sampler.views()[0].status is not Status.UNKNOWN
+
+
+def test_serving_collects_garbage_less_often_and_restores_the_collector_after() -> None:
+    before = gc.get_threshold()
+    with fleet_gc():
+        assert gc.get_threshold() == FLEET_GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # what was built before is out of the collector's sight
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # a cycle made while serving is still collected
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
