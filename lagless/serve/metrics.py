@@ -132,6 +132,10 @@ class Rendered:
     """(partition's labels, at risk whatever the time, deleted_at): at risk too once
     deleted_at is nearer than the warning."""
     warning_s: float
+    risks_text: str
+    """The risks' lines until risks_until: none of them turns at risk before (the warning is
+    hours, the retention days), so a scrape joins them rather than writing each again."""
+    risks_until: float
 
 
 class Exposition:
@@ -203,16 +207,10 @@ class Exposition:
                 f"{_number(max(0.0, at - now))}\n"
                 for where, at in shown.margins
             ]
-            warning_s = shown.warning_s
-            risks += [
-                f"lagless_consumergroup_retention_at_risk{{{where}}} "
-                + (
-                    "1\n"
-                    if always or (at is not None and max(0.0, at - now) < warning_s)
-                    else "0\n"
-                )
-                for where, always, at in shown.risks
-            ]
+            if now <= shown.risks_until:
+                risks.append(shown.risks_text)
+            else:
+                risks.append(_risk_lines(shown.risks, shown.warning_s, now))
         return {
             "kafka_consumergroup_group_lag_seconds": "".join(lags),
             "kafka_consumergroup_group_max_lag_seconds": "".join(most),
@@ -343,6 +341,8 @@ def _render(view: GroupView, cluster: str) -> Rendered:
             risk.seconds_by_rate is not None and risk.seconds_by_rate < warning_s
         )
         risks.append((where, always, risk.deleted_at))
+    # Each risk's line is the same until its deleted_at is within the warning.
+    risks_until = min((at - warning_s for _, _, at in risks if at is not None), default=_NEVER)
     return Rendered(
         {name: "".join(found).encode() for name, found in lines.items()},
         tuple(partition_lines),
@@ -351,6 +351,18 @@ def _render(view: GroupView, cluster: str) -> Rendered:
         tuple(margins),
         tuple(risks),
         warning_s,
+        _risk_lines(risks, warning_s, -_NEVER),
+        risks_until,
+    )
+
+
+def _risk_lines(
+    risks: Sequence[tuple[str, bool, float | None]], warning_s: float, now: float
+) -> str:
+    return "".join(
+        f"lagless_consumergroup_retention_at_risk{{{where}}} "
+        + ("1\n" if always or (at is not None and max(0.0, at - now) < warning_s) else "0\n")
+        for where, always, at in risks
     )
 
 

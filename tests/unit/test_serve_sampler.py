@@ -280,3 +280,22 @@ def test_serving_collects_garbage_less_often_and_restores_the_collector_after() 
         assert gc.collect() >= 1  # a cycle made while serving is still collected
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_one_exposition_turns_a_risk_on_once_the_deletion_is_within_the_warning() -> None:
+    """The risk lines are written once per view until a deletion comes within the warning:
+    the same round's metrics, scraped either side of that moment, say 0 then 1."""
+    clock = Clock()
+    fleet = ScriptedFleet({"g": {("t", 0): 4}}, retention_ms={"t": 120_000})
+    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
+    run_rounds(sampler, clock, 2)
+    sampler.sample_once()
+    (view,) = sampler.views()
+    risk = view.partitions[0].retention
+    assert risk is not None and risk.deleted_at == 900 + 120
+    exposition = metrics.Exposition(sampler.views(), "c")
+    where = {"group": "g", "topic": "t", "partition": 0}
+    turns = risk.deleted_at - SETTINGS.retention_warning_s
+    for at, expected in ((turns - 1, 0), (turns, 0), (turns + 1, 1), (turns - 1, 0)):
+        samples = parse_metrics(exposition.body(at).decode())
+        assert metric(samples, "lagless_consumergroup_retention_at_risk", **where) == expected
