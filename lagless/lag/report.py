@@ -36,11 +36,14 @@ EXACT = "exact"
 INTERPOLATED = "interpolated"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartitionLag:
     """One partition of a group as its latest sample shows it: what `lag`, `doctor` and `serve`
     all show. The time lag is computed when it is read (`lag_seconds(now)`), not when it was
-    sampled: a stopped group's lag keeps growing between samples, as the truth does."""
+    sampled: a stopped group's lag keeps growing between samples, as the truth does. Never
+    changed once made (not frozen only for speed, as PartitionSample: serve judges every
+    partition of a fleet in its first rounds, and a frozen one took five times as long to
+    make, a sixth of judging a partition)."""
 
     topic: str
     partition: int

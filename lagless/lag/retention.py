@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from lagless.lag.offsets import PartitionSample
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RetentionRisk:
+    """Never changed once made (not frozen only for speed: see PartitionLag)."""
+
     topic: str
     partition: int
     records_left: int
