@@ -247,22 +247,17 @@ class ClusterInfo:
                 lambda: self._groups_describer().describe(groups, timeout_s), groups
             )
         told = wire.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})
-        offsets: dict[str, list[tuple[str, int, int]] | str] = {}
+        committed: dict[str, dict[TP, int] | str] = {}
         metadata: dict[str, str] = {}
         for group, answer in told.items():
             if isinstance(answer, str):
-                offsets[group] = answer
+                committed[group] = answer
                 continue
-            offsets[group] = [(t, p, o) for t, p, o, _ in answer]
+            committed[group], marks = answer
             # The group's mark where every offset carries the same one (an import commits all
             # the partitions it reads; a consumer's commit leaves none).
-            marks = {mark for *_, mark in answer}
             if len(marks) == 1 and "" not in marks:
-                metadata[group] = marks.pop()
-        committed = {
-            group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
-            for group, told in offsets.items()
-        }
+                metadata[group] = next(iter(marks))
         return GroupsFound(committed, described, metadata)
 
     def _groups_describer(self) -> GroupDescriber:

@@ -46,8 +46,9 @@ _COORDINATOR_ERRORS = frozenset({14, 15, 16})
 # A group the coordinator does not know has committed nothing (Kafka answers it so since 3.x).
 _GROUP_ID_NOT_FOUND = 69
 
-# (topic, partition, offset, metadata) of each committed offset, or why the broker did not tell.
-Committed = list[tuple[str, int, int, str]] | str
+# A group's committed offsets and the metadata they were committed with (each distinct one),
+# or why the broker did not tell them.
+Committed = tuple[dict[TP, int], set[str]] | str
 Address = tuple[str, int]
 # A connection that failed, or an answer that cannot be read: what was asked there is failed
 # for this round, the connection dropped.
@@ -316,8 +317,7 @@ def _offsets_listed(answer: _Reader, found: dict[TP, int], failed: dict[TP, str]
     answer.int32()  # throttle_time_ms
     for _ in range(answer.int32()):
         topic = answer.string16()
-        for _ in range(answer.int32()):
-            partition, error, _timestamp, offset, _epoch = answer.listed()
+        for partition, error, _timestamp, offset, _epoch in answer.listed(answer.int32()):
             if error:
                 failed[(topic, partition)] = KafkaError(error).str()
             elif offset < 0:
@@ -332,41 +332,33 @@ def _offsets(answer: _Reader) -> dict[str, Committed | int]:
     found: dict[str, Committed | int] = {}
     for _ in range(answer.count()):
         group = answer.string() or ""
-        told: list[tuple[str, int, int, str]] = []
+        told: dict[TP, int] = {}
+        marks: set[str] = set()
         errors: list[int] = []
         for _ in range(answer.count()):
             topic = answer.string() or ""
-            for _ in range(answer.count()):
-                partition, offset, _epoch = answer.partition()
-                metadata, error = answer.string(), answer.int16()
-                answer.skip_tags()
-                if error:
-                    errors.append(error)
-                elif offset >= 0:
-                    # Up to a NUL, as librdkafka reads it: confluent_kafka commits the
-                    # metadata with its C string's terminator.
-                    mark = (metadata or "").split("\x00", 1)[0]
-                    told.append((topic, partition, offset, mark))
+            answer.committed(topic, told, marks, errors)
             answer.skip_tags()
         error = answer.int16()
         answer.skip_tags()
         if error in _COORDINATOR_ERRORS:
             found[group] = error
         elif error == _GROUP_ID_NOT_FOUND:
-            found[group] = []
+            found[group] = ({}, set())
         elif error or errors:
             first = error or errors[0]
             found[group] = f"{KafkaError(first).str()} ({len(errors)} partitions)"
         else:
-            found[group] = told
+            found[group] = (told, marks)
     return found
 
 
 class _Reader:
     """Reads a Kafka answer, field by field."""
 
-    _PARTITION = struct.Struct(">iqi")
     _LISTED = struct.Struct(">ihqqi")
+    # partition_index, committed_offset, committed_leader_epoch
+    _COMMITTED = struct.Struct(">iqi")
 
     def __init__(self, data: bytes) -> None:
         self._data = data
@@ -382,16 +374,54 @@ class _Reader:
         self._at += 4
         return int(value)
 
-    def partition(self) -> tuple[int, int, int]:
-        """partition_index, committed_offset, committed_leader_epoch."""
-        found = self._PARTITION.unpack_from(self._data, self._at)
-        self._at += self._PARTITION.size
-        return found
+    def committed(
+        self, topic: str, told: dict[TP, int], marks: set[str], errors: list[int]
+    ) -> None:
+        """A topic's partitions in OffsetFetch v8's answer: each committed offset into told,
+        its metadata into marks, each partition's error into errors. One loop with its
+        fields read in place: serve reads every partition of every group each round."""
+        data, fields = self._data, self._COMMITTED.unpack_from
+        seen: set[bytes] = set()
+        count = self.count()
+        at = self._at
+        for _ in range(count):
+            partition, offset, _epoch = fields(data, at)
+            at += 16
+            size = data[at]
+            if size < 0x80:  # the metadata's length + 1 in one byte: the usual case
+                at += 1
+                metadata = data[at : at + size - 1] if size > 1 else b""
+                at += max(0, size - 1)
+            else:
+                self._at = at
+                read = self.string()
+                metadata, at = (read or "").encode(), self._at
+            error = (data[at] << 8 | data[at + 1]) - ((data[at] & 0x80) << 9)
+            at += 2
+            if data[at]:  # tagged fields: none but in a newer broker's answer
+                self._at = at
+                self.skip_tags()
+                at = self._at
+            else:
+                at += 1
+            if error:
+                errors.append(error)
+            elif offset >= 0:
+                told[(topic, partition)] = offset
+                seen.add(metadata)
+        self._at = at
+        # Up to a NUL, as librdkafka reads it: confluent_kafka commits the metadata with its C
+        # string's terminator.
+        marks.update(mark.split(b"\x00", 1)[0].decode() for mark in seen)
 
-    def listed(self) -> tuple[int, int, int, int, int]:
-        """partition, error_code, timestamp, offset, leader_epoch (ListOffsets v4)."""
-        found = self._LISTED.unpack_from(self._data, self._at)
-        self._at += self._LISTED.size
+    def listed(self, count: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """`count` partitions' partition, error_code, timestamp, offset, leader_epoch
+        (ListOffsets v4)."""
+        size = count * self._LISTED.size
+        if count < 0 or self._at + size > len(self._data):
+            raise ValueError("an answer shorter than it says")
+        found = self._LISTED.iter_unpack(memoryview(self._data)[self._at : self._at + size])
+        self._at += size
         return found
 
     def string16(self) -> str:
@@ -424,5 +454,6 @@ class _Reader:
 
     def skip_tags(self) -> None:
         for _ in range(self.varint()):
-            self.varint()
-            self._at += self.varint()
+            self.varint()  # the tag
+            size = self.varint()  # read before the position is: `self._at += ...` would not
+            self._at += size

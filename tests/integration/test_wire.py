@@ -52,15 +52,13 @@ def test_noida_tells_the_same_offsets_as_librdkafka_in_one_request(noida: NoidaK
     finally:
         fetcher.close()
         describer.close()
-    assert {g: sorted((t, p, o) for t, p, o, _ in told) for g, told in whole.items()} == {
+    assert {g: sorted((*tp, o) for tp, o in told[0].items()) for g, told in whole.items()} == {
         g: sorted(told) for g, told in theirs.offsets.items()
     }
-    assert whole[nobody] == []
-    assert {t[3] for t in whole[imported]} == {COMMITTED_BY_LAGLESS} == {theirs.metadata[imported]}
-    assert all(t[3] == "" for g in groups for t in whole[g])
-    assert {g: [(t, p, o) for t, p, o, _ in told] for g, told in named.items()} == {
-        g: [(topics[n % 3], 1, (n + 1) % 6)] for n, g in enumerate(groups)
-    }
+    assert whole[nobody] == ({}, set())
+    assert whole[imported][1] == {COMMITTED_BY_LAGLESS} == {theirs.metadata[imported]}
+    assert all(whole[g][1] == {""} for g in groups)
+    assert named == {g: ({(topics[n % 3], 1): (n + 1) % 6}, {""}) for n, g in enumerate(groups)}
 
 
 def test_the_embedded_broker_is_left_to_librdkafka(broker: EmbeddedBroker) -> None:
