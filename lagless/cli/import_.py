@@ -77,9 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--write",
         choices=("append", "upsert"),
-        default="append",
         help="append: a row per record, unique on (topic, partition, offset); upsert: a row per "
-        "key, replaced only by a newer record (default: %(default)s)",
+        "key, replaced only by a newer record (default: append; upsert with --value-format "
+        "debezium, where append keeps the change log itself, a row per event)",
     )
     parser.add_argument(
         "--mode",
@@ -91,13 +91,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--value-format",
         "--format",
-        choices=("raw", "json", "avro"),
+        choices=("raw", "json", "avro", "debezium"),
         default="raw",
         dest="value_format",
         help="raw: values stored as bytes; json: values must be UTF-8 JSON, stored as text "
         "(jsonb in PostgreSQL), or a column per field with --value-schema; avro: a column per "
-        "field of the Avro schema; values that do not fit are dead-lettered (default: "
-        "%(default)s)",
+        "field of the Avro schema; debezium: change events of a table, mirrored (a column per "
+        "column of the events' schema, upserted on the Kafka key's fields, deletes applied; "
+        "docs/mirror.md); values that do not fit are dead-lettered (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cdc-columns",
+        action="store_true",
+        help="debezium: add the mirror's own columns _op, _source_ts_ms and _lsn",
+    )
+    parser.add_argument(
+        "--deletes",
+        choices=("hard", "soft"),
+        default="hard",
+        help="debezium: hard removes a deleted row; soft keeps it with _deleted = true "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--value-schema",
@@ -223,6 +236,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def spec_from_args(args: argparse.Namespace) -> ImportSpec:
     from lagless.exceptions import BadInput
 
+    if args.value_format != "debezium" and (args.cdc_columns or args.deletes != "hard"):
+        raise BadInput("--cdc-columns and --deletes go with --value-format debezium")
     if not args.topic and args.topic_pattern is None:
         raise BadInput("give the topics to import: --topic NAME (repeatable) or --topic-pattern")
     if args.topic_pattern is not None:
@@ -239,7 +254,7 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         sink_url=args.sink,
         checkpoint=args.checkpoint,
         table=args.table,
-        write=args.write,
+        write=args.write or ("upsert" if args.value_format == "debezium" else "append"),
         mode=args.mode,
         value_format=args.value_format,
         max_records_per_batch=args.max_records_per_batch,
@@ -259,6 +274,8 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         retry_seconds=args.retry_seconds,
         spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
         shared_disk=args.shared_disk,
+        cdc_columns=args.cdc_columns,
+        deletes=args.deletes,
     )
 
 

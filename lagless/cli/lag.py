@@ -184,16 +184,26 @@ def run_table_lag(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
         return 0
+    mirror = any(row.source_lag_s is not None for row in rows)
     shown = Table(title=f"table {args.table or args.topic}: what it holds against the log")
-    for name in ("topic", "partition", "table holds up to", "log end", "behind", "time lag"):
+    names = ["topic", "partition", "table holds up to", "log end", "behind", "time lag"]
+    for name in names + (["behind the database"] if mirror else []):
         shown.add_column(name, justify="left" if name == "topic" else "right")
     for row in rows:
-        lag = "-" if row.time_lag_s is None else f"{row.time_lag_s:,.1f} s"
         held = "nothing" if row.held is None else f"{row.held:,}"
-        shown.add_row(
-            row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}", lag
+        cells = [row.topic, str(row.partition), held, f"{row.log_end:,}", f"{row.behind:,}"]
+        cells.append(_seconds(row.time_lag_s))
+        if mirror:
+            cells.append(_seconds(row.source_lag_s))
+        shown.add_row(*cells)
+    console = Console()
+    console.print(shown)
+    if mirror:
+        lags = [row.source_lag_s for row in rows if row.source_lag_s is not None]
+        console.print(
+            f"mirror {args.table or args.topic}: {sum(row.behind for row in rows):,} change "
+            f"events and {max(lags, default=0.0):,.1f} s behind the database"
         )
-    Console().print(shown)
     for row in rows:
         if row.another_topic is not None:
             print(
@@ -201,3 +211,7 @@ def run_table_lag(args: argparse.Namespace) -> int:
                 f"name (deleted and recreated since): {row.another_topic}"
             )
     return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} s"

@@ -10,16 +10,18 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import NewTopics, Stopped
+from lagless.cdc.envelope import evolved
+from lagless.exceptions import NewTopics, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
+from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
 from lagless.importer.group import GroupCommitter
 from lagless.importer.routing import Destination
 from lagless.importer.rows import (
@@ -322,6 +324,8 @@ class BatchWriter:
             metrics.append(
                 F.expr(f"array({_per_partition_sql(partitions, 'max', 'timestamp')}) AS newest")
             )
+        if target.value_format == "debezium":
+            metrics.append(F.expr(f"collect_set({NEW_SCHEMA}) AS schemas"))
         log_times = self.log_times if target.mode == "upsert" else None
         shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
         return shaped.observe(observation, *metrics), observation, reasons
@@ -369,11 +373,34 @@ class BatchWriter:
                     records.where(F.col("topic").isin(*destination.topics)) if several else records
                 )
                 partitions = sorted(destination.ranges_of(end))
-                self._write_rows(rows, destination, batch, partitions, written)
+                while True:  # a Debezium mirror's part again once its table has new columns
+                    try:
+                        self._write_rows(rows, destination, batch, partitions, written)
+                        break
+                    except SchemaChanged as changed:
+                        self._evolve(destination, changed.schemas)
         finally:
             if kept:
                 records.unpersist()
         return written
+
+    def _evolve(self, destination: Destination, schemas: list[str]) -> None:
+        """A Debezium mirror's events brought columns its table lacks (SchemaChanged, raised
+        before the table's part was committed): the columns are added, nullable, and the part
+        is written again."""
+        target = destination.target
+        assert target.fields is not None
+        fields = target.fields
+        for schema in sorted(schemas):
+            fields = evolved(fields, schema, target.table)
+        if fields == target.fields:
+            raise TerminalError(f"the change events' schemas did not evolve {destination.where}")
+        grown = replace(target, fields=fields)
+        added = [name for name in fields.fieldNames() if name not in target.fields.fieldNames()]
+        log.info("%s: columns %s added by the change events", destination.where, added)
+        self.checked.sink.check(grown)
+        self.checked.sink.prepare(grown)
+        destination.target = grown
 
     def _write_rows(
         self,
@@ -391,6 +418,8 @@ class BatchWriter:
 
         def store_dead_letters() -> None:
             observed = observation.get
+            if target.value_format == "debezium" and observed["schemas"]:
+                raise SchemaChanged(list(observed["schemas"]))
             if target.mode == "upsert":
                 batch.log_times.update(self._log_times_after(partitions, observed["newest"]))
             counts = observed["counts"][len(partitions) :]

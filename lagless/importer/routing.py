@@ -17,12 +17,12 @@ checks the whole (Sink.table_name: Iceberg takes `namespace.table`).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from lagless.cdc.envelope import source_of
 from lagless.exceptions import BadInput
 from lagless.importer.decode import AvroDecoding
 from lagless.kafka import TP, Offsets
@@ -92,20 +92,9 @@ def split_topic(topic: str) -> tuple[str, str] | None:
 
 
 def envelope_source(value: bytes | None) -> tuple[str, str] | None:
-    """(schema, table) of a Debezium change event as JSON, with Kafka Connect's embedded schema
-    (`{"schema":..., "payload":...}`) or without; a connector without schemas (MySQL) names
-    its database. None when the value is not such an event."""
-    if value is None:
-        return None
-    try:
-        doc = json.loads(value)
-    except ValueError:
-        return None
-    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
-        doc = doc["payload"]
-    source = doc.get("source") if isinstance(doc, dict) else None
-    if not isinstance(source, dict):
-        return None
+    """(schema, table) of a Debezium change event (cdc/envelope.py reads it); a connector
+    without schemas (MySQL) names its database. None when the value is not such an event."""
+    source = source_of(value) or {}
     schema, table = source.get("schema") or source.get("db"), source.get("table")
     if isinstance(schema, str) and isinstance(table, str) and schema and table:
         return schema, table

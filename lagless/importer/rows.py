@@ -8,6 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from lagless.cdc import envelope
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
 from lagless.sinks.upsert_order import LOG_TIME, RANK
@@ -30,6 +33,7 @@ VALIDATE = "validate"
 RAW, BYTES, ERROR = "_lagless_raw", "_lagless_bytes", "_lagless_error"
 _PARSED, _TEXTS = "_lagless_parsed", "_lagless_texts"
 _RANK = "_lagless_rank"
+_PRIOR = "_lagless_prior"
 
 
 def too_large(limit: int) -> str:
@@ -62,6 +66,8 @@ def _checks(
             checks.append(
                 (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
             )
+    if target.value_format == "debezium":
+        return checks + [(F.col(debezium.ERROR) == text, text) for text in envelope.REASONS]
     if target.fields is None:
         return checks
     parsed = F.col(_PARSED)
@@ -195,17 +201,29 @@ def shape(
     if target.fields is None:
         value = F.col("value").cast("string") if target.value_format == "json" else F.col("value")
         stored = [value.alias("value"), F.unix_millis("timestamp").alias("timestamp")]
+    elif target.value_format == "debezium":
+        records = debezium.decode(records, target, _PARSED)
+        parsed = F.col(_PARSED)
+        stored = [
+            F.unix_millis("timestamp").alias("timestamp"),
+            *(parsed[name].alias(name) for name in target.fields.fieldNames()),
+            F.col(debezium.SKIP).alias(debezium.SKIP),
+            F.col(debezium.NEW_SCHEMA).alias(debezium.NEW_SCHEMA),
+        ]
     else:
         if avro is not None:
             records = avro.decode(records, _PARSED)
         else:
             records = _parse_json(records, target.fields)
         stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
+    deleted = (
+        F.col(debezium.DELETE) if target.value_format == "debezium" else F.col("value").isNull()
+    )
     extra = []
     if target.mode == "upsert":
         extra = [
             _log_time(log_times or {}).alias(LOG_TIME),
-            F.col("value").isNull().alias(TOMBSTONE),
+            deleted.alias(TOMBSTONE),
         ]
     return records.select(
         "topic",
@@ -252,7 +270,10 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = shaped.where(F.col(ERROR).isNull()).select(*target.row_columns)
+    rows = shaped.where(F.col(ERROR).isNull())
+    if target.value_format == "debezium":
+        rows = _carried_in_batch(rows.where(~F.col(debezium.SKIP)), target)
+    rows = rows.select(*target.row_columns)
     if target.mode != "upsert":
         return rows
     newest_first = Window.partitionBy(*target.unique).orderBy(
@@ -263,6 +284,45 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
         .where(F.col(_RANK) == 1)
         .drop(_RANK)
     )
+
+
+def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
+    """Debezium, in upsert mode: what a key's earlier events of the batch give its later ones
+    before coalescing keeps only the newest (the store does the same across batches).
+
+    - A column an update left UNAVAILABLE (TOASTed, unchanged) takes the key's latest earlier
+      value of the batch; the store keeps its own only for what stays UNAVAILABLE.
+    - --deletes soft: a delete after the key's create or update in the same batch becomes that
+      row flagged _deleted (the store never held it, so its soft delete would flag nothing).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    assert target.fields is not None
+    if target.mode != "upsert":
+        return rows
+    by_key = Window.partitionBy(*target.unique, "partition").orderBy("offset")
+    upto = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    carried = {}
+    for name, binary in kept_columns(target.fields, target.unique):
+        column = F.col(name)
+        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
+        unavailable = F.coalesce(column == F.lit(marker), F.lit(False))
+        known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(upto)
+        carried[name] = F.when(unavailable & known.isNotNull(), known["v"]).otherwise(column)
+    if carried:
+        rows = rows.select(*(carried.get(c, F.col(c)).alias(c) for c in rows.columns))
+    if target.deletes != "soft":
+        return rows
+    own = (*envelope.CDC_COLUMNS, envelope.DELETED)
+    values = [n for n in target.fields.fieldNames() if n not in (*target.unique, *own)]
+    earlier = by_key.rowsBetween(Window.unboundedPreceding, -1)
+    prior = F.last(F.when(~F.col(TOMBSTONE), F.struct(*values)), True).over(earlier)
+    rows = rows.withColumn(_PRIOR, prior)
+    after_a_row = F.col(TOMBSTONE) & F.col(_PRIOR).isNotNull()
+    flagged = {n: F.when(after_a_row, F.col(_PRIOR)[n]).otherwise(F.col(n)) for n in values}
+    flagged[TOMBSTONE] = F.col(TOMBSTONE) & F.col(_PRIOR).isNull()
+    return rows.select(*(flagged.get(c, F.col(c)).alias(c) for c in rows.columns if c != _PRIOR))
 
 
 def dead_letters(shaped: DataFrame) -> DataFrame:

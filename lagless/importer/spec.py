@@ -29,6 +29,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import (
+    Deletes,
     TaskWriter,
     TaskWrittenSink,
     ValueFormat,
@@ -113,6 +114,10 @@ class ImportSpec:
     def template(self) -> TableTemplate:
         return TableTemplate.parse(self.table or "{topic}")
 
+    # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
+    cdc_columns: bool = False
+    deletes: Deletes = "hard"
+
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         """The one table of an import that is not routed."""
         if self.table is None and len(self.topics) != 1:
@@ -128,8 +133,9 @@ class ImportSpec:
             self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
-            self.key_fields,
+            (value_schema.key_fields if value_schema else ()) or self.key_fields,
             run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
+            deletes=self.deletes,
         )
 
     def source_options(
@@ -239,6 +245,7 @@ class ImportSpec:
         if (
             not isinstance(sink, TaskWrittenSink)
             or target.mode != "append"
+            or target.value_format == "debezium"
             or self.max_record_bytes is not None
         ):
             return None
@@ -378,7 +385,7 @@ def check_destinations(
     destinations = []
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
-        value_schema = resolve(spec, own, topics)
+        value_schema = resolve(spec, own, topics, reader)
         target = spec.target_for(table, value_schema)
         sink.check(target)
         if spec.routed:

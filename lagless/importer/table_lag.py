@@ -3,6 +3,8 @@ whatever group or checkpoint wrote it (`lagless lag --sink URL`).
 
 Per partition: the first offset the table does not hold, the log's start and end, the records
 behind, and the time lag: now minus the timestamp of the oldest record not yet in the table.
+For a Debezium mirror, also how far it is behind the database: now minus the `source.ts_ms`
+(when the database committed it) of the oldest change not yet applied; 0 once caught up.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from lagless.cdc.envelope import source_ts_ms
 from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
-from lagless.kafka.records import Records
+from lagless.kafka.records import RecordInfo, Records
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import HeldRecord, Recreated, recreated
 
@@ -31,6 +34,9 @@ class PartitionInTable:
     # Seconds since the oldest record the table does not hold was written; 0 when caught up,
     # None when that record could not be read (deleted meanwhile, or the read timed out).
     time_lag_s: float | None
+    # A mirror's: seconds since the database committed the oldest change not yet applied; 0
+    # when caught up; None when the records are not Debezium change events.
+    source_lag_s: float | None = None
     # The table holds another topic's history: the topic was deleted and recreated since
     # (ledger.recreated); what it says, else None.
     another_topic: str | None = None
@@ -57,19 +63,26 @@ def table_lag(
             for tp in partitions
             if max(held.get(tp, low[tp]), low[tp]) < high[tp]
         }
-        found = reader.records.at(oldest_missing)
+        # A few: a change's tombstone carries no source time.
+        found = reader.records.at(oldest_missing, dict.fromkeys(oldest_missing, 3))
+        newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
         differs = {
             each.tp: str(each)
             for each in history_of_another_topic(sink, target, reader.records, held, low, high)
         }
     now = time.time() if now is None else now
+    mirror = any(_committed_ms(found.get(tp) or newest.get(tp) or []) for tp in partitions)
     rows = []
     for tp in partitions:
         lag_s: float | None = 0.0
+        source_lag_s: float | None = 0.0 if mirror else None
         if tp in oldest_missing:
             records = found.get(tp) or []
             stamp = records[0].timestamp_s if records else None
             lag_s = None if stamp is None else max(0.0, now - stamp)
+            committed_ms = _committed_ms(records)
+            if mirror:
+                source_lag_s = None if committed_ms is None else max(0.0, now - committed_ms / 1000)
         start = max(held.get(tp, low[tp]), low[tp])
         rows.append(
             PartitionInTable(
@@ -80,10 +93,20 @@ def table_lag(
                 high[tp],
                 max(0, high[tp] - start),
                 lag_s,
+                source_lag_s,
                 differs.get(tp),
             )
         )
     return rows
+
+
+def _committed_ms(records: list[RecordInfo]) -> int | None:
+    """When the database committed the first change event among records; None: none is one."""
+    for record in records:
+        found = source_ts_ms(record.value)
+        if found is not None:
+            return found
+    return None
 
 
 def history_of_another_topic(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.first_line import first_line
+from lagless.importer.debezium import mirror_columns
 from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
 from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
 from lagless.sinks.upsert_order import LOG_TIME
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lagless.importer.spec import ImportSpec
+    from lagless.kafka.offset_reader import OffsetReader
 
 INFER = "infer"
 # Records read per partition to infer a schema from.
@@ -30,17 +32,24 @@ INFER_SAMPLE_RECORDS = 1000
 class ValueSchema:
     fields: StructType | None
     avro: AvroDecoding | None = None
+    # Debezium: the table's key, the Kafka key's fields (or --key-field's).
+    key_fields: tuple[str, ...] = ()
 
 
 def resolve(
-    spec: ImportSpec, partitions: list[tuple[str, int]], topics: tuple[str, ...] | None = None
+    spec: ImportSpec,
+    partitions: list[tuple[str, int]],
+    topics: tuple[str, ...] | None = None,
+    reader: OffsetReader | None = None,
 ) -> ValueSchema:
     """The value's fields of one table, whose records are these partitions' of `topics`
     (default: the import's)."""
     topics = spec.topics if topics is None else topics
     if spec.key_fields and spec.write != "upsert":
         raise BadInput("--key-field needs --write upsert")
-    if spec.value_format == "avro":
+    if spec.value_format == "debezium":
+        schema = _debezium(spec, partitions, topics, reader)
+    elif spec.value_format == "avro":
         schema = _avro(spec, topics)
     elif spec.value_schema is not None:
         if spec.value_format != "json":
@@ -64,6 +73,36 @@ def resolve(
         if name not in schema.fields.fieldNames():
             raise BadInput(f"--key-field {name!r} is not a field of the value schema")
     return schema
+
+
+def _debezium(
+    spec: ImportSpec,
+    partitions: list[tuple[str, int]],
+    topics: tuple[str, ...],
+    reader: OffsetReader | None,
+) -> ValueSchema:
+    from lagless.kafka.offset_reader import OffsetReader
+
+    if spec.schema_registry is not None:
+        raise BadInput(
+            "--value-format debezium reads Kafka Connect's JSON; Avro change events through "
+            "--schema-registry are not supported yet"
+        )
+    if spec.value_schema == INFER:
+        raise BadInput("--value-format debezium takes the columns from the events' schema")
+    given = _json_fields(spec, partitions, topics) if spec.value_schema is not None else None
+    owned = reader is None
+    reader = reader or OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
+    try:
+        # The change log itself (--write append) needs to say what each row's event did.
+        cdc_columns = spec.cdc_columns or spec.write == "append"
+        fields, key_fields = mirror_columns(
+            reader, partitions, given, spec.key_fields, cdc_columns, spec.deletes
+        )
+    finally:
+        if owned:
+            reader.close()
+    return ValueSchema(fields, key_fields=key_fields)
 
 
 def _avro(spec: ImportSpec, topics: tuple[str, ...]) -> ValueSchema:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
+from lagless.cdc.envelope import Deletes
 from lagless.exceptions import BadInput
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 WriteMode = Literal["append", "upsert"]
-ValueFormat = Literal["raw", "json", "avro"]
+ValueFormat = Literal["raw", "json", "avro", "debezium"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -118,6 +119,8 @@ class Target:
     # What tells this import's staging folders from another's writing into the same table at
     # the same time (ImportSpec: a digest of its checkpoint's path, the same on every rerun).
     run_id: str = "run"
+    # Debezium: a tombstone row is a delete, or (soft) an update of the row's _deleted flag.
+    deletes: Deletes = "hard"
 
     @property
     def dead_letter_table(self) -> str:

@@ -236,6 +236,24 @@ def test_fleet_measures_serve_on_noida_with_the_groups_made() -> None:
     assert "20 groups" in printed and "ratio" in printed
 
 
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
+def test_mirror_puts_debeziums_rate_beside_each_stores() -> None:
+    from lagless.scenarios.mirror import missing
+
+    if missing() is not None:
+        pytest.skip(f"needs PostgreSQL and Debezium: {missing()}")
+    _, printed = run_bench(
+        "mirror.py",
+        *("--rows", "3000", "--updates", "1000", "--partitions", "4", "--stores", "sqlite"),
+        *("--sustain-seconds", "5", "--sustain-rate", "100"),
+        timeout=900,
+    )
+    rows = [line.split("|") for line in printed.splitlines() if line.startswith("| snapshot")]
+    assert len(rows) == 1 and float(rows[0][5].strip().rstrip("x")) > 0, printed[-2000:]
+    assert "sustained 100 updates/s" in printed
+
+
 @pytest.mark.matrix
 def test_first_import_shows_a_fresh_installations_first_and_second_import() -> None:
     """~4 minutes: the background build of the class archive is most of it (matrix only)."""

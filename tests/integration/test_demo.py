@@ -99,3 +99,17 @@ def test_demo_typed_upserts_deals_into_a_typed_table(tmp_path: Path, broker) -> 
     said = " ".join(result.stdout.split())
     assert f"{len(expected):,} deals in" in said
     assert f"from {produced.records:,} records read" in said
+
+
+def test_demo_mirror_says_in_one_line_what_is_missing(tmp_path: Path) -> None:
+    """Without Java on the PATH: one line naming it and how to install it, exit 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "lagless", "demo", "--mirror"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no Java" in lines[0] and "apt-get install" in lines[0]

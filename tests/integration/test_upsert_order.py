@@ -6,7 +6,7 @@ transitive here: default batches kept K = v3 and T, `--max-records-per-batch 2` 
 deleted. The rank (sinks/upsert_order.py) puts v2 above v1 (a later offset of partition 0,
 whose log time stays 100) and v1 above v3 (100 > 75): K = v2 and T deleted, whatever the
 batching. Real Spark (rows.py's window and coalescing), the embedded broker, real stores; the
-property over random batchings is tests/unit/test_upsert_order.py."""
+property over random batchings is tests/unit/test_upsert_rank.py."""
 
 from __future__ import annotations
 

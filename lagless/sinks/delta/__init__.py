@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.cdc.envelope import DELETED
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
@@ -41,7 +43,7 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
-from lagless.sinks.sql import newer
+from lagless.sinks.sql import newer, soft_deleted_columns
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.upsert_order import LOG_TIME
 
@@ -207,7 +209,7 @@ class DeltaSink(FolderTableSink):
             return Written(0)
         rows_schema = self._schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
-        delta = self._open(target.table, "upsert", stored)
+        delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
         if _is_replay(delta, batch):
             self._drop(files)
             return ALREADY_HELD
@@ -246,24 +248,33 @@ class DeltaSink(FolderTableSink):
         whole = f"({newer('s', 't')})"
         # Every stored column from the source row: the tombstone flag itself is not stored.
         columns = {name: f's."{name}"' for name in stored.names}
-        merged = _commit(
-            delta,
-            batch,
-            lambda props: (
-                delta.merge(
-                    merge_source,
-                    same_key("t", "s"),
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=props,
-                )
-                .when_matched_delete(f"{IS_TOMBSTONE} AND {whole}")
-                .when_matched_update(columns, f"NOT {IS_TOMBSTONE} AND {whole}")
+        updated = columns | {
+            name: f'CASE WHEN s."{name}" = {marker} THEN t."{name}" ELSE s."{name}" END'
+            for name, marker in _kept(target)
+        }
+
+        def merged(props: Any) -> Any:
+            merger = delta.merge(
+                merge_source,
+                same_key("t", "s"),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=props,
+            )
+            deleted = f"{IS_TOMBSTONE} AND {whole}"
+            if target.deletes == "soft":
+                flagged = {name: f's."{name}"' for name in soft_deleted_columns(target)}
+                merger = merger.when_matched_update(flagged | {DELETED: "true"}, deleted)
+            else:
+                merger = merger.when_matched_delete(deleted)
+            return (
+                merger.when_matched_update(updated, f"NOT {IS_TOMBSTONE} AND {whole}")
                 .when_not_matched_insert(columns, f"NOT {IS_TOMBSTONE}")
                 .execute()
-            ),
-        )
-        if merged is _LOST_TO_A_REPLAY:
+            )
+
+        metrics = _commit(delta, batch, merged)
+        if metrics is _LOST_TO_A_REPLAY:
             return ALREADY_HELD
         if not _is_replay(delta, batch):
             # A MERGE that changed nothing (tombstones of keys the table lacks, records that
@@ -277,10 +288,17 @@ class DeltaSink(FolderTableSink):
                 ),
             )
         # Rows gained or replaced, as every store counts them (not the tombstones' deletes).
-        return Written(merged["num_target_rows_inserted"] + merged["num_target_rows_updated"])
+        return Written(metrics["num_target_rows_inserted"] + metrics["num_target_rows_updated"])
 
     def _schema(self, path: str) -> pa.Schema:
-        return self.storage.parquet_metadata(path).schema.to_arrow_schema()
+        """A staged file's columns as Delta takes them: an instant's zone is UTC (Spark's
+        files name the session's, such as Etc/UTC, which Delta refuses)."""
+        schema = self.storage.parquet_metadata(path).schema.to_arrow_schema()
+        for index, column in enumerate(schema):
+            if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+                utc = pa.timestamp(column.type.unit, tz="UTC")
+                schema = schema.set(index, column.with_type(utc))
+        return schema
 
     def _drop(self, files: list[str]) -> None:
         for path in files:
@@ -300,9 +318,13 @@ class DeltaSink(FolderTableSink):
         stats = footer_stats(self.storage.parquet_metadata(path))
         return AddAction(path[len(folder) + 1 :], size, {}, modified, True, json.dumps(stats))
 
-    def _open(self, table: str, mode: WriteMode, schema: pa.Schema) -> DeltaTable:
-        """The table, created in `schema` if missing; refuses files of other columns."""
-        from deltalake import DeltaTable, Schema
+    def _open(
+        self, table: str, mode: WriteMode, schema: pa.Schema, grows: bool = False
+    ) -> DeltaTable:
+        """The table, created in `schema` if missing; refuses files of other columns, unless
+        it `grows` (a Debezium mirror): then a column the files add is added to the table
+        (nullable), and one they lack stays (NULL in new rows)."""
+        from deltalake import DeltaTable, Field, Schema
 
         path = self.storage.join(self.location, table)
         description = _mode_description(mode)
@@ -321,12 +343,33 @@ class DeltaSink(FolderTableSink):
                 [f for f in Schema.from_arrow(schema).fields if f.name in added]
             )
             delta.update_incremental()
+        if grows:
+            held = dict(_columns(delta.schema()))
+            grown = [c for c in Schema.from_arrow(schema).fields if c.name not in held]
+            if grown:
+                delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in grown])
+                delta.update_incremental()
+            held = dict(_columns(delta.schema()))
+            if all(held.get(name) == kind for name, kind in wanted):
+                return delta
         if _columns(delta.schema()) != wanted:
             raise TerminalError(
                 f"the batch's columns ({', '.join(schema.names)}) differ from those of Delta "
                 f"table {path!r}; pick another --table"
             )
         return delta
+
+
+def _kept(target: Target) -> list[tuple[str, str]]:
+    """Debezium: the columns whose UNAVAILABLE value keeps the stored one, each with that
+    value as a literal of DataFusion's SQL."""
+    if target.value_format != "debezium" or target.mode != "upsert" or target.fields is None:
+        return []
+    raw, text = f"X'{UNAVAILABLE_BYTES.hex()}'", f"'{UNAVAILABLE}'"
+    return [
+        (name, raw if binary else text)
+        for name, binary in kept_columns(target.fields, target.unique)
+    ]
 
 
 def _added_for_ranks(found: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:

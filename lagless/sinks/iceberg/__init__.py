@@ -50,7 +50,7 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
-from lagless.sinks.iceberg.newer_wins import COORDINATES, plan
+from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
@@ -174,7 +174,7 @@ class IcebergSink(FolderTableSink):
             for table, mode, schema in self._tables(target):
                 found = self._load(catalog, table)
                 if found is not None:
-                    _check_layout(found, table, mode, schema)
+                    _check_layout(found, table, mode, schema, _grows(target, table))
 
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
@@ -191,7 +191,7 @@ class IcebergSink(FolderTableSink):
                     ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
                 )
                 self._check_location(table, made)
-                self._evolve(table, mode, schema)
+                self._evolve(table, mode, schema, _grows(target, table))
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         with self._catalog_errors():
@@ -313,14 +313,14 @@ class IcebergSink(FolderTableSink):
         except NoSuchTableError:
             return None
 
-    def _evolve(self, table: str, mode: WriteMode, schema: pa.Schema) -> None:
+    def _evolve(self, table: str, mode: WriteMode, schema: pa.Schema, grows: bool) -> None:
         """The table brought to `schema` (a column per field added) with lagless's properties;
         a commit that lost to another writer is made again on the table it left."""
         from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(COMMIT_ATTEMPTS):
             found = self._table(table)
-            _check_layout(found, table, mode, schema)
+            _check_layout(found, table, mode, schema, grows)
             try:
                 with found.transaction() as tx:
                     if found.properties.get(next(iter(NO_RETRIES))) != "0":
@@ -440,6 +440,9 @@ class IcebergSink(FolderTableSink):
             held = _scan(table, match, [*keys, *COORDINATES])
             kept = _scan(self._table(target.tombstone_table), match, [*keys, *COORDINATES])
             planned = plan(rows, held, keys, kept)
+            if target.value_format == "debezium" and planned.replaced.num_rows:
+                whole = _scan(table, _matching(planned.replaced, keys), None)
+                planned = mirrored(planned, rows, whole, target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, keys, props)
 
@@ -488,13 +491,21 @@ def _holds_a_catalog(path: str) -> bool:
     return found is not None
 
 
-def _check_layout(found: Table, table: str, mode: WriteMode, schema: pa.Schema) -> None:
-    """BadInput unless `found` is a lagless table of this mode that `schema` can evolve."""
+def _grows(target: Target, table: str) -> bool:
+    """A Debezium mirror's table keeps a column dropped upstream (NULL in new rows)."""
+    return target.value_format == "debezium" and table == target.table
+
+
+def _check_layout(
+    found: Table, table: str, mode: WriteMode, schema: pa.Schema, grows: bool = False
+) -> None:
+    """BadInput unless `found` is a lagless table of this mode that `schema` can evolve (a
+    table that `grows` may also hold columns `schema` lacks)."""
     from pyiceberg.exceptions import ValidationError
 
     written = found.properties.get(WRITE_MODE)
     columns = [f.name for f in found.schema().fields]
-    if written != mode or set(columns) - set(schema.names):
+    if written != mode or (set(columns) - set(schema.names) and not grows):
         layout = f"lagless --write {written}" if written else "not lagless"
         raise BadInput(
             f"Iceberg table {table!r} has another layout ({layout}; columns "
@@ -516,8 +527,10 @@ def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
     return create_match_filter(rows.select(list(keys)), list(keys))
 
 
-def _scan(table: Table, where: BooleanExpression, columns: list[str]) -> pa.Table:
-    return table.scan(row_filter=where, selected_fields=tuple(columns)).to_arrow()
+def _scan(table: Table, where: BooleanExpression, columns: list[str] | None) -> pa.Table:
+    """The rows matching `where`, in `columns` (None: all)."""
+    selected = tuple(columns) if columns is not None else ("*",)
+    return table.scan(row_filter=where, selected_fields=selected).to_arrow()
 
 
 def _apply(

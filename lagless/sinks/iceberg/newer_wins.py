@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lagless.sinks.base import TOMBSTONE
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.cdc.envelope import DELETED
+from lagless.sinks.base import TOMBSTONE, Target
+from lagless.sinks.sql import soft_deleted_columns
 from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
@@ -90,3 +93,46 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 def _held(table: pa.Table, keys: tuple[str, ...]) -> pl.DataFrame:
     frame = _frame(table.select([*keys, *COORDINATES]))
     return frame.rename({c: c + HELD for c in COORDINATES})
+
+
+def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> Plan:
+    """A Debezium mirror's plan, given `whole`, the held rows of the replaced keys: a column a
+    row brings as UNAVAILABLE keeps the held value; with soft deletes, a winning tombstone
+    keeps the held row, flagged _deleted, with the tombstone's coordinates."""
+    import polars as pl
+    import pyarrow as pa
+
+    assert target.fields is not None
+    keys = list(target.unique)
+    added = _frame(planned.added)
+    held = _frame(whole).select([c for c in whole.column_names if c in added.columns])
+    held = held.rename({c: c + HELD for c in held.columns if c not in keys})
+    joined = added.join(held.with_columns(pl.lit(True).alias(HELD)), on=keys, how="left")
+    for name, binary in kept_columns(target.fields, target.unique):
+        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
+        joined = joined.with_columns(
+            pl.when((pl.col(name) == pl.lit(marker)) & pl.col(HELD).is_not_null())
+            .then(pl.col(name + HELD))
+            .otherwise(pl.col(name))
+            .alias(name)
+        )
+    kept = joined.select(added.columns).to_arrow().cast(planned.added.schema)
+    if target.deletes != "soft":
+        return Plan(planned.replaced, kept)
+    deleted = (
+        _frame(rows).filter(pl.col(TOMBSTONE)).join(_frame(planned.replaced), on=keys, how="semi")
+    )
+    flagged = soft_deleted_columns(target)
+    survivors = (
+        _frame(whole)
+        .join(deleted.select([*keys, *flagged]), on=keys, how="inner", suffix=HELD)
+        .with_columns(
+            *(pl.col(name + HELD).alias(name) for name in flagged if name not in keys),
+            pl.lit(True).alias(DELETED),
+        )
+        .select(planned.added.column_names)
+    )
+    return Plan(
+        planned.replaced,
+        pa.concat_tables([kept, survivors.to_arrow().cast(planned.added.schema)]),
+    )

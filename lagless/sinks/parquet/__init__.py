@@ -71,6 +71,11 @@ class ParquetSink(FolderTableSink):
     scheme = "parquet"
 
     def check(self, target: Target) -> None:
+        if target.mode != "append" and target.value_format == "debezium":
+            raise BadInput(
+                "plain Parquet folders are append only: a Debezium mirror needs sqlite, "
+                "postgresql, delta or iceberg; --write append keeps the change log itself"
+            )
         if target.mode != "append":
             raise BadInput(
                 "the parquet sink supports --write append only; use sqlite or postgresql to upsert"

@@ -1,0 +1,303 @@
+"""Kafka Connect's schemas as Spark columns, and each JSON value as its column takes it.
+
+A Debezium change event in Kafka Connect's JSON carries its schema (`{"schema", "payload"}`):
+a struct of typed fields, a logical type named by `name` (`org.apache.kafka.connect.data.*`,
+`io.debezium.time.*`, `io.debezium.data.*`). Each becomes the natural Spark type, so each store
+gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL has them all):
+
+| Connect | column | the JSON value |
+| --- | --- | --- |
+| int8/16/32/64, float32/64, boolean, string | tinyint ... double, boolean, string | as is |
+| bytes | binary | base64 |
+| Decimal (`scale`, `connect.decimal.precision`) | decimal(p, s) | base64, unscaled |
+| VariableScaleDecimal (struct scale, value) | string | exact decimal text |
+| Date | date | days since the epoch |
+| Time, MicroTime, NanoTime | string HH:MM:SS.ffffff | ms, µs, ns of the day |
+| Timestamp, MicroTimestamp, NanoTimestamp | timestamp_ntz | ms, µs, ns since the epoch |
+| ZonedTimestamp | timestamp (an instant, UTC) | ISO 8601 text with its offset |
+| Json, Uuid, Enum, Xml, ZonedTime | string | text |
+| array, map, struct | array, map, struct of the above | |
+
+`decimal.handling.mode=string` or `double` gives string or float64 fields (no logical name):
+those columns are text or double. Without a schema (`schemas.enable=false`), `--value-schema`
+names the columns' Spark types and `for_spark_type` reads each JSON value as Debezium's
+defaults write it (decimals base64 or text, dates as days, timestamps without zone as µs).
+
+Runs on executors: imports nothing of lagless but its errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lagless.exceptions import BadInput
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
+
+# Debezium's value of a TOASTed column an update did not change (PostgreSQL sends none): the
+# column keeps what it had (the stores' upserts: `keeps_unavailable`).
+UNAVAILABLE = "__debezium_unavailable_value"
+UNAVAILABLE_BYTES = UNAVAILABLE.encode()
+# Spark's largest decimal: a wider Connect decimal is kept as its exact text.
+MAX_PRECISION = 38
+
+Convert = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A field of the row: its Spark type, and what turns its JSON value into the value Arrow
+    takes for that type (None stays None)."""
+
+    name: str
+    data_type: DataType
+    convert: Convert
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _from_base64(value: Any) -> Any:
+    return base64.b64decode(value) if isinstance(value, str) else value
+
+
+def _unscaled(value: Any) -> int:
+    raw = base64.b64decode(value) if isinstance(value, str) else bytes(value)
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def _decimal(scale: int) -> Convert:
+    """Connect's Decimal: bytes of the unscaled value, base64 in JSON."""
+    return lambda value: decimal.Decimal(_unscaled(value)).scaleb(-scale)
+
+
+def _decimal_guessed(scale: int) -> Convert:
+    """A decimal column of --value-schema: the events carry no schema to tell Debezium's
+    decimal.handling.mode, so the value tells: a number (double), text with a '.' or only
+    digits (string), else base64 (precise). Four digits are base64 of three bytes as well:
+    read as text, as Debezium's string mode writes them."""
+    precise = _decimal(scale)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, int | float):
+            return decimal.Decimal(str(value))
+        if "." in value or value.lstrip("+-").isdigit():
+            return decimal.Decimal(value)
+        return precise(value)
+
+    return convert
+
+
+def _decimal_text(scale: int) -> Convert:
+    convert = _decimal(scale)
+    return lambda value: str(convert(value))
+
+
+def _variable_decimal(value: Any) -> Any:
+    """io.debezium.data.VariableScaleDecimal: {"scale": s, "value": base64 unscaled}."""
+    if isinstance(value, dict):
+        return str(decimal.Decimal(_unscaled(value["value"])).scaleb(-int(value["scale"])))
+    return str(value)
+
+
+def _time_of_day(per_second: int) -> Convert:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        whole, part = divmod(int(value), per_second)
+        micros = part * 1_000_000 // per_second
+        hours, rest = divmod(whole, 3600)
+        text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+        return f"{text}.{micros:06d}" if micros else text
+
+    return convert
+
+
+def _micros(per_second: int) -> Convert:
+    if per_second == 1_000_000:
+        return _same
+    if per_second > 1_000_000:
+        factor = per_second // 1_000_000
+        return lambda value: int(value) // factor
+    factor = 1_000_000 // per_second
+    return lambda value: int(value) * factor
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _zoned_micros(value: Any) -> Any:
+    """ZonedTimestamp: ISO 8601 text with an offset, as an instant (µs since the epoch)."""
+    if isinstance(value, int):
+        return value
+    instant = datetime.datetime.fromisoformat(value)
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=datetime.UTC)
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _days(value: Any) -> Any:
+    if isinstance(value, str):
+        return (datetime.date.fromisoformat(value) - datetime.date(1970, 1, 1)).days
+    return value
+
+
+_PRIMITIVES = {
+    "int8": "ByteType",
+    "int16": "ShortType",
+    "int32": "IntegerType",
+    "int64": "LongType",
+    "float32": "FloatType",
+    "float64": "DoubleType",
+    "float": "FloatType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "string": "StringType",
+    "bytes": "BinaryType",
+}
+_TIMES = {
+    "org.apache.kafka.connect.data.Time": 1000,
+    "io.debezium.time.Time": 1000,
+    "io.debezium.time.MicroTime": 1_000_000,
+    "io.debezium.time.NanoTime": 1_000_000_000,
+}
+_TIMESTAMPS = {
+    "org.apache.kafka.connect.data.Timestamp": 1000,
+    "io.debezium.time.Timestamp": 1000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
+}
+_DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
+_TEXTS = (
+    "io.debezium.data.Json",
+    "io.debezium.data.Uuid",
+    "io.debezium.data.Enum",
+    "io.debezium.data.EnumSet",
+    "io.debezium.data.Xml",
+    "io.debezium.data.Ltree",
+    "io.debezium.time.ZonedTime",
+)
+
+
+def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert]:
+    """A Connect schema (one field's, as JsonConverter writes it) as a Spark type and the
+    conversion of its JSON values. BadInput for a type lagless cannot store."""
+    from pyspark.sql import types as T
+
+    name = schema.get("name")
+    kind = schema.get("type")
+    if name == "org.apache.kafka.connect.data.Decimal":
+        parameters = schema.get("parameters") or {}
+        scale = int(parameters.get("scale", 0))
+        precision = int(parameters.get("connect.decimal.precision", MAX_PRECISION))
+        if precision > MAX_PRECISION or scale > precision:
+            return T.StringType(), _decimal_text(scale)
+        return T.DecimalType(precision, scale), _decimal(scale)
+    if name == "io.debezium.data.VariableScaleDecimal":
+        return T.StringType(), _variable_decimal
+    if name in _DATES:
+        return T.DateType(), _days
+    if name in _TIMES:
+        return T.StringType(), _time_of_day(_TIMES[name])
+    if name in _TIMESTAMPS:
+        return T.TimestampNTZType(), _micros(_TIMESTAMPS[name])
+    if name == "io.debezium.time.ZonedTimestamp":
+        return T.TimestampType(), _zoned_micros
+    if name in _TEXTS:
+        return T.StringType(), _same
+    if kind == "array":
+        item_type, item = column_type(schema["items"])
+        return T.ArrayType(item_type, True), _each(item)
+    if kind == "map":
+        key_type, key = column_type(schema["keys"])
+        value_type, value = column_type(schema["values"])
+        return T.MapType(key_type, value_type, True), _entries(key, value)
+    if kind == "struct":
+        columns = struct_columns(schema)
+        return T.StructType(
+            [T.StructField(c.name, c.data_type, True) for c in columns]
+        ), _fields_of(columns)
+    if kind in _PRIMITIVES:
+        data_type = getattr(T, _PRIMITIVES[kind])()
+        return data_type, _from_base64 if kind == "bytes" else _same
+    raise BadInput(f"Kafka Connect type {json.dumps(schema)[:200]} cannot be stored")
+
+
+def _each(convert: Convert) -> Convert:
+    return lambda values: [None if v is None else convert(v) for v in values]
+
+
+def _entries(key: Convert, value: Convert) -> Convert:
+    def convert(values: Any) -> Any:
+        pairs = values.items() if isinstance(values, dict) else values
+        return [(key(k), None if v is None else value(v)) for k, v in pairs]
+
+    return convert
+
+
+def _fields_of(columns: list[Column]) -> Convert:
+    def convert(values: dict[str, Any]) -> dict[str, Any]:
+        return {
+            c.name: None if (v := values.get(c.name)) is None else c.convert(v) for c in columns
+        }
+
+    return convert
+
+
+def struct_columns(schema: dict[str, Any]) -> list[Column]:
+    """A Connect struct's fields as columns, in its order."""
+    found = []
+    for field in schema.get("fields") or []:
+        data_type, convert = column_type(field)
+        found.append(Column(field["field"], data_type, convert))
+    return found
+
+
+def for_spark_type(name: str, data_type: DataType) -> Column:
+    """A column given by --value-schema (no schema in the events): its JSON values read as
+    Debezium's defaults write them."""
+    from pyspark.sql import types as T
+
+    convert: Convert = _same
+    if isinstance(data_type, T.DecimalType):
+        convert = _decimal_guessed(data_type.scale)
+    elif isinstance(data_type, T.BinaryType):
+        convert = _from_base64
+    elif isinstance(data_type, T.DateType):
+        convert = _days
+    elif isinstance(data_type, T.TimestampType):
+        convert = _zoned_micros
+    elif isinstance(data_type, T.ArrayType):
+        convert = _each(for_spark_type(name, data_type.elementType).convert)
+    elif isinstance(data_type, T.StructType):
+        convert = _fields_of([for_spark_type(f.name, f.dataType) for f in data_type.fields])
+    return Column(name, data_type, convert)
+
+
+def keeps_unavailable(data_type: DataType) -> bool:
+    """A column whose value may be Debezium's UNAVAILABLE (text, or its bytes): a store keeps
+    the value it holds where a row brings that one."""
+    from pyspark.sql.types import BinaryType, StringType
+
+    return isinstance(data_type, StringType | BinaryType)
+
+
+def kept_columns(fields: StructType, key: tuple[str, ...]) -> list[tuple[str, bool]]:
+    """(name, whether bytes) of each column whose UNAVAILABLE keeps the stored value: the
+    stores' upserts compare each with the marker as their SQL writes it."""
+    from pyspark.sql.types import BinaryType
+
+    return [
+        (f.name, isinstance(f.dataType, BinaryType))
+        for f in fields
+        if keeps_unavailable(f.dataType) and f.name not in key
+    ]

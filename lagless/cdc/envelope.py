@@ -1,0 +1,253 @@
+"""Debezium's change event, as the row a mirror stores or the key it deletes.
+
+The rules, all of them here:
+
+- A value is Debezium's envelope `{"before", "after", "op", "source", ...}`, in Kafka Connect's
+  JSON with its schema (`{"schema": ..., "payload": ...}`) or without it.
+- op `r` (snapshot), `c`, `u`: the row `after` is upserted on the primary key, which is the
+  Kafka key's fields (every column of `after`, converted by connect_types).
+- op `d`: the key's row is deleted (`--deletes soft`: kept, `_deleted` true, and the mirror's
+  own columns of the delete).
+- A tombstone (a null value, which follows each delete for log compaction): deletes the key's
+  row, which the delete before it removed already: it changes nothing. Soft deletes skip it,
+  and so does the change log itself (`--write append`: a row per change event, flattened).
+- A primary-key change arrives as a delete of the old key and a create of the new: two keys,
+  one row in the end.
+- Which of two events of a key wins is the upsert path's rule (sinks/sql.py `newer`: the later
+  offset of the key's partition), so a replayed batch changes nothing; Debezium's own replays
+  (at least once: a restarted connector sends again what followed its last offset flush) come
+  in their order again, ending where the first delivery ended.
+- A TOASTed column an update did not change comes as UNAVAILABLE: the row keeps the column's
+  value (the stores' upserts, connect_types.keeps_unavailable).
+- An event whose `after` has a column the table lacks, or a column of another type, carries
+  its schema (`Change.new_schema`): the import adds the column (nullable) and writes the
+  batch again, or refuses an incompatible type (exit 2, nothing written). A column dropped
+  upstream stays, NULL in new rows.
+- Other ops (`t` truncate, `m` message) and values that are not envelopes are rejected with
+  their reason (dead letters).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pyspark.sql.types import BooleanType, LongType, StringType
+
+from lagless.cdc.connect_types import Column, for_spark_type, struct_columns
+from lagless.exceptions import BadInput
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+Deletes = Literal["hard", "soft"]
+
+# The mirror's own columns (--cdc-columns; _deleted with --deletes soft).
+OP, SOURCE_TS_MS, LSN, DELETED = "_op", "_source_ts_ms", "_lsn", "_deleted"
+CDC_COLUMNS = (OP, SOURCE_TS_MS, LSN)
+CDC_TYPES = {OP: StringType, SOURCE_TS_MS: LongType, LSN: LongType, DELETED: BooleanType}
+
+NOT_JSON = "value is not valid JSON"
+NOT_AN_EVENT = "value is not a Debezium change event (no op)"
+OTHER_OP = "change event of an op a mirror does not apply (truncate, message)"
+NO_AFTER = "change event without its after row"
+KEY_MISSING = "change event whose Kafka key does not give the key fields"
+REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING)
+
+_SCHEMA_HEAD = b'{"schema":'
+_PAYLOAD = b',"payload":'
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one event does to the mirror: upsert `row`, delete the key `row` holds (`delete`),
+    nothing (`skip`), or nothing because it is rejected (`error`). `new_schema`: the event's
+    row schema (JSON) when the table's columns do not take it yet."""
+
+    row: dict[str, Any] | None = None
+    delete: bool = False
+    skip: bool = False
+    error: str | None = None
+    new_schema: str | None = None
+
+
+def split(value: bytes) -> tuple[bytes | None, Any]:
+    """(the schema's JSON text or None, the payload parsed). Kafka Connect's JsonConverter
+    writes the schema first: only the payload is parsed, the schema's text is the cache key of
+    what it means (ValueError when the value is not JSON)."""
+    if value.startswith(_SCHEMA_HEAD) and value.endswith(b"}"):
+        at = value.find(_PAYLOAD)
+        if at > 0:
+            try:
+                return value[len(_SCHEMA_HEAD) : at], json.loads(value[at + len(_PAYLOAD) : -1])
+            except ValueError:
+                pass  # a "payload" inside the schema's text: parse the whole value below
+    parsed = json.loads(value)
+    if isinstance(parsed, dict) and set(parsed) == {"schema", "payload"}:
+        return json.dumps(parsed["schema"], separators=(",", ":")).encode(), parsed["payload"]
+    return None, parsed
+
+
+def source_of(value: bytes | None) -> dict[str, Any] | None:
+    """A change event's `source` block (the database, schema, table, when it committed, its
+    position); None for a tombstone or a value that is not a change event."""
+    if value is None:
+        return None
+    try:
+        _, payload = split(value)
+    except ValueError:
+        return None
+    source = payload.get("source") if isinstance(payload, dict) else None
+    return source if isinstance(source, dict) else None
+
+
+def source_ts_ms(value: bytes | None) -> int | None:
+    """When the database committed the change (`source.ts_ms`), or None."""
+    found = (source_of(value) or {}).get("ts_ms")
+    return found if isinstance(found, int) else None
+
+
+def row_columns(envelope_schema: dict[str, Any]) -> list[Column]:
+    """The columns of an envelope's `after` struct (or of a key's struct)."""
+    for field in envelope_schema.get("fields") or []:
+        if field.get("field") == "after":
+            return struct_columns(field)
+    return struct_columns(envelope_schema)
+
+
+def row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
+    for field in envelope_schema.get("fields") or []:
+        if field.get("field") == "after":
+            return dict(field)
+    return envelope_schema
+
+
+def evolved(fields: StructType, new_row_schema: str, table: str) -> StructType:
+    """The table's columns after an event of `new_row_schema`: each column it adds, nullable,
+    at the end; a column it lacks stays. BadInput for a column whose type changed."""
+    from pyspark.sql.types import StructField, StructType
+
+    added = []
+    known = {f.name: f.dataType for f in fields}
+    for column in row_columns(json.loads(new_row_schema)):
+        if column.name not in known:
+            added.append(StructField(column.name, column.data_type, True))
+        elif known[column.name] != column.data_type:
+            raise BadInput(
+                f"incompatible schema change: column {column.name!r} of table {table!r} is "
+                f"{known[column.name].simpleString()}, the change events make it "
+                f"{column.data_type.simpleString()}; mirror into another --table"
+            )
+    return StructType([*fields.fields, *added])
+
+
+class Envelope:
+    """Reads change events into Changes for a table of columns `fields` (the row's, then the
+    mirror's own columns asked for) keyed on `key_fields`."""
+
+    def __init__(
+        self,
+        fields: StructType,
+        key_fields: tuple[str, ...],
+        deletes: Deletes,
+        change_log: bool = False,
+    ) -> None:
+        self.fields = fields
+        self.key_fields = key_fields
+        self.deletes = deletes
+        # --write append: each event is a row of its own; a tombstone is none.
+        self.change_log = change_log
+        self.names = [f.name for f in fields if f.name not in (*CDC_COLUMNS, DELETED)]
+        self.cdc = [name for name in fields.fieldNames() if name in (*CDC_COLUMNS, DELETED)]
+        self._types = {f.name: f.dataType for f in fields}
+        # The table's own reading of each column, for events without a schema and keys.
+        self._given = {f.name: for_spark_type(f.name, f.dataType) for f in fields}
+        # By schema text: the event's columns, and the text again when the table lacks some.
+        self._schemas: dict[bytes, tuple[list[Column], str | None]] = {}
+
+    def change(self, key: bytes | None, value: bytes | None) -> Change:
+        if value is None:
+            if self.deletes == "soft" or self.change_log:
+                return Change(skip=True)
+            return self._delete(key, {})
+        try:
+            schema, payload = split(value)
+        except ValueError:
+            return Change(error=NOT_JSON)
+        if not isinstance(payload, dict) or not isinstance(payload.get("op"), str):
+            return Change(error=NOT_AN_EVENT)
+        op = payload["op"]
+        columns, new_schema = self._columns(schema)
+        if op == "d":
+            return self._delete(key, payload, columns)
+        if op not in ("r", "c", "u"):
+            return Change(error=OTHER_OP)
+        after = payload.get("after")
+        if not isinstance(after, dict):
+            return Change(error=NO_AFTER)
+        row = self._row(after, columns)
+        if any(row.get(name) is None for name in self.key_fields):
+            return Change(error=KEY_MISSING)
+        row.update(self._cdc_values(payload, deleted=False))
+        return Change(row=row, new_schema=new_schema)
+
+    def _delete(
+        self, key: bytes | None, payload: dict[str, Any], columns: list[Column] | None = None
+    ) -> Change:
+        keyed = self._key(key)
+        if keyed is None:
+            return Change(error=KEY_MISSING)
+        keyed.update(self._cdc_values(payload, deleted=True))
+        return Change(row=keyed, delete=True)
+
+    def _key(self, key: bytes | None) -> dict[str, Any] | None:
+        """The key's fields from the Kafka key (with or without its schema), as the table's
+        columns take them; None when it does not give them all."""
+        if key is None:
+            return None
+        try:
+            _, payload = split(key)
+        except ValueError:
+            return None
+        if not isinstance(payload, dict):
+            return None
+        found = {}
+        for name in self.key_fields:
+            raw = payload.get(name)
+            if raw is None or name not in self._given:
+                return None
+            found[name] = self._given[name].convert(raw)
+        return found
+
+    def _columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
+        if schema is None:
+            return [self._given[name] for name in self.names], None
+        known = self._schemas.get(schema)
+        if known is None:
+            parsed = json.loads(schema)
+            columns = row_columns(parsed)
+            fits = all(self._types.get(c.name) == c.data_type for c in columns)
+            new = None if fits else json.dumps(row_schema(parsed), separators=(",", ":"))
+            known = self._schemas[schema] = (columns, new)
+        return known
+
+    def _row(self, after: dict[str, Any], columns: list[Column]) -> dict[str, Any]:
+        row: dict[str, Any] = dict.fromkeys(self.names)
+        for column in columns:
+            raw = after.get(column.name)
+            if raw is not None and column.name in row:
+                row[column.name] = column.convert(raw)
+        return row
+
+    def _cdc_values(self, payload: dict[str, Any], deleted: bool) -> dict[str, Any]:
+        if not self.cdc:
+            return {}
+        source = payload.get("source") or {}
+        values = {
+            OP: payload.get("op"),
+            SOURCE_TS_MS: source.get("ts_ms"),
+            LSN: source.get("lsn"),
+            DELETED: deleted,
+        }
+        return {name: values[name] for name in self.cdc}

