@@ -224,14 +224,20 @@ def test_without_groups_named_every_listed_group_is_reported() -> None:
     assert [view.group for view in sampler.views()] == ["a", "b", "new"]
 
 
-def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
-    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
-    left."""
+def _sampled_with_retention() -> tuple[Sampler, Clock]:
+    """retention.ms 120 s and the committed record written at t=900, after three rounds."""
     clock = Clock()
     fleet = ScriptedFleet({"g": {("t", 0): 4}}, retention_ms={"t": 120_000})
     sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
     run_rounds(sampler, clock, 2)
     sampler.sample_once()
+    return sampler, clock
+
+
+def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
+    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
+    left."""
+    sampler, clock = _sampled_with_retention()
     (view,) = sampler.views()
     risk = view.partitions[0].retention
     assert risk is not None and risk.seconds_by_retention() == 900 + 120 - clock.now
@@ -285,11 +291,7 @@ def test_serving_collects_garbage_less_often_and_restores_the_collector_after() 
 def test_one_exposition_turns_a_risk_on_once_the_deletion_is_within_the_warning() -> None:
     """The risk lines are written once per view until a deletion comes within the warning:
     the same round's metrics, scraped either side of that moment, say 0 then 1."""
-    clock = Clock()
-    fleet = ScriptedFleet({"g": {("t", 0): 4}}, retention_ms={"t": 120_000})
-    sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
-    run_rounds(sampler, clock, 2)
-    sampler.sample_once()
+    sampler, _ = _sampled_with_retention()
     (view,) = sampler.views()
     risk = view.partitions[0].retention
     assert risk is not None and risk.deleted_at == 900 + 120
