@@ -40,6 +40,8 @@ def _labels(**labels: object) -> str:
 
 
 def _number(value: float) -> str:
+    if type(value) is int:  # the usual case (offsets, lags, counts): exact as they are
+        return str(value)
     if value != value:
         return "NaN"
     if float(value).is_integer() and abs(value) < 2**53:
@@ -310,8 +312,12 @@ def _render(view: GroupView, cluster: str) -> Rendered:
                 sum(p.lag for p in view.partitions if p.topic == topic),
             )
     warning_s = view.retention_warning_s
+    # Each topic's label written once: a group reads all the partitions of few topics.
+    topics = {t: _labels(topic=t) for t in {p.topic for p in view.partitions}}
+    cluster_label = _labels(cluster_name=cluster)
     for p in view.partitions:
-        where = f'{group},{_labels(topic=p.topic)},partition="{p.partition}"'
+        topic = topics[p.topic]
+        where = f'{group},{topic},partition="{p.partition}"'
         if p.committed is not None:
             add("kafka_consumergroup_group_offset", where, p.committed)
         add("kafka_consumergroup_group_lag", where, p.lag)
@@ -320,7 +326,7 @@ def _render(view: GroupView, cluster: str) -> Rendered:
             method, base, anchor = timed
             lags.append((where, method, base, anchor))
         if not p.gone:
-            on = f'{_labels(cluster_name=cluster, topic=p.topic)},partition="{p.partition}"'
+            on = f'{cluster_label},{topic},partition="{p.partition}"'
             latest = f"kafka_partition_latest_offset{{{on}}} {_number(p.end)}\n"
             earliest = f"kafka_partition_earliest_offset{{{on}}} {_number(p.log_start)}\n"
             partition_lines.append((p.key, (latest.encode(), earliest.encode())))
