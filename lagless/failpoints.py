@@ -8,7 +8,11 @@ it stands for librdkafka's abort there.
 once more for the dead-letter table when a batch has dead letters.
 
 `between-tables` is in a routed import's batch (importer/routing.py), after one table's part
-committed and before the next table's: reached once per table after the first."""
+committed and before the next table's: reached once per table after the first.
+
+`mid-compaction` is reached with a compaction's new files written, not yet committed;
+`mid-expiry` with old versions dropped, the files only they read not yet removed
+(sinks/<store>/maintenance.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ NAMES = (
     "between-tables",
     "after-group-commit",
     "describe-group",
+    "mid-compaction",
+    "mid-expiry",
 )
 _reached: Counter[str] = Counter()
 

@@ -11,6 +11,7 @@ COMMANDS = {
     "import": "import_",
     "demo": "demo",
     "lag": "lag",
+    "maintain": "maintain",
     "doctor": "doctor",
     "serve": "serve",
     "simulate": "simulate",

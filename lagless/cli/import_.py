@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lagless.cli.options import (
     add_kafka_arguments,
+    add_maintenance_arguments,
     at_least_one,
     epoch_ms,
     kafka_config,
@@ -183,6 +184,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=ImportSpec.trigger_seconds,
         help="continuous mode: seconds between batch starts (default: %(default)s)",
     )
+    add_maintenance_arguments(parser)
+    parser.add_argument(
+        "--maintain-every",
+        type=seconds_or_zero,
+        default=ImportSpec.maintain_every_s,
+        metavar="S",
+        help="Parquet, Delta and Iceberg: a round of table maintenance (compaction, and expiry "
+        "of versions older than --keep-history) between batches at most every S seconds; 0: "
+        "none (default: %(default)g; docs/maintenance.md)",
+    )
     parser.add_argument(
         "--retry-seconds",
         type=seconds_or_zero,
@@ -274,6 +285,9 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         retry_seconds=args.retry_seconds,
         spark_conf=tuple(spark_setting(each) for each in args.spark_conf),
         shared_disk=args.shared_disk,
+        target_file_size=args.target_file_size,
+        keep_history_s=args.keep_history,
+        maintain_every_s=args.maintain_every,
         cdc_columns=args.cdc_columns,
         deletes=args.deletes,
     )

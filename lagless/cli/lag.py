@@ -14,12 +14,13 @@ from rich.table import Table
 
 from lagless.cli.options import (
     add_group_arguments,
+    add_maintenance_arguments,
     add_metric_arguments,
     cluster_name,
     kafka_config,
 )
 from lagless.exceptions import BadInput
-from lagless.importer.table_lag import table_lag
+from lagless.importer.table_lag import PartitionInTable, table_health, table_lag
 from lagless.lag.offsets import (
     FleetSource,
     KafkaOffsetSource,
@@ -32,6 +33,7 @@ from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.lag.table import markdown_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.sinks.maintenance import Health, Policy
 
 SAMPLES_PER_WINDOW = 4
 WATCH_WINDOW_REFRESHES = 5
@@ -51,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--table", metavar="TABLE", help="with --sink: the table (default: the topic name)"
     )
+    add_maintenance_arguments(parser, history=False)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -175,17 +178,46 @@ def prometheus_once(
 
 def run_table_lag(args: argparse.Namespace) -> int:
     """`lag --sink URL --topic T [--table T]`: per partition, the first offset the table does
-    not hold, the log's end, the records behind and the oldest missing record's age."""
+    not hold, the log's end, the records behind and the oldest missing record's age; per table
+    of a folder store, its files (with --json: {"partitions": [...], "tables": [...]})."""
     if args.topic is None:
         raise BadInput("lag --sink needs --topic (the topic the table is fed from)")
     if args.group is not None or args.watch is not None or args.prometheus or args.markdown:
-        raise BadInput("lag --sink takes --topic, --table and --json only")
-    rows = table_lag(kafka_config(args), args.sink, args.table or args.topic, [args.topic])
+        raise BadInput("lag --sink takes --topic, --table, --target-file-size and --json only")
+    table = args.table or args.topic
+    rows = table_lag(kafka_config(args), args.sink, table, [args.topic])
+    tables = table_health(args.sink, table, Policy(target_file_size=args.target_file_size))
     if args.json:
-        print(json.dumps([row.as_json() for row in rows], indent=2))
+        shown = {
+            "partitions": [row.as_json() for row in rows],
+            "tables": [each.as_json() for each in tables],
+        }
+        print(json.dumps(shown, indent=2))
         return 0
+    console = Console()
+    console.print(partitions_table(table, rows))
+    mirror = [row.source_lag_s for row in rows if row.source_lag_s is not None]
+    if mirror:
+        console.print(
+            f"mirror {table}: {sum(row.behind for row in rows):,} change events and "
+            f"{max(mirror):,.1f} s behind the database"
+        )
+    for row in rows:
+        if row.another_topic is not None:
+            print(
+                f"table {table} holds the history of another topic of that name (deleted and "
+                f"recreated since): {row.another_topic}"
+            )
+    if tables:
+        console.print(health_table(tables))
+    return 0
+
+
+def partitions_table(table: str, rows: list[PartitionInTable]) -> Table:
+    """Per partition, what the table holds against the log (a mirror's: and how far it is
+    behind the database)."""
     mirror = any(row.source_lag_s is not None for row in rows)
-    shown = Table(title=f"table {args.table or args.topic}: what it holds against the log")
+    shown = Table(title=f"table {table}: what it holds against the log")
     names = ["topic", "partition", "table holds up to", "log end", "behind", "time lag"]
     for name in names + (["behind the database"] if mirror else []):
         shown.add_column(name, justify="left" if name == "topic" else "right")
@@ -196,21 +228,24 @@ def run_table_lag(args: argparse.Namespace) -> int:
         if mirror:
             cells.append(_seconds(row.source_lag_s))
         shown.add_row(*cells)
-    console = Console()
-    console.print(shown)
-    if mirror:
-        lags = [row.source_lag_s for row in rows if row.source_lag_s is not None]
-        console.print(
-            f"mirror {args.table or args.topic}: {sum(row.behind for row in rows):,} change "
-            f"events and {max(lags, default=0.0):,.1f} s behind the database"
+    return shown
+
+
+def health_table(tables: list[Health]) -> Table:
+    shown = Table(title="its files (docs/maintenance.md)")
+    columns = ("table", "data files", "small", "versions", "on disk", "live")
+    for name in columns:
+        shown.add_column(name, justify="left" if name == "table" else "right")
+    for each in tables:
+        shown.add_row(
+            each.table,
+            f"{each.data_files:,}",
+            f"{each.small_file_share:.0%}",
+            f"{each.versions:,}",
+            f"{each.bytes_on_disk / 1e6:,.1f} MB",
+            f"{each.live_bytes / 1e6:,.1f} MB",
         )
-    for row in rows:
-        if row.another_topic is not None:
-            print(
-                f"table {args.table or args.topic} holds the history of another topic of that "
-                f"name (deleted and recreated since): {row.another_topic}"
-            )
-    return 0
+    return shown
 
 
 def _seconds(value: float | None) -> str:

@@ -8,6 +8,7 @@ import math
 from typing import TypeVar
 
 from lagless.kafka.config import KafkaConfig, parse_key_values
+from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, parse_size
 
 T = TypeVar("T", int, float)
 
@@ -74,6 +75,30 @@ def cluster_name(args: argparse.Namespace) -> str:
     return str(args.cluster_name or args.bootstrap)
 
 
+def add_maintenance_arguments(parser: argparse.ArgumentParser, history: bool = True) -> None:
+    """--target-file-size and, with `history`, --keep-history (import, maintain; lag --sink
+    takes the size alone, for the small-file share)."""
+    parser.add_argument(
+        "--target-file-size",
+        type=file_size,
+        default=DEFAULT_TARGET_FILE_SIZE,
+        metavar="B",
+        help="table maintenance: files smaller than this are merged into files of up to this "
+        "size; bytes, or with K, M, G (default: 128M)",
+    )
+    if not history:
+        return
+    parser.add_argument(
+        "--keep-history",
+        type=seconds_or_zero,
+        default=DEFAULT_KEEP_HISTORY_S,
+        metavar="S",
+        help="table maintenance: versions (Delta log entries, Iceberg snapshots, merged "
+        "Parquet folders) older than S seconds are expired and the files only they read "
+        "removed (default: %(default).0f)",
+    )
+
+
 # Types of option values, checked as argparse reads them, so a bad one is one line (exit 2)
 # before anything runs or is written: `argument --trigger-seconds: must be above 0, not -1`.
 
@@ -115,6 +140,16 @@ def not_empty(text: str) -> str:
     if text != text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} has spaces around it")
     return text
+
+
+def file_size(text: str) -> int:
+    """Bytes, or a number with K, M, G (a file size), 1K or more."""
+    try:
+        return parse_size(text)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"must be bytes or a number with K, M or G, 1K or more, not {text}"
+        ) from None
 
 
 def _refused_unless(ok: bool, value: T, wanted: str, text: str) -> T:

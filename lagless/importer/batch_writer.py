@@ -23,6 +23,7 @@ from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
 from lagless.importer.group import GroupCommitter
+from lagless.importer.maintenance import schedule_for
 from lagless.importer.routing import Destination
 from lagless.importer.rows import (
     BYTES,
@@ -118,6 +119,14 @@ class BatchWriter:
         self.done = 0
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
+        # Compaction and expiry of the import's tables between batches (maintenance.py).
+        self.maintenance = schedule_for(
+            checked.sink,
+            spec.run_id,
+            lambda: [each.target.table for each in checked.destinations],
+            spec.maintenance_policy,
+            spec.maintain_every_s,
+        )
 
     def batch_function(self) -> BatchWriter:
         """foreachBatch's function for a query started now, with the source's options of
@@ -187,6 +196,8 @@ class BatchWriter:
             _offsets_text(self.last_end),
             time.monotonic() - started,
         )
+        if self.maintenance is not None and not self._done_after_stop:
+            self.maintenance.between_batches()
 
     def _write(self, records: DataFrame, batch_id: int) -> None:
         batch, end = self.batch(batch_id)

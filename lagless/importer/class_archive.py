@@ -121,6 +121,9 @@ def build() -> Path | None:
             return None
         finally:
             partial.unlink(missing_ok=True)
+            # None left beside the archive; a process that opened it meanwhile and then locks
+            # it finds the archive built, or builds again (to a partial of its own: harmless).
+            (path.parent / BUILD_LOCK).unlink(missing_ok=True)
 
 
 def build_in_background() -> bool:

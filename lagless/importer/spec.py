@@ -36,6 +36,7 @@ from lagless.sinks.base import (
     WriteMode,
     check_writable_path,
 )
+from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, Policy
 from lagless.sinks.url import absolute
 from lagless.source import avro_values, json_values, to_json_offsets
 from lagless.source import options as o
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 MIN_TASK_RECORDS = 1000
 
 RunMode = Literal["bulk", "continuous"]
+
+# Seconds between maintenance rounds of an import (importer/maintenance.py).
+DEFAULT_MAINTAIN_EVERY_S = 10.0
 
 # Task slots per Spark core: a little more than one keeps a core busy while a task starts.
 SLOTS_PER_CORE = 2
@@ -102,6 +106,14 @@ class ImportSpec:
     # Every topic whose whole name matches this regular expression, now and while the import
     # runs (Spark's subscribePattern); in place of `topics`.
     topic_pattern: str | None = None
+    # Table maintenance between batches (importer/maintenance.py): files merged up to this
+    # size, versions kept this long, a round at most this often (0: none).
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    keep_history_s: float = DEFAULT_KEEP_HISTORY_S
+    maintain_every_s: float = DEFAULT_MAINTAIN_EVERY_S
+    # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
+    cdc_columns: bool = False
+    deletes: Deletes = "hard"
 
     @property
     def routed(self) -> bool:
@@ -114,9 +126,9 @@ class ImportSpec:
     def template(self) -> TableTemplate:
         return TableTemplate.parse(self.table or "{topic}")
 
-    # Debezium: the mirror's own columns (_op, _source_ts_ms, _lsn); deletes kept as _deleted.
-    cdc_columns: bool = False
-    deletes: Deletes = "hard"
+    @property
+    def maintenance_policy(self) -> Policy:
+        return Policy(self.target_file_size, self.keep_history_s)
 
     def target(self, value_schema: ValueSchema | None = None) -> Target:
         """The one table of an import that is not routed."""
@@ -134,9 +146,15 @@ class ImportSpec:
             self.value_format,
             value_schema.fields if value_schema else None,
             (value_schema.key_fields if value_schema else ()) or self.key_fields,
-            run_id=hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12],
+            run_id=self.run_id,
             deletes=self.deletes,
         )
+
+    @property
+    def run_id(self) -> str:
+        """What tells this import's staging folders and locks from another's (Target.run_id):
+        a digest of its checkpoint's path, the same on every rerun."""
+        return hashlib.sha256(os.path.abspath(self.checkpoint).encode()).hexdigest()[:12]
 
     def source_options(
         self,

@@ -5,6 +5,7 @@ Per partition: the first offset the table does not hold, the log's start and end
 behind, and the time lag: now minus the timestamp of the oldest record not yet in the table.
 For a Debezium mirror, also how far it is behind the database: now minus the `source.ts_ms`
 (when the database committed it) of the oldest change not yet applied; 0 once caught up.
+Per table of a folder store: its files (`table_health`, sinks/maintenance.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.records import RecordInfo, Records
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import HeldRecord, Recreated, recreated
+from lagless.sinks.maintenance import Health, Policy
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,16 @@ def history_of_another_topic(
         if seen
     }
     return recreated(newest, now)
+
+
+def table_health(sink_url: str, table: str, policy: Policy) -> list[Health]:
+    """The files of the table and of those beside it (`_dlq`, `_tombstones`): data files,
+    small ones, versions kept, bytes on disk against live bytes. None for a store that keeps
+    its own files (SQL)."""
+    sink = sink_from_url(sink_url)
+    with sink:
+        maintenance = sink.maintenance()
+        if maintenance is None:
+            return []
+        found = (maintenance.health(each, policy) for each in maintenance.tables(table))
+        return [each for each in found if each is not None]

@@ -100,6 +100,39 @@ class LocalStorage:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
 
+    def create_new(self, path: str, data: bytes) -> bool:
+        """The file written whole only if absent (a Delta log entry: one writer per version);
+        False when it exists. A link of a complete temporary file: never half a file."""
+        temporary = os.path.join(os.path.dirname(path), f".lagless-{uuid.uuid4().hex}.tmp")
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        try:
+            os.link(temporary, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(temporary)
+
+    def write_parquet(self, path: str, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+
+    def files(self, folder: str) -> dict[str, tuple[int, int]]:
+        """Every file under the folder, by path relative to it: its size and modification time
+        (ms since the epoch). None missing: an empty listing."""
+        found = {}
+        for root, _, names in os.walk(folder):
+            for name in names:
+                path = os.path.join(root, name)
+                try:
+                    size, modified = self.stat(path)
+                except FileNotFoundError:
+                    continue  # removed while listed
+                found[os.path.relpath(path, folder)] = (size, modified)
+        return found
+
     @contextlib.contextmanager
     def locked(self, path: str, run_id: str, wait_s: float) -> Iterator[None]:
         """The lock file's flock: the kernel drops it with its holder. The holder removes the
@@ -267,6 +300,37 @@ class S3Storage:
         import obstore as obs
 
         obs.put(self.store, self.key(path), text.encode("utf-8"))
+
+    def create_new(self, path: str, data: bytes) -> bool:
+        """The object put only if absent (`If-None-Match: *`); False when it exists."""
+        import obstore as obs
+        from obstore.exceptions import AlreadyExistsError
+
+        try:
+            obs.put(self.store, self.key(path), data, mode="create")
+            return True
+        except AlreadyExistsError:
+            return False
+
+    def write_parquet(self, path: str, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path.removeprefix("s3://"), filesystem=self.filesystem)
+
+    def files(self, folder: str) -> dict[str, tuple[int, int]]:
+        """Every object under the folder, by key relative to it: its size and modification
+        time (ms since the epoch)."""
+        import obstore as obs
+
+        prefix = self.key(folder) + "/"
+        return {
+            meta["path"][len(prefix) :]: (
+                int(meta["size"]),
+                int(meta["last_modified"].timestamp() * 1000),
+            )
+            for chunk in obs.list(self.store, prefix)
+            for meta in chunk
+        }
 
     @contextlib.contextmanager
     def locked(self, path: str, run_id: str, wait_s: float) -> Iterator[None]:

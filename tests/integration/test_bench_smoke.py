@@ -263,3 +263,22 @@ def test_first_import_shows_a_fresh_installations_first_and_second_import() -> N
     assert figures["records"] == 4000 and "archive mapped" in printed
     for name in ("script_s", "first_s", "archive_build_s", "second_s"):
         assert between(figures[name], 0.01, 1200), (name, figures)
+
+
+# Minutes of CI for one script each: scripts/test runs it (-m matrix), CI leaves it out.
+@pytest.mark.matrix
+def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> None:
+    figures, printed = run_bench(
+        "table_health.py",
+        *("--stores", "delta", "--workloads", "upsert", "--seconds", "12", "--keys", "400"),
+        *("--upsert-rate", "100", "--sample-seconds", "4", "--settle-seconds", "2"),
+        *("--maintain-every", "1", "--keep-history", "5", "--png-dir", str(tmp_path)),
+        timeout=600,
+    )
+    assert figures["store"] == "delta" and figures["exit_code"] == 0
+    assert figures["visible"] > 0 and between(figures["p99_s"], 0.0, 60)
+    last = figures["last"]
+    assert last["live_bytes"] > 0 and last["bytes_on_disk"] >= last["live_bytes"]
+    assert between(figures["worst_read_x"], 0.01, 100)
+    assert "table health under a continuous import" in printed
+    assert (tmp_path / "table_health-delta-upsert.png").read_bytes().startswith(PNG_MAGIC)

@@ -95,7 +95,7 @@ def test_demo_typed_upserts_deals_into_a_typed_table(tmp_path: Path, broker) -> 
         columns = [row[1] for row in conn.execute('PRAGMA table_info("deals")')]
     assert stored == expected
     assert {int(key) for key in produced.deleted_keys()} <= deleted
-    assert columns[-3:] == ["price", "updated_at", "options"]
+    assert columns[-4:] == ["price", "updated_at", "options", "log_time"]  # the rank last
     said = " ".join(result.stdout.split())
     assert f"{len(expected):,} deals in" in said
     assert f"from {produced.records:,} records read" in said

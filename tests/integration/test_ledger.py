@@ -199,7 +199,7 @@ def test_lag_sink_shows_what_the_table_holds_against_the_log(
     )
 
     assert done.returncode == 0, done.stderr
-    rows = {row["partition"]: row for row in json.loads(done.stdout)}
+    rows = {row["partition"]: row for row in json.loads(done.stdout)["partitions"]}
     assert {p: (r["held"], r["log_end"], r["behind"]) for p, r in rows.items()} == {
         0: (100, 100, 0),
         1: (100, 125, 25),

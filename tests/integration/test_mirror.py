@@ -153,7 +153,7 @@ def mirror_lag(kafka: KafkaConfig, sink: str, topic: str) -> list[dict[str, Any]
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    rows: list[dict[str, Any]] = json.loads(result.stdout)
+    rows: list[dict[str, Any]] = json.loads(result.stdout)["partitions"]
     return rows
 
 

@@ -97,7 +97,7 @@ def table_behind(noida: NoidaKafka, url: str, topic: str) -> dict[int, int]:
     args = ["--bootstrap", noida.bootstrap, "--sink", url, "--topic", topic, "--json"]
     done = lagless("lag", *args)
     assert done.returncode == 0, done.stderr
-    return {row["partition"]: row["behind"] for row in json.loads(done.stdout)}
+    return {row["partition"]: row["behind"] for row in json.loads(done.stdout)["partitions"]}
 
 
 def test_import_group_and_table_lag_are_zero_then_show_new_records(noida: NoidaKafka, tmp_path):

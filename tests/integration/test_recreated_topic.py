@@ -117,7 +117,7 @@ def test_a_recreated_longer_topic_is_refused_and_lag_sink_says_so(
     assert stored(url, topic, ("partition", "offset", "value")) == before
     assert files_under(tmp_path) == written  # nothing written, the checkpoint included
     assert lag.returncode == 0, lag.stderr
-    (row,) = json.loads(lag.stdout)
+    (row,) = json.loads(lag.stdout)["partitions"]
     assert (row["held"], row["log_end"]) == (1000, 1500)
     assert row["another_topic"].startswith(f"{topic}[0]: the record at offset 999 ")
     assert "holds the history of another topic of that name" in shown.stdout

@@ -38,7 +38,10 @@ def test_an_option_several_commands_take_says_the_same_everywhere() -> None:
         for action in parser._actions:
             for option in action.option_strings:
                 helps.setdefault(option, set()).add(action.help)
-    shared = ("--bootstrap", "--kafka-option", "--cluster-name", "--retention-warning")
+    shared = (
+        *("--bootstrap", "--kafka-option", "--cluster-name", "--retention-warning"),
+        *("--target-file-size", "--keep-history"),
+    )
     assert {option: len(helps[option]) for option in shared} == dict.fromkeys(shared, 1)
 
 

@@ -6,8 +6,9 @@ or an older copy of it) and the ledger say, and commits batches of random sizes 
 importer/batch_writer.py does, through the stores' own task writers and commit_staged. Spark's
 own part is modelled: a batch's end offsets are journaled before it runs, a crash before
 Spark's commit replays that batch with the same ends on the next run. Imports get killed before
-or after the store's commit. Whatever happens, the table holds every record from offset 0 up to
-what its ledger says, each exactly once.
+or after the store's commit, and a maintenance round (compaction, expiry) may follow. Whatever
+happens, the table holds every record from offset 0 up to what its ledger says, each exactly
+once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +29,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lagless.importer.maintenance import Schedule, run_round
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, batch_ranges, holds
+from lagless.sinks.maintenance import Policy
 from lagless.source.executor_write import load_writer
 from lagless.source.schema import ARROW_SCHEMA
 
@@ -138,6 +142,19 @@ def commit(sink: Sink, target: Target, batch: Batch) -> None:
             assert said is None or said.rows == sum(e - s for s, e in batch.covered.values())
 
 
+def maintain(
+    sink: Sink, thorough: bool, target_file_size: int = 2048, keep_history_s: float = 0
+) -> None:
+    """A round of compaction (by default files up to 2 KiB: these are small) and expiry (by
+    default no history kept)."""
+    maintenance = sink.maintenance(TARGET.run_id)
+    assert maintenance is not None
+    policy = Policy(target_file_size, keep_history_s, thorough=thorough)
+    for table in maintenance.tables(TARGET.table):
+        done = run_round(maintenance, table, policy, time.monotonic() + 60, raise_errors=True)
+        assert done is not None
+
+
 @dataclass
 class Checkpoint:
     """Spark's part: each batch's end offsets, journaled before it runs; how many committed."""
@@ -154,6 +171,9 @@ class Run:
     checkpoint: str  # "kept", "lost" (a fresh one), "older" (a copy from before the last run)
     batch_sizes: tuple[int, ...]
     crash: str | None  # None, "before-commit", "after-commit" (the store's, not Spark's)
+    # A maintenance round after it (sinks/maintenance.py): None, "import" (stepwise, as between
+    # batches), "maintain" (thorough, as `lagless maintain`); expiry with no history kept.
+    maintain: str | None = None
 
 
 runs = st.lists(
@@ -162,6 +182,7 @@ runs = st.lists(
         st.sampled_from(["kept", "lost", "older"]),
         st.lists(st.integers(1, 25), min_size=1, max_size=4).map(tuple),
         st.sampled_from([None, None, "before-commit", "after-commit"]),
+        st.sampled_from([None, "import", "maintain"]),
     ),
     min_size=1,
     max_size=5,
@@ -235,6 +256,10 @@ def test_no_sequence_of_imports_crashes_and_lost_checkpoints_doubles_or_skips(
     sink = sink_from_url(url)
     for checkpoint, run in with_checkpoints(sequence):
         import_once(sink, checkpoint, run)
+        held_before = sink.ledger(TARGET, PARTITIONS)
+        if run.maintain is not None and store != "sqlite":
+            maintain(sink, thorough=run.maintain == "maintain")
+            assert sink.ledger(TARGET, PARTITIONS) == held_before  # compaction kept the ledger
 
         rows = stored(url, sink.location)
         held = sink.ledger(TARGET, PARTITIONS)
@@ -306,6 +331,31 @@ def test_a_parquet_table_of_an_earlier_lagless_counts_by_its_rows(tmp_path: Path
     pq.write_table(rows, legacy / "part-0.parquet")
     sink = sink_from_url(f"parquet:///{tmp_path}/lake")
     assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 1): 12}
+
+
+def test_a_parquet_compaction_killed_before_retiring_what_it_merged_is_rolled_forward(
+    tmp_path: Path,
+) -> None:
+    """A kill between a merged folder's rename and its replaced folders' retirement leaves
+    both visible (rows twice to a reader, the ledger unmoved); the next commit, under the
+    table's lock, retires the folders the merged one names."""
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    sink.prepare(TARGET)
+    for n in range(4):
+        commit(sink, TARGET, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    maintain(sink, thorough=True, target_file_size=1024 * 1024, keep_history_s=3600)
+    table = tmp_path / "lake" / "t"
+    retired = [p for p in table.iterdir() if p.name.startswith("_merged-")]
+    assert len(retired) == 4
+    for folder in retired:  # as the kill left them
+        folder.rename(table / folder.name.split(".", 1)[1])
+    assert len(stored(sink.url, sink.location)) == 40
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 20}
+
+    commit(sink, TARGET, Batch(4, {(TOPIC, 0): (20, 25)}))
+
+    assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(25)]
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 25}
 
 
 # A routed import (importer/routing.py): two topics, a table each, one Spark checkpoint.
@@ -419,3 +469,50 @@ def test_the_newest_row_of_each_partition_tells_its_record(store: str, tmp_path:
         (TOPIC, 1): HeldRecord(4, 1_700_000_000_000 + 4, b"k4"),
     }
     assert sink.newest_rows(TARGET, {(TOPIC, 1): 5}) == {(TOPIC, 1): found[(TOPIC, 1)]}
+    if store != "sqlite":  # compaction and expiry change no row: the same newest rows
+        maintain(sink, thorough=True, target_file_size=1024 * 1024)
+        assert sink.ledger(TARGET, PARTITIONS) == held
+        assert sink.newest_rows(TARGET, held) == found
+
+
+def test_an_imports_rounds_cover_every_table_it_writes_those_of_new_topics_included(
+    tmp_path: Path,
+) -> None:
+    """importer/maintenance.Schedule as a routed import's batch writer calls it, after every
+    batch: a round, when due, merges the small batch folders of each table the import writes
+    at that moment (a table a topic that appeared since brought included), ledgers unmoved."""
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    targets = {name: Target(name, "append", "raw", run_id="import-a") for name in ("ta", "tb")}
+    for target in targets.values():
+        sink.prepare(target)
+        for n in range(4):
+            commit(sink, target, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    maintenance = sink.maintenance("import-a")
+    assert maintenance is not None
+    imported = ["ta"]  # tb's topic appears later (job.admit_new_topics)
+    now = [0.0]
+    schedule = Schedule(
+        maintenance, lambda: imported, Policy(1024 * 1024, 3600), every_s=10, clock=lambda: now[0]
+    )
+
+    def folders() -> dict[str, int]:
+        lake = tmp_path / "lake"
+        return {t: sum(p.name.startswith("batch=") for p in (lake / t).iterdir()) for t in targets}
+
+    schedule.between_batches()  # not due yet
+    assert folders() == {"ta": 4, "tb": 4}
+    now[0] = 10.0
+    schedule.between_batches()
+    assert folders() == {"ta": 1, "tb": 4}
+    imported.append("tb")
+    now[0] = 15.0
+    schedule.between_batches()  # 5 s since the last round
+    assert folders() == {"ta": 1, "tb": 4}
+    now[0] = 20.0
+    schedule.between_batches()
+    assert folders() == {"ta": 1, "tb": 1}
+    for target in targets.values():
+        assert sink.ledger(target, PARTITIONS) == {(TOPIC, 0): 20}
+        assert stored_table(sink.url, sink.location, target.table) == [
+            (TOPIC, 0, o) for o in range(20)
+        ]

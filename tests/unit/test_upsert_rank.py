@@ -10,7 +10,9 @@ starts), then one row per key, the highest rank. Spark's own part (rows.py's win
 coalescing) runs in the CLI cases (tests/integration/test_upsert_order.py).
 
 Whatever the batching, replays and restarts, the table holds each key's record of the highest
-rank over the whole log, and no key whose highest is a tombstone.
+rank over the whole log, and no key whose highest is a tombstone; also when a round of table
+maintenance (compaction, expiry of all history) runs between two batches, as a continuous import
+runs one: the ledger's log times survive it.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lagless.importer.maintenance import maintain_once
 from lagless.sinks import Sink, sink_from_url
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.ledger import TP, Batch
+from lagless.sinks.maintenance import Policy
 from lagless.sinks.task_files import FILE_SCHEMA
 from lagless.sinks.upsert_order import LOG_TIME
 
@@ -172,12 +176,15 @@ class Step:
     sizes: tuple[int, ...]  # records of each partition in the batch
     replayed: bool  # committed twice (a crash after the store's commit, before Spark's)
     restart: bool  # a new import starts before it: log times read from the ledger
+    # A round of maintenance after it: every small file merged, no history kept (not SQLite).
+    maintained: bool = False
 
 
 steps = st.lists(
     st.builds(
         Step,
         st.lists(st.integers(0, 5), min_size=3, max_size=3).map(tuple),
+        st.booleans(),
         st.booleans(),
         st.booleans(),
     ),
@@ -193,6 +200,23 @@ steps = st.lists(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(log=logs(), plan=steps)
+# Two batches' files merged with no history kept, then a new import: it reads the log times
+# from the ledger, which the compaction kept (k0 at offset 2 has log time 10, and wins).
+@example(
+    log={
+        0: [
+            Record(0, 0, b"k0", 10, False),
+            Record(0, 1, b"k1", 5, False),
+            Record(0, 2, b"k0", 6, False),
+        ],
+        1: [Record(1, 0, b"k2", 1, False)],
+    },
+    plan=[
+        Step((1, 1, 1), False, False),
+        Step((1, 1, 1), False, False, maintained=True),
+        Step((1, 1, 1), False, True),
+    ],
+)
 def test_the_table_is_the_highest_rank_per_key_whatever_the_batching(
     store: str, log: dict[int, list[Record]], plan: list[Step], tmp_path_factory
 ) -> None:
@@ -227,6 +251,8 @@ def test_the_table_is_the_highest_rank_per_key_whatever_the_batching(
         rows = rows_of(ranked)
         for _ in range(2 if step.replayed else 1):
             write(sink, store, rows, batch, folder / "staging")
+        if step.maintained and store != "sqlite":
+            maintain_once(sink.url, TARGET.table, Policy(1024 * 1024, keep_history_s=0))
 
     assert table(store, sink) == expected(log)
     # The ledger keeps each partition's log time where it ends.

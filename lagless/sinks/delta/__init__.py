@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
+    from lagless.sinks.maintenance import StoreMaintenance
+
 # Columns every lagless table has, whatever the shaping makes of values.
 IDENTITY = ("partition", "offset", "timestamp")
 # What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
@@ -95,6 +97,11 @@ class DeltaSink(FolderTableSink):
                     f"Delta table {path!r} has another layout ({description or 'not lagless'}); "
                     "pick another --table or --write mode"
                 )
+
+    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
+        from lagless.sinks.delta.maintenance import DeltaMaintenance
+
+        return DeltaMaintenance(self)
 
     def prepare(self, target: Target) -> None:
         """Before the first batch: the folder. A table is created by its first batch, in the

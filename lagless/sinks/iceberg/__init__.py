@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
 
+    from lagless.sinks.maintenance import StoreMaintenance
+
 CATALOG_NAME = "lagless"
 CATALOG_FILE = "catalog.db"
 NAMESPACE = "default"
@@ -198,6 +200,11 @@ class IcebergSink(FolderTableSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
+
+    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
+        from lagless.sinks.iceberg.maintenance import IcebergMaintenance
+
+        return IcebergMaintenance(self)
 
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         if target.mode != "upsert":

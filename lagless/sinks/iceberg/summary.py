@@ -5,8 +5,9 @@ Every snapshot of a batch carries `lagless.ranges`, the batch's ranges, and `lag
 first offset above everything the table holds per partition once the batch is in: the held map
 of the snapshot it was built on, raised by the batch. Commits are serialized by the catalog
 (a commit built on an older snapshot fails and is built again), so the newest lagless snapshot
-of the table's current lineage says what the table holds; a snapshot another tool added since
-(a compaction) carries nothing and is passed over. A snapshot rolled back is not in the
+of the table's current lineage says what the table holds; lagless's compactions carry
+`lagless.held` on (sinks/iceberg/maintenance.py), a snapshot another tool added carries nothing
+and is passed over. A snapshot rolled back is not in the
 lineage, so what it held counts as not held: the rows are gone with it.
 """
 
@@ -67,12 +68,21 @@ def properties(
     after = dict(held)
     for tp, (_, end) in batch.covered.items():
         after[tp] = max(after.get(tp, 0), end)
-    listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(after.items())]
-    found = {RANGES: batch.to_json(), HELD: json.dumps(listed, separators=(",", ":"))}
+    times = None
     if log_times is not None and (log_times or batch.log_times):
         times = {**log_times}
         for tp, ms in batch.log_times.items():
             times[tp] = max(times.get(tp, ms), ms)
-        kept = [{"topic": t, "partition": p, "ms": ms} for (t, p), ms in sorted(times.items())]
+    return {RANGES: batch.to_json(), **carried(after, times)}
+
+
+def carried(held: Mapping[TP, int], log_times: Mapping[TP, int] | None = None) -> dict[str, str]:
+    """The summary properties that say what the table holds (and, upsert, its log times):
+    a batch's, and those of a snapshot that changes no row (a compaction), as they were, so
+    that expiring the snapshots before it keeps the ledger."""
+    listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(held.items())]
+    found = {HELD: json.dumps(listed, separators=(",", ":"))}
+    if log_times:
+        kept = [{"topic": t, "partition": p, "ms": ms} for (t, p), ms in sorted(log_times.items())]
         found[LOG_TIMES] = json.dumps(kept, separators=(",", ":"))
     return found

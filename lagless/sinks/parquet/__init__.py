@@ -28,10 +28,14 @@ never doubles nor skips.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -52,12 +56,18 @@ from lagless.sinks.task_files import stage_rows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lagless.sinks.maintenance import StoreMaintenance
+
 # Offsets, timestamps and values are nearly all distinct: trying a dictionary for them cost a
 # tenth of the write (measured on 2.4M records of 100 B) and made no file smaller.
 WRITE_OPTIONS = {
     f"parquet.enable.dictionary#{column}": "false" for column in ("offset", "timestamp", "value")
 }
 RANGES = "_ranges.json"
+# In a merged folder's `_ranges.json` (parquet/maintenance.py): the folders it replaced.
+MERGED = "merged"
+# A replaced folder, hidden until expiry: `_merged-<ms>.batch=<digest>`.
+RETIRED = "_merged-"
 
 
 def _no_op() -> None:
@@ -87,6 +97,11 @@ class ParquetSink(FolderTableSink):
         for folder in (self.location, *tables, self._staging(target)):
             check_writable_path(folder, "directory", folder=True)
 
+    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
+        from lagless.sinks.parquet.maintenance import ParquetMaintenance
+
+        return ParquetMaintenance(self, run_id or f"maintain-{uuid.uuid4().hex[:12]}")
+
     def prepare(self, target: Target) -> None:
         for table in (target.table, target.dead_letter_table):
             self.storage.makedirs(self.storage.join(self.location, table))
@@ -104,8 +119,10 @@ class ParquetSink(FolderTableSink):
 
         table = self.storage.join(self.location, target.table)
         newest: dict[TP, tuple[int, str]] = {}
-        for folder, tp, (_, end) in _held_in_folders(self.storage, table, self.s3 is not None)[0]:
-            if tp in held and end > newest.get(tp, (-1, ""))[0]:
+        # A folder a merged one replaced (a crashed compaction left both): the merged one's.
+        in_folders, left_over = _held_in_folders(self.storage, table, self.s3 is not None)
+        for folder, tp, (_, end) in in_folders:
+            if tp in held and folder not in left_over and end > newest.get(tp, (-1, ""))[0]:
                 newest[tp] = (end, folder)
         found: dict[TP, HeldRecord] = {}
         for folder in sorted({folder for _, folder in newest.values()}):
@@ -199,7 +216,10 @@ def _make_visible(table: str, batch: Batch) -> bool:
     storage = LocalStorage()
     # Any run may wait for the flock: the kernel drops it with a crashed holder.
     with storage.locked(os.path.join(table, LOCK), "", 0):
-        if verdict(batch, held_until(_held_ranges(storage, table)[0])) is Verdict.REPLAY:
+        held, superseded = _held_ranges(storage, table)
+        for folder in superseded:
+            retire(storage, folder)
+        if verdict(batch, held_until(held)) is Verdict.REPLAY:
             shutil.rmtree(gathering)
             return False
         failpoint("mid-write")  # files written, the batch not yet visible nor committed
@@ -217,8 +237,8 @@ def _commit_on_s3(
         storage.errors(f"Parquet table {table}"),
         storage.locked(storage.join(table, LOCK), run_id, wait_s),
     ):
-        held, incomplete = _held_ranges(storage, table, on_s3=True)
-        for folder in incomplete:
+        held, left_over = _held_ranges(storage, table, on_s3=True)
+        for folder in left_over:
             storage.remove_tree(folder)
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
             for path in files:
@@ -235,10 +255,11 @@ def _commit_on_s3(
 def _held_ranges(
     storage: Storage, table: str, on_s3: bool = False
 ) -> tuple[list[tuple[TP, Range]], list[str]]:
-    """Every range the visible batches of the table hold, and on S3 the batch folders a
-    crashed commit left without ranges."""
-    held, incomplete = _held_in_folders(storage, table, on_s3)
-    return [(tp, held_range) for _, tp, held_range in held], incomplete
+    """Every range the visible batches of the table hold; and the folders the next commit
+    clears (`left over`): on S3 the batch folders a crashed commit left without ranges, and
+    folders a merged folder replaced that a crashed compaction left visible."""
+    held, left_over = _held_in_folders(storage, table, on_s3)
+    return [(tp, held_range) for _, tp, held_range in held], left_over
 
 
 def _held_in_folders(
@@ -246,21 +267,52 @@ def _held_in_folders(
 ) -> tuple[list[tuple[str, TP, Range]], list[str]]:
     """_held_ranges, each range with the batch folder that holds it."""
     held: list[tuple[str, TP, Range]] = []
-    incomplete = []
-    for name in storage.names(table):
+    left_over = []
+    replaced: set[str] = set()
+    names = set()
+    for name, listed in batch_folders(storage, table, on_s3):
+        names.add(name)
         folder = storage.join(table, name)
-        if not name.startswith("batch=") or not (on_s3 or os.path.isdir(folder)):
-            continue
-        listed = storage.read_text(storage.join(folder, RANGES))
         if listed is not None:
-            ranges: Iterable[tuple[TP, Range]] = Batch.ranges_from_json(listed).items()
+            doc = json.loads(listed)
+            ranges = ranges_listed(doc)
+            replaced.update(doc.get(MERGED, ()))
         elif on_s3:
-            incomplete.append(folder)
+            left_over.append(folder)
             continue
         else:
-            ranges = _ranges_in_files(folder)
+            ranges = list(_ranges_in_files(folder))
         held.extend((folder, tp, held_range) for tp, held_range in ranges)
-    return held, incomplete
+    left_over += [storage.join(table, name) for name in sorted(replaced & names)]
+    return held, left_over
+
+
+def batch_folders(storage: Storage, table: str, on_s3: bool) -> Iterator[tuple[str, str | None]]:
+    """The visible batch folders (`batch=...`), each with its `_ranges.json`'s text (None: an
+    earlier lagless's folder, or on S3 a crashed commit's)."""
+    for name in storage.names(table):
+        folder = storage.join(table, name)
+        if name.startswith("batch=") and (on_s3 or os.path.isdir(folder)):
+            yield name, storage.read_text(storage.join(folder, RANGES))
+
+
+def ranges_listed(doc: dict[str, Any]) -> list[tuple[TP, Range]]:
+    """The ranges a `_ranges.json` lists: a batch's, one per partition; a merged folder's,
+    every range of the batches it replaced."""
+    return [
+        ((r["topic"], int(r["partition"])), (int(r["start"]), int(r["end"]))) for r in doc["ranges"]
+    ]
+
+
+def retire(storage: Storage, folder: str) -> None:
+    """A batch folder a merged folder replaced: hidden (`_merged-<ms>.batch=...`, removed by
+    expiry once out of the history window), on S3 removed."""
+    if isinstance(storage, S3Storage):
+        storage.remove_tree(folder)
+        return
+    parent, name = os.path.split(folder)
+    with contextlib.suppress(FileNotFoundError):  # retired already
+        os.replace(folder, os.path.join(parent, f"{RETIRED}{int(time.time() * 1000)}.{name}"))
 
 
 def _ranges_in_files(folder: str) -> Iterator[tuple[TP, Range]]:

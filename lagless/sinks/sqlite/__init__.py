@@ -185,6 +185,8 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         return {(topic, int(p)): int(value) for topic, p, value in found}
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
+        if not held or not os.path.exists(self.location):
+            return {}  # nothing held (and no file to open: its folder may not exist yet)
         with self._connect() as conn:
             return held_records(conn, target.table, held)
 

@@ -1,0 +1,142 @@
+"""Maintenance inside an import: between batches, a round of compaction (and, less often,
+expiry) on the tables the import writes (sinks/maintenance.py), bounded in time so that the next
+batch waits little; and `lagless maintain`'s one round, unbounded.
+
+A round runs after a batch has committed (every table's part) and before Spark starts the next,
+in the batch's thread: no commit of the import races it. A routed import's round covers every
+table it writes, those of topics that appeared since it started included; none runs once a stop
+was asked for (the import ends after the batch in flight). A kill during a round leaves the
+table as a crash of its store's commit does (all or nothing); Spark replays the batch, which the
+ledger skips. A round that fails is logged and tried again next time: the import's rows do not
+depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from lagless.exceptions import LaglessError
+from lagless.first_line import first_line
+from lagless.sinks import Sink
+from lagless.sinks.maintenance import Policy, Round, StoreMaintenance
+
+log = logging.getLogger(__name__)
+
+# A round's compaction stops starting groups after this long (a group under way finishes).
+SLICE_S = 1.0
+# Expiry lists the table's files: in a round at least this often, and EXPIRIES_PER_WINDOW
+# times per history window (a file out of the window waits at most a sixth of it).
+EXPIRE_EVERY_S = 60.0
+EXPIRIES_PER_WINDOW = 6
+
+
+class Schedule:
+    """Called by the batch writer after every batch: runs a round when one is due."""
+
+    def __init__(
+        self,
+        maintenance: StoreMaintenance,
+        tables: Callable[[], Iterable[str]],
+        policy: Policy,
+        every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.maintenance = maintenance
+        # The import's tables as they are now (a routed import gains some as topics appear);
+        # each one's `_dlq` and `_tombstones` are maintained with it.
+        self.tables = tables
+        self.policy = policy
+        self.every_s = every_s
+        self.expire_every_s = min(
+            EXPIRE_EVERY_S, max(every_s, policy.keep_history_s / EXPIRIES_PER_WINDOW)
+        )
+        self.clock = clock
+        self.last_round = clock()
+        self.last_expiry = self.last_round
+
+    def between_batches(self) -> None:
+        now = self.clock()
+        if now - self.last_round < self.every_s:
+            return
+        expire = now - self.last_expiry >= self.expire_every_s
+        for imported in sorted(set(self.tables())):
+            for table in self.maintenance.tables(imported):
+                run_round(self.maintenance, table, self.policy, now + SLICE_S, expire)
+        self.last_round = self.clock()
+        if expire:
+            self.last_expiry = self.last_round
+
+
+def run_round(
+    maintenance: StoreMaintenance,
+    table: str,
+    policy: Policy,
+    deadline: float,
+    expire: bool = True,
+    raise_errors: bool = False,
+) -> Round | None:
+    """Compaction until `deadline` (a group started finishes), then expiry when asked; the
+    round logged when it did something. A failure is logged and the round given up (None),
+    unless raise_errors (`lagless maintain`)."""
+    started = time.monotonic()
+    done = Round(table)
+    try:
+        maintenance.compact(table, policy, deadline, done)
+        if expire:
+            maintenance.expire(table, policy, done)
+    except (LaglessError, OSError) as exc:
+        if raise_errors:
+            raise
+        log.warning("maintenance of %s failed, tried again next round: %s", table, first_line(exc))
+        return None
+    done.seconds = time.monotonic() - started
+    if done.did_something or done.skipped:
+        log.info("maintenance: %s", done.text())
+    return done
+
+
+def schedule_for(
+    sink: Sink, run_id: str, tables: Callable[[], Iterable[str]], policy: Policy, every_s: float
+) -> Schedule | None:
+    """The import's schedule for its tables (run_id: its Target.run_id, so that its rerun may
+    take over a lock it left); None when the store keeps its own files or maintenance is off
+    (every_s 0)."""
+    maintenance = sink.maintenance(run_id)
+    if maintenance is None or every_s <= 0:
+        return None
+    return Schedule(maintenance, tables, policy, every_s)
+
+
+def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Round]:
+    """`lagless maintain`: one round, compaction unbounded in time then expiry, on `table` and
+    the tables beside it, or every table of the store. BadInput for a store without
+    maintenance, or no such table."""
+    from lagless.exceptions import BadInput
+    from lagless.sinks import sink_from_url
+
+    policy = replace(policy, thorough=True)
+    with sink_from_url(sink_url) as sink:
+        maintenance = sink.maintenance()
+        if maintenance is None:
+            raise BadInput(
+                f"{sink.scheme} keeps its own files: maintain takes a Parquet, Delta or Iceberg "
+                "store"
+            )
+        if table is not None:
+            table = sink.table_name(table)
+        tables = maintenance.tables(table)
+        if not tables:
+            raise BadInput(
+                f"{sink.identity} holds no table {table}"
+                if table
+                else f"{sink.identity} holds no table"
+            )
+        rounds = []
+        for each in tables:
+            done = run_round(maintenance, each, policy, time.monotonic() + 1e9, raise_errors=True)
+            assert done is not None
+            rounds.append(done)
+        return rounds

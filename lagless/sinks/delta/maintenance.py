@@ -1,0 +1,308 @@
+"""A Delta table's maintenance (sinks/maintenance.py): compaction, expiry, health.
+
+Compaction reads the small files of the table's current version (`plan`), writes each group's
+rows into one file beside them and commits a log entry that removes the group and adds the
+file, both with `dataChange: false` (readers of changes skip it; the rows are the same). The
+entry is written by lagless itself, only if its version is still free (a put-if-absent of
+`_delta_log/<version>.json`, as delta-rs commits): delta-rs 1.6 rebases a compaction (its own
+OPTIMIZE too) over a concurrent commit without checking that the files it removes are still
+there, which doubled rows in a test. A version another writer took meanwhile is read: appends
+are passed (the entry goes to the next version), a removal of one of the group's files or a
+change of schema or protocol drops the written file, and the round plans again next time.
+The table's application transactions, its ledger, are untouched.
+
+Expiry is Delta's own: the history window is set as the table's
+`delta.deletedFileRetentionDuration` and `delta.logRetentionDuration` (so that any Delta tool's
+VACUUM honours it too), then VACUUM (files removed from the current version longer ago than
+the window, and files no version lists that are older than it: a crashed commit's or
+compaction's), a checkpoint when the log grew, and the log entries older than the window and
+the checkpoint removed. Application transactions live on in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lagless.exceptions import TerminalError
+from lagless.failpoints import failpoint
+from lagless.sinks.delta import footer_stats
+from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+    from lagless.sinks.delta import DeltaSink
+
+log = logging.getLogger(__name__)
+
+LOG = "_delta_log"
+RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
+# Writer features whose tables lagless's entries keep valid; any other (row tracking, deletion
+# vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
+KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColumns"}
+# Versions other writers took (appends) that a compaction's entry moves past before it gives up.
+COMMIT_ATTEMPTS = 50
+# Log entries a reader replays past the last checkpoint, at most (a compaction round's).
+CHECKPOINT_EVERY = 10
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A compaction's file, beside the table's: its name, bytes, time and statistics."""
+
+    name: str
+    size: int
+    modified: int
+    stats: dict[str, Any]
+
+
+class DeltaMaintenance(StoreMaintenance):
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+        self.storage = sink.storage
+
+    def tables(self, table: str | None) -> list[str]:
+        if table is None:
+            names = self.storage.names(self.sink.location)
+        else:
+            names = [table, f"{table}_dlq", f"{table}_tombstones"]
+        return [name for name in names if self._has_log(name)]
+
+    def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        """Groups until the deadline, each planned on the table as its last commit left it;
+        then a checkpoint once the log grew by CHECKPOINT_EVERY entries since the last (a
+        reader replays at most that many; delta-rs checkpoints every 100 of its commits)."""
+        delta = self._open(table)
+        if delta is None:
+            return
+        refused = _unwritable(delta)
+        if refused:
+            done.skipped = refused
+            return
+        first = True
+        while first or time.monotonic() < deadline:
+            first = False
+            groups = plan(_data_files(delta), policy.target_file_size, policy.thorough)
+            if not groups:
+                break
+            if not self._rewrite(table, delta, groups[0], policy, done):
+                done.skipped = "another writer took the version; planned again next round"
+                break
+            delta.update_incremental()
+        delta.update_incremental()
+        if delta.version() - _last_checkpoint(self.storage, self._path(table)) >= CHECKPOINT_EVERY:
+            delta.create_checkpoint()
+
+    def _rewrite(
+        self, table: str, delta: DeltaTable, group: list[DataFile], policy: Policy, done: Round
+    ) -> bool:
+        """One group into one file, committed as the version after the one planned on; False
+        when another writer took that version first (the file written is removed)."""
+        folder = self._path(table)
+        rows = pa.concat_tables(
+            [self.storage.read_parquet(self.storage.join(folder, f.path)) for f in group],
+            promote_options="default",
+        )
+        counted = _records(delta)
+        expected = sum(
+            counted.get(f.path)
+            or self.storage.parquet_metadata(self.storage.join(folder, f.path)).num_rows
+            for f in group
+        )
+        if rows.num_rows != expected:
+            raise TerminalError(
+                f"Delta table {folder}: its files hold {rows.num_rows} rows where the log counts "
+                f"{expected}; compaction refused"
+            )
+        name = f"part-00000-{uuid.uuid4()}-c000.compacted.parquet"
+        path = self.storage.join(folder, name)
+        self.storage.write_parquet(path, rows)
+        failpoint("mid-compaction")  # the merged file beside the table's, not in its log
+        size, modified = self.storage.stat(path)
+        merged = Merged(name, size, modified, footer_stats(self.storage.parquet_metadata(path)))
+        if not self._commit(folder, delta.version(), group, merged, policy):
+            self.storage.remove(path)
+            return False
+        done.compacted_files += len(group)
+        done.written_files += 1
+        done.rewritten_bytes += size
+        return True
+
+    def _commit(
+        self, folder: str, read_version: int, group: list[DataFile], merged: Merged, policy: Policy
+    ) -> bool:
+        """The log entry put as the first free version after `read_version`. A version another
+        writer took meanwhile is read: one that removed a file of the group, or changed the
+        table's schema or protocol, conflicts (False); appends do not, and the entry is tried
+        at the next version (Delta's own rule for a rewrite beside blind appends)."""
+        gone = {each.path for each in group}
+        version = read_version + 1
+        for _ in range(COMMIT_ATTEMPTS):
+            entry = _entry(version - 1, group, merged, policy)
+            log_path = self.storage.join(folder, LOG, f"{version:020d}.json")
+            if self.storage.create_new(log_path, entry.encode()):
+                return True
+            if _conflicts(self.storage.read_text(log_path) or "", gone):
+                return False
+            version += 1
+        return False
+
+    def expire(self, table: str, policy: Policy, done: Round) -> None:
+        delta = self._open(table)
+        if delta is None:
+            return
+        window = f"interval {max(1, math.ceil(policy.keep_history_s))} seconds"
+        configured = delta.metadata().configuration
+        if any(configured.get(name) != window for name in RETENTION):
+            delta.alter.set_table_properties(dict.fromkeys(RETENTION, window))
+        folder = self._path(table)
+        before = self.storage.files(folder)
+        entries = _log_entries(self.storage.names(self.storage.join(folder, LOG)))
+        removed = delta.vacuum(dry_run=False, full=True)
+        failpoint("mid-expiry")  # old files removed, the log not yet cleaned
+        done.removed_files += len(removed)
+        done.removed_bytes += sum(before.get(path, (0, 0))[0] for path in removed)
+        # Log cleanup removes only entries a checkpoint replaces. Cleanup first, then a new
+        # checkpoint (when the log grew): the checkpoint a cleanup removes was superseded a
+        # round ago, so a reader that just read `_last_checkpoint` still finds it.
+        delta.cleanup_metadata()
+        if delta.version() > _last_checkpoint(self.storage, folder):
+            delta.create_checkpoint()
+        left = _log_entries(self.storage.names(self.storage.join(folder, LOG)))
+        done.expired_versions += len(entries - left)
+
+    def health(self, table: str, policy: Policy) -> Health | None:
+        delta = self._open(table)
+        if delta is None:
+            return None
+        files = _data_files(delta)
+        folder = self._path(table)
+        on_disk = self.storage.files(folder)
+        return Health(
+            table=table,
+            data_files=len(files),
+            small_files=sum(f.size < policy.target_file_size for f in files),
+            versions=len(_log_entries(self.storage.names(self.storage.join(folder, LOG)))),
+            bytes_on_disk=sum(size for size, _ in on_disk.values()),
+            live_bytes=sum(f.size for f in files),
+            target_file_size=policy.target_file_size,
+            extra={"commits": delta.version() + 1},
+        )
+
+    def _path(self, table: str) -> str:
+        return self.storage.join(self.sink.location, table)
+
+    def _has_log(self, table: str) -> bool:
+        return bool(self.storage.names(self.storage.join(self._path(table), LOG)))
+
+    def _open(self, table: str) -> DeltaTable | None:
+        return self.sink._open_or_none(table) if self._has_log(table) else None
+
+
+def _data_files(delta: DeltaTable) -> list[DataFile]:
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    return [
+        DataFile(path, size)
+        for path, size in zip(
+            actions.column("path").to_pylist(),
+            actions.column("size_bytes").to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def _records(delta: DeltaTable) -> dict[str, int]:
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    return dict(
+        zip(
+            actions.column("path").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _unwritable(delta: DeltaTable) -> str | None:
+    """Why lagless's entries would not be valid in this table; None: they are."""
+    protocol = delta.protocol()
+    if delta.metadata().partition_columns:
+        return "the table is partitioned"
+    if protocol.min_writer_version <= 4:
+        return None
+    features = set(protocol.writer_features or ())
+    if protocol.min_writer_version == 7 and features <= KNOWN_FEATURES:
+        return None
+    return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
+
+
+def _entry(read_version: int, group: list[DataFile], merged: Merged, policy: Policy) -> str:
+    """The log entry: commit info, the merged file added, the group removed, no data change."""
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "OPTIMIZE",
+                "operationParameters": {"targetSize": str(policy.target_file_size)},
+                "readVersion": read_version,
+                "isBlindAppend": False,
+                "operationMetrics": {"numFilesAdded": 1, "numFilesRemoved": len(group)},
+                "clientVersion": "lagless",
+            }
+        },
+        {
+            "add": {
+                "path": merged.name,
+                "partitionValues": {},
+                "size": merged.size,
+                "modificationTime": merged.modified,
+                "dataChange": False,
+                "stats": json.dumps(merged.stats),
+            }
+        },
+    ]
+    actions += [
+        {
+            "remove": {
+                "path": each.path,
+                "deletionTimestamp": now,
+                "dataChange": False,
+                "extendedFileMetadata": True,
+                "partitionValues": {},
+                "size": each.size,
+            }
+        }
+        for each in group
+    ]
+    return "".join(json.dumps(action) + "\n" for action in actions)
+
+
+def _conflicts(entry: str, gone: set[str]) -> bool:
+    """Another writer's log entry removed one of `gone`, or changed the table's metadata or
+    protocol (an entry not yet readable counts as a conflict)."""
+    if not entry:
+        return True
+    for line in entry.splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "metaData" in action or "protocol" in action:
+            return True
+        if "remove" in action and action["remove"]["path"] in gone:
+            return True
+    return False
+
+
+def _log_entries(names: list[str]) -> set[str]:
+    return {n for n in names if n.endswith(".json") and n.removesuffix(".json").isdigit()}
+
+
+def _last_checkpoint(storage: Any, folder: str) -> int:
+    text = storage.read_text(storage.join(folder, LOG, "_last_checkpoint"))
+    return int(json.loads(text)["version"]) if text else -1

@@ -1,0 +1,263 @@
+"""An Iceberg table's maintenance (sinks/maintenance.py): compaction, expiry, health.
+
+Compaction reads the small data files of the current snapshot (`plan`), writes their rows again
+through pyiceberg's writer (field ids, metrics, the table's target file size) and commits one
+snapshot that deletes the group's files and adds the new ones (pyiceberg 0.12 has no rewrite
+action: an `overwrite` snapshot whose rows are the same). The snapshot carries `lagless.held`
+and an upsert table's `lagless.log-times` (summary.py), so the ledger survives the expiry of
+every snapshot before it. A commit another writer beat (the catalog refuses a commit built on an
+older snapshot; the table's commits are not retried by pyiceberg: NO_RETRIES) is built again on
+the new snapshot while the group's files are all still in it (an append passes); else the
+written files are removed and the next round plans again.
+
+Expiry drops the snapshots older than the history window, except the one current at the
+window's start (a reader may still be reading it) and the snapshots from the current one back
+to the newest that carries the ledger; then the files no kept snapshot reads (data files,
+manifests, manifest lists, and metadata files of a SQL catalog) once they are older than the
+window: those of expired snapshots, and those a crashed commit or compaction left.
+Manifests are immutable: what each holds is read once and kept by this object.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+
+from lagless.exceptions import TerminalError
+from lagless.failpoints import failpoint
+from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
+from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile as IcebergFile
+    from pyiceberg.manifest import ManifestFile
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from lagless.sinks.iceberg import IcebergSink
+
+METADATA = ("data", "metadata")
+# Commits other writers made first that a compaction is built again after before it gives up.
+COMMIT_ATTEMPTS = 20
+
+
+class IcebergMaintenance(StoreMaintenance):
+    def __init__(self, sink: IcebergSink) -> None:
+        self.sink = sink
+        self.storage = sink.storage
+        # Manifest list -> its manifests; manifest -> the files its live entries name.
+        self._lists: dict[str, list[ManifestFile]] = {}
+        self._manifests: dict[str, list[str]] = {}
+
+    def tables(self, table: str | None) -> list[str]:
+        with self.sink._catalog_errors():
+            catalog = self.sink._catalog(create=False)
+            if catalog is None:
+                return []
+            if table is not None:
+                names = [table, f"{table}_dlq", f"{table}_tombstones"]
+                return [name for name in names if self.sink._load(catalog, name) is not None]
+            found = []
+            for namespace in catalog.list_namespaces():
+                for ident in catalog.list_tables(namespace):
+                    space, name = ".".join(ident[:-1]), ident[-1]
+                    found.append(name if space == "default" else f"{space}.{name}")
+            return sorted(found)
+
+    def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        with self.sink._catalog_errors():
+            found = self.sink._table(table)
+            current = _data_files(found)
+            groups = plan(
+                [DataFile(path, f.file_size_in_bytes) for path, f in current.items()],
+                policy.target_file_size,
+                policy.thorough,
+            )
+            chosen: list[IcebergFile] = []
+            written: list[IcebergFile] = []
+            for group in groups:
+                if chosen and time.monotonic() >= deadline:
+                    break
+                files = [current[each.path] for each in group]
+                written += self._rewrite(found, files)
+                chosen += files
+            if not chosen:
+                return
+            failpoint("mid-compaction")  # the merged files written, not in any snapshot
+            if not self._commit(table, chosen, written):
+                done.skipped = "another writer committed meanwhile; planned again next round"
+                return
+        done.compacted_files += len(chosen)
+        done.written_files += len(written)
+        done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
+
+    def _rewrite(self, found: Table, files: list[IcebergFile]) -> list[IcebergFile]:
+        """The files' rows written again as the table's data files; the same rows, checked."""
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        schema = found.schema().as_arrow()
+        parts = [self.storage.read_parquet(_path(f.file_path)) for f in files]
+        rows = pa.concat_tables([_in_schema(part, schema) for part in parts])
+        expected = sum(f.record_count for f in files)
+        if rows.num_rows != expected:
+            raise TerminalError(
+                f"Iceberg table {found.name()}: its files hold {rows.num_rows} rows where the "
+                f"manifests count {expected}; compaction refused"
+            )
+        return list(
+            _dataframe_to_data_files(found.metadata, rows, found.io, write_uuid=uuid.uuid4())
+        )
+
+    def _commit(self, table: str, removed: list[IcebergFile], added: list[IcebergFile]) -> bool:
+        """One snapshot that swaps `removed` for `added`. A commit another writer beat is built
+        again on the table it left while that writer removed none of `removed` (appends
+        pass); else the written files are removed and False."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(COMMIT_ATTEMPTS):
+            found = self.sink._table(table)
+            current = _data_files(found)
+            if any(each.file_path not in current for each in removed):
+                break
+            tx = found.transaction()
+            properties = carried(held_in(found), log_times_in(found))
+            with tx.update_snapshot(snapshot_properties=properties).overwrite() as swap:
+                for each in removed:
+                    swap.delete_data_file(current[each.file_path])
+                for each in added:
+                    swap.append_data_file(each)
+            try:
+                tx.commit_transaction()
+                return True
+            except CommitFailedException:
+                continue
+        for each in added:
+            self.storage.remove(_path(each.file_path))
+        return False
+
+    def expire(self, table: str, policy: Policy, done: Round) -> None:
+        with self.sink._catalog_errors():
+            found = self.sink._table(table)
+            cutoff_ms = int((time.time() - policy.keep_history_s) * 1000)
+            kept = _kept(found, cutoff_ms)
+            expired = [s.snapshot_id for s in found.metadata.snapshots if s.snapshot_id not in kept]
+            if expired:
+                found.maintenance.expire_snapshots().by_ids(expired).commit()
+                done.expired_versions += len(expired)
+                found = self.sink._table(table)
+            failpoint("mid-expiry")  # snapshots expired, the files only they read not removed
+            self._remove_unread(found, cutoff_ms, done)
+
+    def _remove_unread(self, found: Table, cutoff_ms: int, done: Round) -> None:
+        """Files under the table's data and metadata folders no kept snapshot reads, written
+        before the window."""
+        read = self._read_by(found)
+        location = _path(found.location())
+        for relative, (size, modified) in self.storage.files(location).items():
+            path = self.storage.join(location, relative)
+            if relative.split("/", 1)[0] not in METADATA or path in read or modified >= cutoff_ms:
+                continue
+            if self.sink.rest and relative.endswith(".metadata.json"):
+                continue  # a REST catalog's own
+            self.storage.remove(path)
+            done.removed_files += 1
+            done.removed_bytes += size
+
+    def _read_by(self, found: Table) -> set[str]:
+        read = {_path(found.metadata_location)}
+        read.update(_path(s.statistics_path) for s in found.metadata.statistics)
+        for snapshot in found.metadata.snapshots:
+            read.add(_path(snapshot.manifest_list))
+            for manifest in self._manifests_of(found, snapshot):
+                read.add(_path(manifest.manifest_path))
+                read.update(self._files_of(found, manifest))
+        return read
+
+    def _manifests_of(self, found: Table, snapshot: Snapshot) -> list[ManifestFile]:
+        key = snapshot.manifest_list
+        if key not in self._lists:
+            self._lists[key] = snapshot.manifests(found.io)
+        return self._lists[key]
+
+    def _files_of(self, found: Table, manifest: ManifestFile) -> list[str]:
+        """The files a manifest's live entries name (data and delete files)."""
+        key = manifest.manifest_path
+        if key not in self._manifests:
+            entries = manifest.fetch_manifest_entry(found.io, discard_deleted=True)
+            self._manifests[key] = [_path(entry.data_file.file_path) for entry in entries]
+        return self._manifests[key]
+
+    def health(self, table: str, policy: Policy) -> Health | None:
+        with self.sink._catalog_errors():
+            catalog = self.sink._catalog(create=False)
+            found = self.sink._load(catalog, table) if catalog is not None else None
+            if found is None:
+                return None
+            files = [f.file_size_in_bytes for f in _data_files(found).values()]
+            on_disk = self.storage.files(_path(found.location()))
+            return Health(
+                table=table,
+                data_files=len(files),
+                small_files=sum(size < policy.target_file_size for size in files),
+                versions=len(found.metadata.snapshots),
+                bytes_on_disk=sum(size for size, _ in on_disk.values()),
+                live_bytes=sum(files),
+                target_file_size=policy.target_file_size,
+                extra={"commits": found.last_sequence_number},
+            )
+
+
+def _data_files(found: Table) -> dict[str, IcebergFile]:
+    """The current snapshot's data files, by path."""
+    from pyiceberg.manifest import DataFileContent
+
+    snapshot = found.current_snapshot()
+    if snapshot is None:
+        return {}
+    return {
+        entry.data_file.file_path: entry.data_file
+        for manifest in snapshot.manifests(found.io)
+        for entry in manifest.fetch_manifest_entry(found.io, discard_deleted=True)
+        if entry.data_file.content == DataFileContent.DATA
+    }
+
+
+def _kept(found: Table, cutoff_ms: int) -> set[int]:
+    """The snapshots expiry keeps: inside the window, the one current at its start, and the
+    current lineage back to the newest snapshot carrying the ledger."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    kept = {s.snapshot_id for s in found.metadata.snapshots if s.timestamp_ms >= cutoff_ms}
+    at_start_seen = False
+    ledger_seen = False
+    for snapshot in ancestors_of(found.current_snapshot(), found.metadata):
+        if not ledger_seen:
+            kept.add(snapshot.snapshot_id)
+            ledger_seen = snapshot.summary is not None and HELD in snapshot.summary
+        if snapshot.timestamp_ms < cutoff_ms and not at_start_seen:
+            kept.add(snapshot.snapshot_id)
+            at_start_seen = True
+        if ledger_seen and at_start_seen:
+            break
+    return kept
+
+
+def _in_schema(part: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A file's rows in the table's columns (a column the schema added since: nulls)."""
+    columns = [
+        part.column(f.name).cast(f.type)
+        if f.name in part.column_names
+        else pa.nulls(part.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.table(columns, schema=schema)
+
+
+def _path(location: str) -> str:
+    """A path as the storage names it: local without `file://`, S3 as `s3://bucket/key`."""
+    parts = urlsplit(location)
+    return parts.path if parts.scheme == "file" else location

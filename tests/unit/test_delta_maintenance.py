@@ -1,0 +1,64 @@
+"""Delta compaction beside other writers, on real delta-rs tables without Spark: its log entry
+moves past versions that only appended, and is dropped when another writer removed a file it
+merged (delta-rs 1.6's own rebase does not check that, and doubled rows)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from lagless.sinks import sink_from_url
+from lagless.sinks.delta import DeltaSink
+from lagless.sinks.delta.maintenance import DeltaMaintenance, _data_files
+from lagless.sinks.maintenance import Policy, Round, plan
+
+POLICY = Policy(target_file_size=1024 * 1024, keep_history_s=3600, thorough=True)
+
+
+def fill(path: Path, batches: int) -> None:
+    for n in range(batches):
+        rows = pa.table({"k": pa.array(range(n * 10, n * 10 + 10), pa.int64())})
+        write_deltalake(str(path), rows, mode="append")
+
+
+def keys(path: Path) -> list[int]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("k").to_pylist())
+
+
+def stale_rewrite(lake: Path) -> tuple[DeltaMaintenance, DeltaTable, Round, list]:
+    """A compaction that planned on the table as it is now, its commit not yet made."""
+    sink = sink_from_url(f"delta:///{lake}")
+    assert isinstance(sink, DeltaSink)
+    maintenance = DeltaMaintenance(sink)
+    delta = DeltaTable(str(lake / "t"))
+    return maintenance, delta, Round("t"), plan(_data_files(delta), 1024 * 1024, True)[0]
+
+
+def test_a_compaction_passes_appends_committed_meanwhile(tmp_path: Path) -> None:
+    fill(tmp_path / "t", 6)
+    maintenance, delta, done, group = stale_rewrite(tmp_path)
+    fill(tmp_path / "t", 2)  # another writer appends: versions 6 and 7
+
+    assert maintenance._rewrite("t", delta, group, POLICY, done)
+
+    assert keys(tmp_path / "t") == sorted([*range(60), *range(20)])
+    assert done.compacted_files == 6
+    assert len(DeltaTable(str(tmp_path / "t")).file_uris()) == 3
+
+
+def test_a_compaction_whose_files_another_removed_meanwhile_is_dropped(tmp_path: Path) -> None:
+    fill(tmp_path / "t", 6)
+    maintenance, delta, done, group = stale_rewrite(tmp_path)
+    other = Round("t")
+    maintenance.compact("t", POLICY, time.monotonic() + 60, other)  # merges the same files
+    assert other.compacted_files == 6
+    files = set((tmp_path / "t").iterdir())
+
+    assert not maintenance._rewrite("t", delta, group, POLICY, done)
+
+    assert keys(tmp_path / "t") == list(range(60))  # not doubled
+    assert set((tmp_path / "t").iterdir()) == files  # its merged file removed
+    assert done.compacted_files == 0

@@ -1,0 +1,58 @@
+"""Iceberg compaction beside other writers, on a real pyiceberg warehouse without Spark: files
+merged while another import appended are swapped in on the snapshot it left; files another
+compaction merged meanwhile are not merged twice (the written ones are removed)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from lagless.sinks import sink_from_url
+from lagless.sinks.iceberg import IcebergSink
+from lagless.sinks.iceberg.maintenance import IcebergMaintenance, _data_files, _path
+from lagless.sinks.ledger import Batch
+from lagless.sinks.maintenance import Policy, Round
+from tests.unit.test_ledger_stores import PARTITIONS, TARGET, TOPIC, commit, stored
+
+
+def filled(tmp_path: Path) -> tuple[IcebergSink, IcebergMaintenance]:
+    sink = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    assert isinstance(sink, IcebergSink)
+    sink.prepare(TARGET)
+    for n in range(4):
+        commit(sink, TARGET, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    return sink, IcebergMaintenance(sink)
+
+
+def test_a_compaction_is_swapped_in_after_an_append_made_meanwhile(tmp_path: Path) -> None:
+    sink, maintenance = filled(tmp_path)
+    found = sink._table("t")
+    merged = list(_data_files(found).values())
+    written = maintenance._rewrite(found, merged)
+    commit(sink, TARGET, Batch(4, {(TOPIC, 1): (0, 5)}))  # another import appends
+
+    assert maintenance._commit("t", merged, written)
+
+    assert stored(sink.url, sink.location) == sorted(
+        [(TOPIC, 0, o) for o in range(20)] + [(TOPIC, 1, o) for o in range(5)]
+    )
+    assert len(_data_files(sink._table("t"))) == 2
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 20, (TOPIC, 1): 5}
+
+
+def test_files_another_compaction_merged_meanwhile_are_not_merged_twice(tmp_path: Path) -> None:
+    sink, maintenance = filled(tmp_path)
+    found = sink._table("t")
+    merged = list(_data_files(found).values())
+    written = maintenance._rewrite(found, merged)
+    other = Round("t")
+    policy = Policy(1024 * 1024, 3600, thorough=True)
+    maintenance.compact("t", policy, time.monotonic() + 60, other)
+    assert other.compacted_files == 4
+
+    assert not maintenance._commit("t", merged, written)
+
+    assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(20)]
+    assert not any(os.path.exists(_path(each.file_path)) for each in written)
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 20}
