@@ -16,7 +16,13 @@ For each run, over --seconds:
 - resident memory (sampled VmRSS, and VmHWM) of the serve process and of its child (the
   process that asks the group coordinators), and the file descriptors it holds.
 
+With --baseline DIR, `lagless serve` from another checkout (say /work/main, the code before
+a change) runs last on the same fleet: its figures beside, and this code's as a same-run ratio
+of them (the machine's load is shared alike). CPU-seconds per round are each process's (serve,
+its child, noida-db) and their sum: what a round costs whatever the load.
+
     .venv/bin/python bench/fleet.py [--groups 2000] [--partitions 12] [--groups-per-topic 1]
+        [--baseline /work/main]
     small: --groups 100 --partitions 2 --seconds 8
 """
 
@@ -98,6 +104,11 @@ class Run:
             "broker_cpu_s_per_round": round(self.broker_cpu_s / self.rounds, 3)
             if self.rounds
             else None,
+            "all_cpu_s_per_round": round(
+                (self.cpu_s + self.child_cpu_s + self.broker_cpu_s) / self.rounds, 3
+            )
+            if self.rounds
+            else None,
             "scrape_p50_s": None
             if not self.scrapes_s
             else round(statistics.median(self.scrapes_s), 3),
@@ -133,9 +144,15 @@ def tree_cpu_seconds(pid: int | None) -> float:
     return total
 
 
-def measure(bootstrap: str, groups: list[str], seconds: float, broker_pid: int | None) -> Run:
+def measure(
+    bootstrap: str,
+    groups: list[str],
+    seconds: float,
+    broker_pid: int | None,
+    code: Path = ROOT,
+) -> Run:
     """`lagless serve` (every group listed) for `seconds` after every one of `groups` is on
-    /metrics (or after seconds, if they never are)."""
+    /metrics (or after seconds, if they never are); `code`: the checkout it runs from."""
     run = Run(len(groups))
     launched = time.monotonic()
     process = subprocess.Popen(
@@ -144,7 +161,8 @@ def measure(bootstrap: str, groups: list[str], seconds: float, broker_pid: int |
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        cwd=ROOT,
+        cwd=code,
+        env={**os.environ, "PYTHONPATH": str(code)},
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -229,6 +247,9 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=4, help="records per partition")
     parser.add_argument("--seconds", type=float, default=60.0, help="measured per run")
     parser.add_argument("--bootstrap", help="a noida-db already running (default: a fresh one)")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose serve runs on the same fleet too"
+    )
     args = parser.parse_args()
     console.print(f"load average before: {os.getloadavg()}")
     server = None if args.bootstrap else NoidaKafka.start_new()
@@ -248,11 +269,14 @@ def main() -> int:
             args.records,
         )  # fmt: skip
         console.print(f"{args.groups - small} more made in {time.monotonic() - started:.1f} s")
-        runs.append(measure(bootstrap, first.groups + rest.groups, args.seconds, broker_pid))
+        everyone = first.groups + rest.groups
+        runs.append(measure(bootstrap, everyone, args.seconds, broker_pid))
+        if args.baseline:
+            runs.append(measure(bootstrap, everyone, args.seconds, broker_pid, args.baseline))
     finally:
         if server is not None:
             server.destroy()
-    small_figures, figures = (run.figures() for run in runs)
+    small_figures, figures, *baseline = (run.figures() for run in runs)
     table = Table(
         title=f"lagless serve: {args.groups} groups x {args.partitions} partitions "
         f"({args.groups_per_topic} per topic), interval {INTERVAL_S:g} s"
@@ -261,25 +285,32 @@ def main() -> int:
     table.add_column(f"{small_figures['groups']} groups", justify="right")
     table.add_column(f"{figures['groups']} groups", justify="right")
     table.add_column("ratio", justify="right")
+    if baseline:
+        table.add_column(f"{figures['groups']}, {args.baseline}", justify="right")
+        table.add_column("this / that", justify="right")
     table.add_column("goal", justify="right")
     for key, value in figures.items():
         if key == "groups":
             continue
-        before = small_figures[key]
-        ratio = (
-            f"{value / before:.2f}x"
-            if isinstance(value, int | float) and isinstance(before, int | float) and before
-            else "-"
-        )
+        row = [key, str(small_figures[key]), str(value), _ratio(value, small_figures[key])]
+        if baseline:
+            row += [str(baseline[0][key]), _ratio(value, baseline[0][key])]
         goal = GOALS.get(key)
         mark = "" if goal is None or value is None else (" ok" if value < goal else " MISSED")
-        table.add_row(
-            key, str(before), str(value), ratio, "" if goal is None else f"< {goal}{mark}"
-        )
+        table.add_row(*row, "" if goal is None else f"< {goal}{mark}")
     console.print(table)
     console.print(f"load average after: {os.getloadavg()}")
-    print(json.dumps({"small": small_figures, "fleet": figures, "load": os.getloadavg()}))
+    found = {"small": small_figures, "fleet": figures, "load": os.getloadavg()}
+    if baseline:
+        found["baseline"] = baseline[0]
+    print(json.dumps(found))
     return 0
+
+
+def _ratio(value: object, before: object) -> str:
+    if isinstance(value, int | float) and isinstance(before, int | float) and before:
+        return f"{value / before:.2f}x"
+    return "-"
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
-from lagless.serve.service import LagService, bind
+from lagless.serve.service import LagService, bind, fleet_gc
 
 DEFAULT_PORT = 9308
 # Shorter than lag's 10 s: the service notices a broker that went away within a round or two.
@@ -93,34 +93,40 @@ def run(args: argparse.Namespace) -> int:
     config = kafka_config(args)
     settings = SamplerSettings(args.interval, args.window, args.retention_warning)
     started: list[Sampler] = []
+    latest = metrics.LatestExposition(cluster_name(args))
     content = Content(
         views=lambda: started[0].views() if started else (),
-        cluster=cluster_name(args),
+        cluster=latest.cluster,
         poll_time_ms=lambda: started[0].poll_time_ms if started else None,
+        exposition=latest.get,
     )
     # Bind first: a port in use is told at once, before the broker is asked anything.
     server = bind(args.host, args.port, content)
     try:
-        started.append(open_sampler(config, args.group, settings, content.cluster))
+        started.append(open_sampler(config, args.group, settings, latest))
     except BaseException:
         server.server_close()
         raise
-    service = LagService(started[0], server).start()
-    print(service.url, flush=True)
-    watched = ", ".join(args.group) if args.group else "every group the broker lists"
-    print(
-        f"lagless serve: {watched} on {args.bootstrap}; {service.url}/metrics, "
-        f"{service.url}/api/groups; Ctrl-C to stop",
-        file=sys.stderr,
-        flush=True,
-    )
-    wait_for_signal()
-    service.stop()
+    with fleet_gc():
+        service = LagService(started[0], server).start()
+        print(service.url, flush=True)
+        watched = ", ".join(args.group) if args.group else "every group the broker lists"
+        print(
+            f"lagless serve: {watched} on {args.bootstrap}; {service.url}/metrics, "
+            f"{service.url}/api/groups; Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
+        wait_for_signal()
+        service.stop()
     return 0
 
 
 def open_sampler(
-    config: KafkaConfig, groups: list[str] | None, settings: SamplerSettings, cluster: str
+    config: KafkaConfig,
+    groups: list[str] | None,
+    settings: SamplerSettings,
+    latest: metrics.LatestExposition,
 ) -> Sampler:
     """A sampler of the named groups (one that has not committed yet is shown so, and judged
     once it commits or its members hold partitions), or of every group the broker lists; bad
@@ -142,9 +148,7 @@ def open_sampler(
     except BaseException:
         source.close()
         raise
-    return Sampler(
-        source, settings, groups, after_round=lambda views: metrics.prepare(views, cluster)
-    )
+    return Sampler(source, settings, groups, after_round=latest.update)
 
 
 def wait_for_signal() -> None:

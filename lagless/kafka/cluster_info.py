@@ -4,8 +4,10 @@ groups and their members."""
 from __future__ import annotations
 
 import difflib
+import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,9 @@ from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection, reason
 from lagless.kafka.group_describer import GroupDescriber
+from lagless.kafka.wire import WireClient
+
+log = logging.getLogger(__name__)
 
 # Brokers that do not answer DescribeGroups or DescribeConfigs (the embedded broker does not)
 # hold such a request for its whole timeout: a short one keeps callers responsive.
@@ -45,18 +50,59 @@ class GroupDescription:
 @dataclass(frozen=True)
 class GroupsFound:
     committed: dict[str, dict[TP, int] | str]
-    described: dict[str, GroupDescription | None]
+    described: Mapping[str, GroupDescription | None]
+    """May still be arriving (_DescribedLater): read it after the requests that need not
+    wait for it."""
     metadata: dict[str, str]
+
+
+class _DescribedLater(Mapping[str, GroupDescription | None]):
+    """Descriptions asked in a thread of their own and waited for when first read: the
+    caller asks the log bounds meanwhile (lag/offsets.py's look). An error asking is logged,
+    and every group not told."""
+
+    def __init__(
+        self, ask: Callable[[], Mapping[str, dict[str, Any] | None]], groups: Sequence[str]
+    ) -> None:
+        self._found: dict[str, GroupDescription | None] = dict.fromkeys(groups)
+        self._thread = threading.Thread(
+            target=self._run, args=(ask,), name="describe-groups", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, ask: Callable[[], Mapping[str, dict[str, Any] | None]]) -> None:
+        try:
+            self._found = _descriptions(ask())
+        except Exception:
+            log.warning("describing groups failed; they show no members this round", exc_info=True)
+
+    def _arrived(self) -> dict[str, GroupDescription | None]:
+        self._thread.join()
+        return self._found
+
+    def __getitem__(self, group: str) -> GroupDescription | None:
+        return self._arrived()[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrived())
+
+    def __len__(self) -> int:
+        return len(self._arrived())
 
 
 class ClusterInfo:
     def __init__(self, connection: KafkaConnection) -> None:
         self._connection = connection
         self._describer: GroupDescriber | None = None
+        self._wire_client: WireClient | None = None
+        self._wire_checked = False
+        self._leaders: dict[TP, tuple[str, int]] = {}
 
     def close(self) -> None:
         if self._describer is not None:
             self._describer.close()
+        if self._wire_client is not None:
+            self._wire_client.close()
 
     def partitions(
         self,
@@ -97,11 +143,35 @@ class ClusterInfo:
         """Every topic the cluster holds and its number of partitions (one metadata request;
         a topic the broker reports with an error, such as one being deleted, is left out)."""
         metadata = self._connection.metadata()
+        brokers = {node: (str(found.host), found.port) for node, found in metadata.brokers.items()}
+        self._leaders = {
+            (name, number): brokers[partition.leader]
+            for name, topic in metadata.topics.items()
+            if not topic.error
+            for number, partition in topic.partitions.items()
+            if partition.leader in brokers
+        }
         return {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
             if not topic.error
         }
+
+    def log_bounds(
+        self, partitions: Sequence[TP]
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]] | None:
+        """(log start, log end, failed) in one ListOffsets per leader (wire.py), of the leaders
+        the latest topic_partitions() found; None where that way is closed (a listener with TLS
+        or SASL, a broker without the requests): then log_offsets.py's way."""
+        wire = self._wire()
+        if wire is None:
+            return None
+        leaders = {tp: self._leaders[tp] for tp in partitions if tp in self._leaders}
+        low, end, failed = wire.log_bounds(leaders)
+        for tp in partitions:
+            if tp not in leaders:
+                failed[tp] = "no leader known for it yet"
+        return low, end, failed
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None] | None:
         """retention.ms of each topic (None: unlimited), from DescribeConfigs; None when the
@@ -145,39 +215,98 @@ class ClusterInfo:
         groups: Sequence[str],
         describe: bool = True,
         partitions: Sequence[TP] | None = None,
+        known: Mapping[str, Sequence[TP]] | None = None,
     ) -> GroupsFound:
         """Many groups at once: each group's committed offsets (every partition it committed
         on, those of topics that no longer exist included), or why the broker did not tell
         them; the metadata committed with them (group_offsets.COMMITTED_BY_LAGLESS: an
         import's); and with `describe`, its state, assignor, members and their partitions
-        (DescribeGroups), None where the broker does not tell. Asked from a
-        child process (group_describer.py): a connection dropping during a coordinator's
-        request aborts librdkafka's process. Never retried: the lag tools sample again."""
+        (DescribeGroups), None where the broker does not tell. Never retried: the lag tools
+        sample again.
+
+        Where the broker answers OffsetFetch v8 on a plain listener, the offsets come in one
+        request per coordinator for all groups (wire.py), of the partitions `known`
+        names for a group (the others: every partition it committed on), while the child
+        process describes them; otherwise both come from the child (group_describer.py: a
+        connection dropping during a coordinator's request aborts librdkafka's process), of
+        every partition or of `partitions`."""
+        wire = self._wire() if partitions is None else None
+        if wire is None:
+            found = self._groups_describer().ask(
+                groups,
+                self._connection.timeout_s,
+                describe=describe,
+                offsets=True,
+                partitions=partitions,
+            )
+            return _found(found.offsets, found.described, found.metadata)
+        described: Mapping[str, GroupDescription | None] = {}
+        if describe:
+            timeout_s = self._connection.timeout_s
+            described = _DescribedLater(
+                lambda: self._groups_describer().describe(groups, timeout_s), groups
+            )
+        told = wire.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})
+        committed: dict[str, dict[TP, int] | str] = {}
+        metadata: dict[str, str] = {}
+        for group, answer in told.items():
+            if isinstance(answer, str):
+                committed[group] = answer
+                continue
+            committed[group], marks = answer
+            # The group's mark where every offset carries the same one (an import commits all
+            # the partitions it reads; a consumer's commit leaves none).
+            if len(marks) == 1 and "" not in marks:
+                metadata[group] = next(iter(marks))
+        return GroupsFound(committed, described, metadata)
+
+    def _groups_describer(self) -> GroupDescriber:
         if self._describer is None:
             self._describer = GroupDescriber(self._connection.config.admin())
-        found = self._describer.ask(
-            groups,
-            self._connection.timeout_s,
-            describe=describe,
-            offsets=True,
-            partitions=partitions,
-        )
-        committed = {
-            group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
-            for group, told in found.offsets.items()
-        }
-        return GroupsFound(committed, _descriptions(found.described), found.metadata)
+        return self._describer
+
+    def _wire(self) -> WireClient | None:
+        """The requests written by hand (wire.py), where the listener is plain and the broker
+        answers them; asked once (again while the broker cannot be reached)."""
+        if not self._wire_checked:
+            settings = self._connection.config.admin()
+            protocol = str(settings.get("security.protocol", "plaintext")).lower()
+            if protocol != "plaintext":
+                self._wire_checked = True
+                return None
+            wire = WireClient(self._connection.config.bootstrap, self._connection.timeout_s)
+            try:
+                usable = wire.usable()
+            except OSError:
+                wire.close()
+                return None
+            self._wire_checked = True
+            if usable:
+                self._wire_client = wire
+            else:
+                wire.close()
+        return self._wire_client
 
     def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
         """Each group's state, assignor, members and their partitions (DescribeGroups, all in
         one request, from the child process); None for a group the broker does not tell
         about."""
-        if self._describer is None:
-            self._describer = GroupDescriber(self._connection.config.admin())
-        return _descriptions(self._describer.describe(groups, _DESCRIBE_TIMEOUT_S))
+        return _descriptions(self._groups_describer().describe(groups, _DESCRIBE_TIMEOUT_S))
 
     def describe_group(self, group: str) -> GroupDescription | None:
         return self.describe_groups([group])[group]
+
+
+def _found(
+    offsets: Mapping[str, Sequence[tuple[str, int, int]] | str],
+    described: Mapping[str, dict[str, Any] | None],
+    metadata: dict[str, str],
+) -> GroupsFound:
+    committed = {
+        group: told if isinstance(told, str) else {(t, p): o for t, p, o in told}
+        for group, told in offsets.items()
+    }
+    return GroupsFound(committed, _descriptions(described), metadata)
 
 
 def _descriptions(found: Mapping[str, dict[str, Any] | None]) -> dict[str, GroupDescription | None]:

@@ -132,15 +132,17 @@ def diagnose(
     exam: Examination,
     fetch_bytes: int = DEFAULT_FETCH_BYTES,
     retention_warning_s: float = DEFAULT_RETENTION_WARNING_S,
+    now: float | None = None,
 ) -> list[Finding]:
-    """The findings, worst first; a healthy group gets one finding saying so."""
+    """The findings, worst first; a healthy group gets one finding saying so. Retention's
+    margins count from `now` (default: each partition's latest sample)."""
     report = exam.report
     rows = {(row.topic, row.partition): row for row in report.rows}
     by_status = {
         status: sorted(key for key, row in rows.items() if row.status == status)
         for status in Status
     }
-    findings: list[Finding] = _retention(exam.retention, retention_warning_s, exam.by_lagless)
+    findings: list[Finding] = _retention(exam.retention, retention_warning_s, exam.by_lagless, now)
     findings += _broken_offsets(report.group, rows, by_status, exam.by_lagless)
     for key in by_status[Status.REWIND]:
         findings.append(_rewind(key, exam.history.samples[key]))
@@ -292,11 +294,16 @@ def _duration(seconds: float) -> str:
 
 
 def _retention(
-    risks: Mapping[tuple[str, int], RetentionRisk], warning_s: float, by_lagless: bool = False
+    risks: Mapping[tuple[str, int], RetentionRisk],
+    warning_s: float,
+    by_lagless: bool = False,
+    now: float | None = None,
 ) -> list[Finding]:
     """Records lost to retention first (the worst there is), then records about to be."""
     lost = sorted(key for key, risk in risks.items() if risk.lost)
-    soon = sorted(key for key, risk in risks.items() if not risk.lost and risk.at_risk(warning_s))
+    soon = sorted(
+        key for key, risk in risks.items() if not risk.lost and risk.at_risk(warning_s, now)
+    )
     findings = []
     if lost:
         deleted = sum(-risks[key].records_left for key in lost)
@@ -320,12 +327,13 @@ def _retention(
             )
         )
     if soon:
-        first = min(soon, key=lambda key: risks[key].seconds_left or 0.0)
+        first = min(soon, key=lambda key: risks[key].seconds_left(now) or 0.0)
         risk = risks[first]
+        left = risk.seconds_left(now) or 0.0
+        by_retention = risk.seconds_by_retention(now)
         basis = (
             "retention.ms"
-            if risk.seconds_by_retention is not None
-            and risk.seconds_by_retention == risk.seconds_left
+            if by_retention is not None and by_retention == left
             else f"the log start advancing {risk.log_start_per_s:.3g} records/s"
         )
         findings.append(
@@ -333,7 +341,7 @@ def _retention(
                 "retention-risk",
                 f"{_names(soon)}: retention will delete records the group has not read — "
                 f"{_name(first)} has {risk.records_left:,} records between the log start and "
-                f"the committed offset, gone in about {_duration(risk.seconds_left or 0.0)} "
+                f"the committed offset, gone in about {_duration(left)} "
                 f"at {basis}.",
                 "catch up first (add consumers, up to one per partition), or raise "
                 "retention.ms / retention.bytes on the topic before the log start passes the "

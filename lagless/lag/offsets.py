@@ -33,9 +33,11 @@ UNKNOWN_TOPIC_MAX_AGE_S = 5.0
 _RECORD_READ_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartitionSample:
-    """One look at one partition: the group's committed offset and the log's bounds."""
+    """One look at one partition: the group's committed offset and the log's bounds. Never
+    changed once made (not frozen only for speed: serve makes one per partition of every group
+    each round, and a frozen dataclass takes four times as long to make)."""
 
     topic: str
     partition: int
@@ -52,8 +54,8 @@ class PartitionSample:
     every group each round."""
 
     def __post_init__(self) -> None:
-        start = self.low if self.committed is None else self.committed
-        object.__setattr__(self, "lag", 0 if self.gone else max(0, self.end - start))
+        lag = self.end - (self.low if self.committed is None else self.committed)
+        self.lag = 0 if self.gone or lag < 0 else lag
 
     @property
     def key(self) -> tuple[str, int]:
@@ -87,10 +89,18 @@ class FleetLook:
 class FleetSource(Protocol):
     """The broker as the lag tools ask it, for many groups at once."""
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         """Each group's committed offsets (topics that no longer exist included) or the reason
         the broker did not tell them, the metadata they were committed with, and with
-        `describe`, each group's members and assignments (None where not told)."""
+        `describe`, each group's members and assignments (None where not told). `known`: the
+        partitions a group is known to read, the only ones asked of it where the broker lets
+        (cheaper for the broker than every partition it committed on); the others' every
+        partition."""
         ...
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
@@ -130,7 +140,12 @@ class KafkaFleetSource:
         self._topics: dict[str, int] = {}
         self._topics_at: float | None = None
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         # The embedded broker answers an OffsetFetch of "every partition" with none: asked
         # there of every partition of every topic, never of a real broker.
         named = None
@@ -140,7 +155,7 @@ class KafkaFleetSource:
                 for t, count in sorted(self.topics(TOPICS_MAX_AGE_S).items())
                 for p in range(count)
             ]
-        return self._reader.cluster.groups(groups, describe, named)
+        return self._reader.cluster.groups(groups, describe, named, known)
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
         # Metadata of every topic costs (0.3 s for 2,000 topics here): asked again only when
@@ -153,7 +168,8 @@ class KafkaFleetSource:
     def log_bounds(
         self, partitions: Sequence[TP]
     ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, str]]:
-        return self._reader.log.log_bounds(partitions)
+        found = self._reader.cluster.log_bounds(partitions)
+        return self._reader.log.log_bounds(partitions) if found is None else found
 
     def list_groups(self) -> list[str] | None:
         return self._reader.cluster.list_groups()
@@ -175,6 +191,7 @@ def look(
     followed: Mapping[str, Iterable[TP]] | None = None,
     describe: bool = True,
     now: Callable[[], float] = time.time,
+    known: Mapping[str, Sequence[TP]] | None = None,
 ) -> FleetLook:
     """One look for all `groups`: the topics, their committed offsets (and members), then the
     log bounds of every partition any of them reads (each partition asked once, however many
@@ -183,9 +200,11 @@ def look(
 
     The topics are those known within TOPICS_MAX_AGE_S, looked up again within
     UNKNOWN_TOPIC_MAX_AGE_S when a group committed on a topic not known (new, or deleted),
-    and at once when the log bounds of a known one failed (deleted since)."""
+    and at once when the log bounds of a known one failed (deleted since). `known`: the
+    partitions a group is known to read, the only ones its offsets are asked of (see
+    FleetSource.groups)."""
     topics = source.topics(TOPICS_MAX_AGE_S)
-    asked = source.groups(groups, describe)
+    asked = source.groups(groups, describe, known)
     committed = asked.committed
     read = {t for offsets in committed.values() if isinstance(offsets, Mapping) for t, _ in offsets}
     if not read <= topics.keys():
@@ -242,25 +261,20 @@ def group_samples(
     keys = found.partitions.get(group)
     if keys is None or topic is not None:
         keys = group_partitions(offsets, found.topics, followed, topic)
+    # The loop of every partition of every group each round in serve: names bound once.
+    topics, failed, low, end, at = found.topics, found.failed, found.low, found.end, found.at
     samples = []
-    for t, p in keys:
-        key = (t, p)
-        gone = not _exists(key, found.topics)
-        if key in found.failed or not (gone or key in found.end):
+    for key in keys:
+        t, p = key
+        gone = p >= topics.get(t, 0)
+        if not gone and key in end and key not in failed:
+            samples.append(PartitionSample(t, p, at, offsets.get(key), low[key], end[key]))
+        elif gone and key not in failed:
+            samples.append(PartitionSample(t, p, at, offsets.get(key), 0, 0, True))
+        else:
             # Not told, or not asked (a topic that appeared during the look): the next look.
-            why = found.failed.get(key, "not asked yet")
+            why = failed.get(key, "not asked yet")
             raise TransientError(f"the broker did not tell where {t}[{p}]'s log ends: {why}")
-        samples.append(
-            PartitionSample(
-                topic=t,
-                partition=p,
-                at=found.at,
-                committed=offsets.get(key),
-                low=0 if gone else found.low[key],
-                end=0 if gone else found.end[key],
-                gone=gone,
-            )
-        )
     return samples
 
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from lagless.lag.offsets import PartitionSample
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RetentionRisk:
+    """Never changed once made (not frozen only for speed: see PartitionLag)."""
+
     topic: str
     partition: int
     records_left: int
@@ -27,8 +29,13 @@ class RetentionRisk:
     """How fast the log start advanced over the samples kept (records per second)."""
     seconds_by_rate: float | None
     """Until the log start reaches the committed offset at that rate; None: it does not move."""
-    seconds_by_retention: float | None
-    """Until the committed record is older than retention.ms; None: unknown or unlimited."""
+    deleted_at: float | None
+    """When the committed record is older than retention.ms (its timestamp plus retention.ms):
+    a moment, so the margin counts down between samples as the truth does; None: unknown or
+    unlimited."""
+    as_of: float
+    """When the risk was judged (its latest sample): the margins count from it unless told
+    another moment."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -38,16 +45,22 @@ class RetentionRisk:
     def lost(self) -> bool:
         return self.records_left < 0
 
-    @property
-    def seconds_left(self) -> float | None:
+    def seconds_by_retention(self, now: float | None = None) -> float | None:
+        """Until the committed record is older than retention.ms, as of now (default: as_of)."""
+        if self.deleted_at is None:
+            return None
+        return max(0.0, self.deleted_at - (self.as_of if now is None else now))
+
+    def seconds_left(self, now: float | None = None) -> float | None:
         """The sooner of the two estimates; 0 once records were lost."""
         if self.lost:
             return 0.0
-        known = [s for s in (self.seconds_by_rate, self.seconds_by_retention) if s is not None]
+        by_retention = self.seconds_by_retention(now)
+        known = [s for s in (self.seconds_by_rate, by_retention) if s is not None]
         return min(known, default=None)
 
-    def at_risk(self, warning_s: float) -> bool:
-        left = self.seconds_left
+    def at_risk(self, warning_s: float, now: float | None = None) -> bool:
+        left = self.seconds_left(now)
         return left is not None and left < warning_s
 
 
@@ -77,15 +90,15 @@ def retention_risk(
     else:
         # At the log start exactly, nothing is lost yet and nothing will be unless it moves.
         by_rate = records_left / rate if rate > 0 else None
-    by_retention = None
+    deleted_at = None
     if retention_ms is not None and committed_record_at is not None:
-        at = latest.at if now is None else now
-        by_retention = max(0.0, committed_record_at + retention_ms / 1000 - at)
+        deleted_at = committed_record_at + retention_ms / 1000
     return RetentionRisk(
         topic=latest.topic,
         partition=latest.partition,
         records_left=records_left,
         log_start_per_s=rate,
         seconds_by_rate=by_rate,
-        seconds_by_retention=by_retention,
+        deleted_at=deleted_at,
+        as_of=latest.at if now is None else now,
     )

@@ -41,8 +41,8 @@ def partition_json(p: PartitionLag, now: float, warning_s: float) -> dict[str, o
         else {
             "records_left": risk.records_left,
             "seconds_by_rate": _round(risk.seconds_by_rate),
-            "seconds_by_retention_ms": _round(risk.seconds_by_retention),
-            "at_risk": risk.at_risk(warning_s),
+            "seconds_by_retention_ms": _round(risk.seconds_by_retention(now)),
+            "at_risk": risk.at_risk(warning_s, now),
         },
     }
 

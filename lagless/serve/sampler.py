@@ -14,6 +14,7 @@ lag) and retention.ms are read in threads of their own: a slow answer never dela
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from lagless.exceptions import LaglessError
 from lagless.kafka import TP
-from lagless.lag.members import GroupDescription, assigned_partitions
+from lagless.lag.members import GroupDescription, assigned_partitions, held_partitions
 from lagless.lag.offsets import (
     FleetLook,
     FleetSource,
@@ -31,9 +32,16 @@ from lagless.lag.offsets import (
     look,
     record_starts,
 )
-from lagless.lag.report import History
+from lagless.lag.report import History, LagReport, PartitionLag, judge_partition
 from lagless.lag.status import Status
-from lagless.serve.view import GroupView, Sampled, Series, group_view
+from lagless.serve.view import (
+    GroupView,
+    Sampled,
+    Series,
+    carry_timeless,
+    group_view,
+    shows_the_same,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +50,17 @@ log = logging.getLogger(__name__)
 RETENTION_CONFIG_EVERY_S = 300.0
 # Groups the broker lists are looked up again this often (new groups appear).
 LIST_GROUPS_EVERY_S = 30.0
+# Each group's offsets are asked of every partition it committed on at least this often (a
+# commit on a topic it did not read before shows within it), and of the partitions it is known
+# to read in the rounds between: a broker may answer "every partition" of a group far more
+# slowly (noida-db scans every group's offsets: 0.4 ms a group among 2,000).
+WHOLE_EVERY_S = 30.0
+# ... and at least this many groups each round, the longest asked so: up to this many groups,
+# every group is asked whole every round.
+WHOLE_PER_ROUND = 100
 # Records read at committed offsets per read: the fleet's lagging partitions are read a part at
-# a time, the most lagging first; the others show an interpolated time lag meanwhile.
+# a time, a topic at a time (the most lagging first); the others show an interpolated time lag
+# meanwhile.
 RECORDS_PER_READ = 2000
 
 
@@ -60,7 +77,14 @@ class SamplerSettings:
 
 
 class GroupWatch:
-    """One group: what was learned of it so far, and its latest view."""
+    """One group: what was learned of it so far, and its latest view.
+
+    A partition whose offsets hold still (report.steady: the same offsets, caught up or over
+    more than the window) keeps its row from round to round instead of being judged again,
+    while the record at its committed offset and its topic's retention.ms stay the same; a
+    group whose rows are all kept, with the same status, state and members, keeps its metrics
+    lines too. So a fleet of caught-up or stopped groups costs little more per round than
+    asking the broker."""
 
     def __init__(self, group: str, settings: SamplerSettings) -> None:
         self.group = group
@@ -76,20 +100,51 @@ class GroupWatch:
         self.by_lagless = False
         self.record_starts: dict[TP, int] = {}
         """Where the records whose timestamps give the exact time lag are."""
-        self.view = self.build_view({}, None, None)
+        self.reads_changed = False
+        """record_starts or lags changed since the sampler last read them (or it failed)."""
+        self.partitions: Sequence[TP] | None = None
+        """The partitions the group was judged on at its latest look (None: none yet)."""
+        self.asked_whole_at: float | None = None
+        """When the broker was last asked for every partition the group committed on."""
+        self.judged = 0
+        """Rows judged (not kept) by the latest build_view: for tests and the bench."""
+        self._offsets_since: dict[TP, float] = {}
+        """When each partition's offsets took the values of its latest sample."""
+        self._kept: dict[TP, tuple[tuple[float | None, int | None], PartitionLag]] = {}
+        """The row of each steady partition, with the record time and retention.ms it was
+        judged with."""
+        self._keys: list[TP] = []
+        """The history's partitions, in order."""
+        self.view = self._new_view({}, None)
 
     def sampled(self, samples: Sequence[PartitionSample], at: float, by_lagless: bool) -> None:
         self.by_lagless = by_lagless
+        kept, since = self.history.samples, self._offsets_since
+        for sample in samples:
+            before = kept.get((sample.topic, sample.partition))
+            last = before[-1] if before else None
+            if (
+                last is None
+                or last.committed != sample.committed
+                or last.low != sample.low
+                or last.end != sample.end
+                or last.gone != sample.gone
+            ):
+                since[(sample.topic, sample.partition)] = sample.at
         self.history.add(samples)
+        if self.error is not None:  # its records are wanted again
+            self.reads_changed = True
         self.error = self.error_since = None
         self.sampled_at = at
         self.latest = samples
-        self.lags = {s.key: s.lag for s in samples}
-        self.record_starts = record_starts(samples)
+        lags, starts = {s.key: s.lag for s in samples}, record_starts(samples)
+        self.reads_changed = self.reads_changed or (lags, starts) != (self.lags, self.record_starts)
+        self.lags, self.record_starts = lags, starts
 
     def failed(self, error: str, asked_at: float) -> None:
         if self.error is None:
             self.error_since = asked_at  # not when the request gave up, seconds later
+            self.reads_changed = True
         self.error = error
 
     def build_view(
@@ -97,6 +152,24 @@ class GroupWatch:
         records: Mapping[tuple[TP, int], RecordInfo | None],
         retention_ms: Mapping[str, int | None] | None,
         now: float | None,
+    ) -> GroupView:
+        view = self._new_view(records, retention_ms)
+        if shows_the_same(view, self.view):
+            carry_timeless(view, self.view)
+        if now is not None and view.up and view.partitions:
+            self.series.append(
+                now,
+                view.total_lag,
+                view.max_lag_seconds(now),
+                {p.key: p.lag for p in view.partitions},
+            )
+        self.view = view
+        return view
+
+    def _new_view(
+        self,
+        records: Mapping[tuple[TP, int], RecordInfo | None],
+        retention_ms: Mapping[str, int | None] | None,
     ) -> GroupView:
         known = {
             tp: found
@@ -113,22 +186,55 @@ class GroupWatch:
             error_since=self.error_since,
             by_lagless=self.by_lagless,
         )
-        view = group_view(
+        return group_view(
             self.group,
+            LagReport(self.group, self._rows(known, retention_ms)),
             sampled,
             self.settings.window_s,
             self.settings.retention_warning_s,
             self.series,
         )
-        if now is not None and view.up and view.partitions:
-            self.series.append(
-                now,
-                view.total_lag,
-                view.max_lag_seconds(now),
-                {p.key: p.lag for p in view.partitions},
+
+    def _rows(
+        self, records: Mapping[TP, RecordInfo], retention_ms: Mapping[str, int | None] | None
+    ) -> tuple[PartitionLag, ...]:
+        """build_report's rows, a steady partition's kept rather than judged again."""
+        window_s = self.settings.window_s
+        held = held_partitions(self.description)
+        history, since, kept_rows = self.history.samples, self._offsets_since, self._kept
+        if len(self._keys) != len(history):  # partitions are added to a history, never removed
+            self._keys = sorted(history)
+        rows = []
+        judged = 0
+        for key in self._keys:
+            samples = history[key]
+            first, latest = samples[0], samples[-1]
+            record = records.get(key)
+            record_at = None if record is None else record.timestamp_s
+            topic_retention = None if retention_ms is None else retention_ms.get(key[0])
+            # The offsets need not be compared: a partition whose offsets moved is not steady,
+            # and its kept row was dropped when it was judged again.
+            inputs = (record_at if latest.lag else None, topic_retention)
+            kept = kept_rows.get(key)
+            steady = since[key] <= first.at and (latest.lag == 0 or latest.at - first.at > window_s)
+            if steady and kept is not None and kept[0] == inputs:
+                rows.append(kept[1])
+                continue
+            row = judge_partition(
+                samples,
+                window_s,
+                record_at,
+                owned=None if held is None else key in held,
+                retention_ms=topic_retention,
             )
-        self.view = view
-        return view
+            judged += 1
+            if steady:
+                kept_rows[key] = (inputs, row)
+            else:
+                kept_rows.pop(key, None)
+            rows.append(row)
+        self.judged = judged
+        return tuple(rows)
 
 
 class Background:
@@ -191,6 +297,8 @@ class Sampler:
         self._records: dict[tuple[TP, int], RecordInfo | None] = {}
         self._records_read: dict[tuple[TP, int], RecordInfo | None] = {}  # by the thread
         self._records_lock = threading.Lock()
+        # The records wanted, with the largest lag at each: None when a group's changed.
+        self._wanted: dict[tuple[TP, int], int] | None = None
         self._record_reader = Background("lag-records")
         self._retention_ms: dict[str, int | None] | None = None
         self._retention_asked_at: float | None = None
@@ -232,8 +340,11 @@ class Sampler:
             self._find_groups()
         groups = list(self._watches)
         followed = {g: assigned_partitions(w.description) for g, w in self._watches.items()}
+        known = self._known_partitions()
         try:
-            found: FleetLook | None = look(self._source, groups, followed, now=self._now)
+            found: FleetLook | None = look(
+                self._source, groups, followed, now=self._now, known=known
+            )
         except LaglessError as exc:
             found, everyone = None, _one_line(exc)
         for group, watch in self._watches.items():
@@ -246,14 +357,39 @@ class Sampler:
             except LaglessError as exc:
                 watch.failed(_one_line(exc), asked_at)
             else:
+                watch.partitions = found.partitions.get(group)
+                if group not in known:
+                    watch.asked_whole_at = asked_at
                 # A member may hold partitions the group never committed on: sampled from the
                 # next round on, so a group without commits is judged by what they hold.
                 watch.description = found.described.get(group)
+        if any([w.reads_changed for w in self._watches.values()]):
+            self._wanted = None
+            for watch in self._watches.values():
+                watch.reads_changed = False
         self._read_records()
         self._ask_retention()
         now = self._now()
         for watch in self._watches.values():
             watch.build_view(self._records, self._retention_ms, now)
+
+    def _known_partitions(self) -> dict[str, Sequence[TP]]:
+        """The groups whose offsets are asked of the partitions they were judged on last round
+        only: all but the few whose every committed partition is asked (a commit on a topic a
+        group did not read before shows then). Those few are the groups asked so the longest
+        ago, enough each round that each group is asked whole every WHOLE_EVERY_S, and at least
+        WHOLE_PER_ROUND: a small fleet is asked whole every round."""
+        watches = self._watches.values()
+        due = max(
+            WHOLE_PER_ROUND,
+            math.ceil(len(self._watches) * self.settings.interval_s / WHOLE_EVERY_S),
+        )
+        if len(self._watches) <= due:
+            return {}
+        order = sorted(
+            watches, key=lambda w: -1.0 if w.asked_whole_at is None else w.asked_whole_at
+        )
+        return {w.group: w.partitions for w in order[due:] if w.partitions and w.error is None}
 
     def _find_groups(self) -> None:
         """New groups the broker lists. Groups once found stay reported, even when they stop
@@ -273,24 +409,33 @@ class Sampler:
     def _read_records(self) -> None:
         """The records at the committed offsets of lagging partitions, read in the
         background a part at a time, each (partition, offset) once, for all groups at it, the
-        most lagging first. What was read and is no longer wanted is forgotten."""
+        topics with the most lagging partitions first. What was read and is no longer wanted
+        is forgotten."""
         with self._records_lock:
             arrived, self._records_read = self._records_read, {}
         self._records.update(arrived)
         reading = self._record_reader.busy()
-        wanted: dict[tuple[TP, int], int] = {}
-        for watch in self._watches.values():
-            if watch.error is not None:
-                continue
-            for tp, offset in watch.record_starts.items():
-                wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
-        for key in self._records.keys() - wanted.keys():
-            del self._records[key]
+        wanted = self._wanted
+        if wanted is None:  # a group's lagging partitions changed (or it failed): asked again
+            wanted = self._wanted = {}
+            for watch in self._watches.values():
+                if watch.error is not None:
+                    continue
+                for tp, offset in watch.record_starts.items():
+                    wanted[(tp, offset)] = max(wanted.get((tp, offset), 0), watch.lags[tp])
+            for key in self._records.keys() - wanted.keys():
+                del self._records[key]
         if reading:
             return
         missing = [item for item in wanted.items() if item[0] not in self._records]
+        # A topic at a time, the one with the most lagging partition first: the groups
+        # reading it get their exact time lags in one round, and the others' rows are kept.
+        most: dict[str, int] = {}
+        for ((topic, _), _), lag in missing:
+            most[topic] = max(most.get(topic, 0), lag)
+        missing.sort(key=lambda item: (-most[item[0][0][0]], item[0]))
         unread: dict[TP, int] = {}
-        for (tp, offset), _ in sorted(missing, key=lambda item: -item[1]):
+        for (tp, offset), _ in missing:
             if tp not in unread:
                 unread[tp] = offset
                 if len(unread) == RECORDS_PER_READ:

@@ -1,7 +1,8 @@
 """The HTTP server: /metrics, the JSON API under /api, and the dashboard at /.
 
-Standard library only (ThreadingHTTPServer): handlers read the sampler's latest views, which
-are swapped in whole after each round, so a scrape never waits on the broker.
+Standard library only (ThreadingHTTPServer): handlers read the sampler's latest views and
+metrics, which are swapped in whole after each round, so a scrape never waits on the broker
+nor on judging.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ class Content:
     cluster: str
     poll_time_ms: Callable[[], float | None] = lambda: None
     now: Callable[[], float] = time.time
+    exposition: Callable[[], metrics.Exposition | None] = lambda: None
+    """The latest round's metrics, built after the round (None before the first: then from
+    the views)."""
+
+    def metrics_body(self) -> bytes:
+        exposition = self.exposition() or metrics.Exposition(self.views(), self.cluster)
+        return exposition.body(self.now(), self.poll_time_ms())
 
 
 @cache
@@ -61,10 +69,7 @@ class LagRequestHandler(BaseHTTPRequestHandler):
         if path == "/":
             self._send(HTTPStatus.OK, "text/html; charset=utf-8", dashboard_html())
         elif path == "/metrics":
-            text = metrics.render(
-                content.views(), content.now(), content.cluster, content.poll_time_ms()
-            )
-            self._send(HTTPStatus.OK, metrics.CONTENT_TYPE, text.encode())
+            self._send(HTTPStatus.OK, metrics.CONTENT_TYPE, content.metrics_body())
         elif path in (API_GROUPS, API_GROUPS + "/"):
             self._json(HTTPStatus.OK, api.groups_body(content.views(), content.now()))
         elif path.startswith(API_GROUPS + "/"):

@@ -17,7 +17,7 @@ from typing import cast
 from lagless.lag.doctor import Examination, Finding, diagnose
 from lagless.lag.members import GroupDescription
 from lagless.lag.offsets import RecordInfo
-from lagless.lag.report import History, PartitionLag, build_report
+from lagless.lag.report import History, LagReport, PartitionLag
 from lagless.lag.status import Status, group_status
 
 # Points kept of a group's lag over time: 20 minutes at serve's default 2 s interval.
@@ -25,6 +25,10 @@ SERIES_POINTS = 600
 # Points of the short series beside each group in the list (the dashboard's sparklines).
 SPARK_POINTS = 60
 _ABSENT = -1
+# Cache keys (TIMELESS, ...) of a view hold what does not depend on when it was sampled (its
+# metrics lines without the time lags): the sampler carries them to the group's next view when
+# its rows, status, state and members are the same ones.
+TIMELESS = "timeless"
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ class GroupView:
     by_lagless: bool = False
     """lagless import commits the group's offsets (its --group)."""
     cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
-    """What is rendered of this view once (its metrics lines), kept while it is the latest."""
+    """What is rendered of this view once (its metrics lines, its findings), kept while it is
+    the latest (TIMELESS entries: while its group shows the same)."""
 
     @property
     def total_lag(self) -> int:
@@ -138,7 +143,11 @@ class GroupView:
                 found = ()
             else:
                 found = tuple(
-                    diagnose(self.examination, retention_warning_s=self.retention_warning_s)
+                    diagnose(
+                        self.examination,
+                        retention_warning_s=self.retention_warning_s,
+                        now=self.sampled_at,
+                    )
                 )
             self.cache["findings"] = found
         return cast(tuple[Finding, ...], found)
@@ -185,20 +194,14 @@ def unknown_finding(group: str, error: str, seen_before: bool) -> Finding:
 
 def group_view(
     group: str,
+    report: LagReport,
     sampled: Sampled,
     window_s: float,
     retention_warning_s: float,
     series: Series,
 ) -> GroupView:
-    """The view of a group from what its sampler gathered; findings are the doctor's."""
-    report = build_report(
-        group,
-        sampled.history,
-        window_s,
-        sampled.records,
-        sampled.description,
-        sampled.retention_ms,
-    )
+    """The view of a group from its report (build_report's rows) and what its sampler
+    gathered; findings are the doctor's."""
     description = sampled.description
     up = sampled.error is None and sampled.sampled_at is not None
     exam = None
@@ -213,7 +216,7 @@ def group_view(
         exam = Examination(
             report=report,
             history=kept,
-            records=dict(sampled.records),
+            records=sampled.records,
             memberships=None if description is None else [description],
             sampled_s=window_s,
             by_lagless=sampled.by_lagless,
@@ -232,3 +235,24 @@ def group_view(
         retention_warning_s=retention_warning_s,
         by_lagless=sampled.by_lagless,
     )
+
+
+def shows_the_same(view: GroupView, before: GroupView) -> bool:
+    """The two views show the same but for when they were sampled: the same row objects (the
+    sampler keeps a steady partition's row), status, state and members."""
+    return (
+        view.up == before.up
+        and view.status is before.status
+        and view.state == before.state
+        and view.members == before.members
+        and len(view.partitions) == len(before.partitions)
+        and all(a is b for a, b in zip(view.partitions, before.partitions, strict=True))
+    )
+
+
+def carry_timeless(view: GroupView, before: GroupView) -> None:
+    """What `before` rendered that does not depend on the time, now `view`'s too: called where
+    shows_the_same(view, before)."""
+    for key, value in before.cache.items():
+        if isinstance(key, tuple) and key and key[0] == TIMELESS:
+            view.cache.setdefault(key, value)

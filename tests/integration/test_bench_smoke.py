@@ -220,13 +220,16 @@ def test_breakdown_of_a_typed_json_import(tmp_path: Path) -> None:
 
 
 def test_fleet_measures_serve_on_noida_with_the_groups_made() -> None:
-    """bench/fleet.py at 20 groups: its own noida-db, two runs of `lagless serve`."""
+    """bench/fleet.py at 20 groups: its own noida-db, two runs of `lagless serve`, and a third
+    from a baseline checkout (here the same one)."""
     figures, printed = run_bench(
-        "fleet.py", "--groups", "20", "--partitions", "2", "--seconds", "3", timeout=180
-    )
-    small, fleet = figures["small"], figures["fleet"]
-    assert (small["groups"], fleet["groups"]) == (2, 20)
-    for run in (small, fleet):
+        "fleet.py", "--groups", "20", "--partitions", "2", "--seconds", "3",
+        "--baseline", str(ROOT), timeout=240,
+    )  # fmt: skip
+    small, fleet, baseline = figures["small"], figures["fleet"], figures["baseline"]
+    assert (small["groups"], fleet["groups"], baseline["groups"]) == (2, 20, 20)
+    assert "this / that" in printed
+    for run in (small, fleet, baseline):
         assert between(run["all_on_metrics_s"], 0.0, 60), run
         assert between(run["rss_mib"], 10, 300) and between(run["descriptors"], 5, 200), run
         assert run["rounds"] >= 1 and between(run["scrape_p99_s"], 0.0, 30), run

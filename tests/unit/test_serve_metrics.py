@@ -81,7 +81,7 @@ def test_retention_margin_by_retention_ms_counts_from_the_committed_records_time
     risk = retention_risk(
         samples_with_log_start((0.0, 10)), retention_ms=60_000, committed_record_at=-30.0
     )
-    assert risk is not None and risk.seconds_by_retention == 30.0 and risk.seconds_left == 30.0
+    assert risk is not None and risk.seconds_by_retention() == 30.0 and risk.seconds_left() == 30.0
 
 
 @pytest.mark.parametrize(("low", "code", "words"), [

@@ -5,6 +5,7 @@ tests/integration/test_serve_fleet.py."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from lagless.lag.status import Status
 from lagless.serve import api, metrics
 from lagless.serve import sampler as sampler_module
 from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.serve.service import FLEET_GC_THRESHOLDS, fleet_gc
 from tests.harness.serve import metric, parse_metrics
 
 SETTINGS = SamplerSettings(interval_s=1.0, window_s=2.0, retention_warning_s=3600.0)
@@ -54,7 +56,12 @@ class ScriptedFleet:
         self.group_requests: list[list[str]] = []
         self._retention_ms = retention_ms
 
-    def groups(self, groups: Sequence[str], describe: bool) -> GroupsFound:
+    def groups(
+        self,
+        groups: Sequence[str],
+        describe: bool,
+        known: Mapping[str, Sequence[TP]] | None = None,
+    ) -> GroupsFound:
         self.group_requests.append(list(groups))
         if self.breaking:
             self.breaking = False
@@ -217,17 +224,23 @@ def test_without_groups_named_every_listed_group_is_reported() -> None:
     assert [view.group for view in sampler.views()] == ["a", "b", "new"]
 
 
-def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
-    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
-    left."""
+def _sampled_with_retention() -> tuple[Sampler, Clock]:
+    """retention.ms 120 s and the committed record written at t=900, after three rounds."""
     clock = Clock()
     fleet = ScriptedFleet({"g": {("t", 0): 4}}, retention_ms={"t": 120_000})
     sampler = Sampler(fleet, SETTINGS, ["g"], now=clock)
     run_rounds(sampler, clock, 2)
     sampler.sample_once()
+    return sampler, clock
+
+
+def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
+    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
+    left."""
+    sampler, clock = _sampled_with_retention()
     (view,) = sampler.views()
     risk = view.partitions[0].retention
-    assert risk is not None and risk.seconds_by_retention == 900 + 120 - clock.now
+    assert risk is not None and risk.seconds_by_retention() == 900 + 120 - clock.now
     assert view.findings[0].kind == "retention-risk"
     assert "at retention.ms" in view.findings[0].text
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
@@ -260,3 +273,31 @@ def test_a_view_that_cannot_be_built_leaves_the_last_one_unknown_and_sampling_go
     sampler.sample_once()
     assert sampler.views()[0].error is None
     assert sampler.views()[0].status is not Status.UNKNOWN
+
+
+def test_serving_collects_garbage_less_often_and_restores_the_collector_after() -> None:
+    before = gc.get_threshold()
+    with fleet_gc():
+        assert gc.get_threshold() == FLEET_GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # what was built before is out of the collector's sight
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # a cycle made while serving is still collected
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_one_exposition_turns_a_risk_on_once_the_deletion_is_within_the_warning() -> None:
+    """The risk lines are written once per view until a deletion comes within the warning:
+    the same round's metrics, scraped either side of that moment, say 0 then 1."""
+    sampler, _ = _sampled_with_retention()
+    (view,) = sampler.views()
+    risk = view.partitions[0].retention
+    assert risk is not None and risk.deleted_at == 900 + 120
+    exposition = metrics.Exposition(sampler.views(), "c")
+    where = {"group": "g", "topic": "t", "partition": 0}
+    turns = risk.deleted_at - SETTINGS.retention_warning_s
+    for at, expected in ((turns - 1, 0), (turns, 0), (turns + 1, 1), (turns - 1, 0)):
+        samples = parse_metrics(exposition.body(at).decode())
+        assert metric(samples, "lagless_consumergroup_retention_at_risk", **where) == expected
