@@ -372,6 +372,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         written = Written()
+        _no_constraint_propagation(records.sparkSession)
         several = len(self.checked.destinations) > 1
         kept = several and len(parts) > 1
         if kept:
@@ -460,6 +461,16 @@ class BatchWriter:
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _no_constraint_propagation(spark: SparkSession) -> None:
+    """The batch's query session plans without Spark's constraint propagation. It rewrites
+    every constraint of a projection once per alias in it, and shaped rows alias many large
+    expressions (rejection reasons, each partition's carried log time, a mirror's columns):
+    an upsert batch spent 20-30 s of the driver planning, whatever its size (bench/mirror.py).
+    Its inferred filters serve joins, which a batch's plan has none of. A stream runs in a
+    clone of its session (Spark's MicroBatchExecution): nothing outside the query changes."""
+    spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
 
 
 def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
