@@ -4,10 +4,13 @@ import deciding again on the table that import left. Real pyiceberg, real SQLite
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lagless.exceptions import BadInput
@@ -198,3 +201,44 @@ def test_the_ledger_passes_over_other_writers_snapshots_and_follows_a_rollback(
         [(TOPIC, 0, o) for o in range(10)] + [(TOPIC, 1, o) for o in range(4)]
     )
     sink.close()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    held=st.lists(st.integers(-50, 50), unique=True, max_size=40),
+    batch=st.lists(st.integers(-60, 60), min_size=1, max_size=20),
+    kind=st.sampled_from(["long", "string", "binary"]),
+)
+def test_the_held_rows_of_a_batch_are_those_of_its_keys_whatever_their_type(
+    tmp_path: Path, held: list[int], batch: list[int], kind: str
+) -> None:
+    """An upsert reads the rows the table holds for the batch's keys: a scan of the keys'
+    range (text and numbers), or of each key (other types), then the exact keys."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from lagless.sinks.iceberg import _held_rows
+
+    def column(keys: list[int]) -> pa.Array:
+        if kind == "long":
+            return pa.array(keys, pa.int64())
+        texts = [f"k{k:+04d}" for k in keys]
+        if kind == "string":
+            return pa.array(texts, pa.string())
+        return pa.array([t.encode() for t in texts], pa.binary())
+
+    lake = tmp_path / f"lake-{uuid.uuid4().hex[:8]}"
+    lake.mkdir()
+    catalog = SqlCatalog("t", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}")
+    catalog.create_namespace("default")
+    stored = pa.table({"id": column(held), "n": pa.array(held, pa.int64())})
+    table = catalog.create_table("default.t", schema=stored.schema)
+    for part in (stored.slice(0, len(held) // 2), stored.slice(len(held) // 2)):
+        table.append(part)  # two files, their bounds apart or overlapping
+    rows = pa.table({"id": column(batch)})
+
+    found = _held_rows(catalog.load_table("default.t"), rows, ("id",), ["id", "n"])
+
+    assert sorted(found.column("n").to_pylist()) == sorted(set(held) & set(batch))
+    catalog.engine.dispose()

@@ -23,6 +23,7 @@ whoever else writes the table.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import time
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
@@ -50,7 +52,7 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
-from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, plan
+from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, needs_held_values, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
@@ -427,15 +429,15 @@ class IcebergSink(FolderTableSink):
         rows = pa.concat_tables([self.storage.read_parquet(path) for path in files])
         self._drop(files)
         keys = target.unique
-        match = _matching(rows, keys)
-        tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *COORDINATES])
+        ranked = [*keys, *COORDINATES]
+        tombstones = rows.filter(rows.column(TOMBSTONE)).select(ranked)
         if tombstones.num_rows:
             graves = tombstones.append_column(
                 TOMBSTONE, pa.array([False] * tombstones.num_rows, pa.bool_())
             )
 
             def bury(tx: Transaction, table: Table, props: dict[str, str]) -> None:
-                held = _scan(table, match, [*keys, *COORDINATES])
+                held = _held_rows(table, rows, keys, ranked)
                 _apply(tx, table, plan(graves, held, keys), keys, props)
 
             self._commit(target.tombstone_table, batch, bury)
@@ -444,11 +446,11 @@ class IcebergSink(FolderTableSink):
         added: list[int] = []  # the rows the target gains or has replaced, by the last try
 
         def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
-            held = _scan(table, match, [*keys, *COORDINATES])
-            kept = _scan(self._table(target.tombstone_table), match, [*keys, *COORDINATES])
+            held = _held_rows(table, rows, keys, ranked)
+            kept = _held_rows(self._table(target.tombstone_table), rows, keys, ranked)
             planned = plan(rows, held, keys, kept)
-            if target.value_format == "debezium" and planned.replaced.num_rows:
-                whole = _scan(table, _matching(planned.replaced, keys), None)
+            if planned.replaced.num_rows and needs_held_values(rows, target):
+                whole = _held_rows(table, planned.replaced, keys, None)
                 planned = mirrored(planned, rows, whole, target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, keys, props)
@@ -534,10 +536,43 @@ def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
     return create_match_filter(rows.select(list(keys)), list(keys))
 
 
-def _scan(table: Table, where: BooleanExpression, columns: list[str] | None) -> pa.Table:
-    """The rows matching `where`, in `columns` (None: all)."""
+def _held_rows(
+    table: Table, rows: pa.Table, keys: tuple[str, ...], columns: list[str] | None
+) -> pa.Table:
+    """The table's rows whose key is one of those of `rows`, in `columns` (None: all; else
+    they include the keys). The scan reads the range of each key column (_key_ranges), the
+    keys themselves are matched here: an Iceberg filter of thousands of keys costs seconds to
+    build and prunes no file (pyiceberg checks a set of more than 200 values against no
+    file's bounds)."""
     selected = tuple(columns) if columns is not None else ("*",)
-    return table.scan(row_filter=where, selected_fields=selected).to_arrow()
+    scanned = table.scan(row_filter=_key_ranges(rows, keys), selected_fields=selected).to_arrow()
+    wanted = rows.select(list(keys)).group_by(list(keys)).aggregate([])
+    # As the table stores them (a text key may come back as large_string).
+    wanted = wanted.cast(pa.schema([scanned.schema.field(name) for name in wanted.column_names]))
+    return scanned.join(wanted, list(keys), join_type="left semi")
+
+
+def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
+    """Rows whose key columns lie in the ranges `rows` hold (a superset of its keys: files
+    outside them are pruned by their bounds); the keys one by one where a key column is not
+    a number or text, or holds a NULL."""
+    from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, LessThanOrEqual
+
+    if not rows.num_rows:
+        return AlwaysFalse()
+    bounds: list[BooleanExpression] = []
+    for name in keys:
+        column = rows.column(name)
+        kind = column.type
+        if column.null_count or not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+            return _matching(rows, keys)
+        low, high = pc.min_max(column).values()
+        # mypy reads these predicates' signature from pydantic's fields, not their __init__.
+        bounds += [
+            GreaterThanOrEqual(name, low.as_py()),  # type: ignore[call-arg, arg-type]
+            LessThanOrEqual(name, high.as_py()),  # type: ignore[call-arg, arg-type]
+        ]
+    return functools.reduce(And, bounds)
 
 
 def _apply(

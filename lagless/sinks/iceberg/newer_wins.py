@@ -95,6 +95,23 @@ def _held(table: pa.Table, keys: tuple[str, ...]) -> pl.DataFrame:
     return frame.rename({c: c + HELD for c in COORDINATES})
 
 
+def needs_held_values(rows: pa.Table, target: Target) -> bool:
+    """A Debezium mirror's batch takes values from the rows it replaces (mirrored): a column
+    a row brings as UNAVAILABLE, or soft deletes. Else the held rows are not read."""
+    import pyarrow.compute as pc
+
+    if target.value_format != "debezium":
+        return False
+    if target.deletes == "soft":
+        return True
+    assert target.fields is not None
+    for name, binary in kept_columns(target.fields, target.unique):
+        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
+        if pc.any(pc.equal(rows.column(name), marker)).as_py():
+            return True
+    return False
+
+
 def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> Plan:
     """A Debezium mirror's plan, given `whole`, the held rows of the replaced keys: a column a
     row brings as UNAVAILABLE keeps the held value; with soft deletes, a winning tombstone
