@@ -54,10 +54,11 @@ class Policy:
 @dataclass(frozen=True)
 class DataFile:
     """A data file of the table's current version: its path as the store names it, its
-    bytes."""
+    bytes, and its rows where the table's metadata counts them (None: it does not)."""
 
     path: str
     size: int
+    records: int | None = None
 
 
 @dataclass

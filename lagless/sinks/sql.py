@@ -8,7 +8,7 @@ dead-letter table on (topic, partition, offset), the tombstone memory on the key
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -221,6 +221,11 @@ def held_offsets(layout: Layout) -> str:
         f'SELECT "topic", "partition", MAX("end_offset") FROM {quoted(layout.table)} '
         'GROUP BY "topic", "partition"'
     )
+
+
+def by_partition(rows: Iterable[tuple[Any, Any, Any]]) -> dict[TP, int]:
+    """The rows of a ledger query (held_offsets, log_times) as partition -> its number."""
+    return {(topic, int(partition)): int(value) for topic, partition, value in rows}
 
 
 def log_times(layout: Layout) -> str:

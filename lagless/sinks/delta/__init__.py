@@ -244,8 +244,7 @@ class DeltaSink(FolderTableSink):
                     .when_not_matched_insert_all()
                     .execute()
                 ),
-            )
-            graves.update_incremental()
+            )  # _commit leaves `graves` at the version it committed
         failpoint("mid-write")  # tombstones kept, the target not yet merged
         alive = pl.SQLContext(source=source, graves=pl.scan_delta(graves)).execute(
             f"SELECT s.* FROM source AS s LEFT JOIN graves AS d ON {same_key('s', 'd')} "

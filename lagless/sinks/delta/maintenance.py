@@ -111,10 +111,8 @@ class DeltaMaintenance(StoreMaintenance):
             [self.storage.read_parquet(self.storage.join(folder, f.path)) for f in group],
             promote_options="default",
         )
-        counted = _records(delta)
         expected = sum(
-            counted.get(f.path)
-            or self.storage.parquet_metadata(self.storage.join(folder, f.path)).num_rows
+            f.records or self.storage.parquet_metadata(self.storage.join(folder, f.path)).num_rows
             for f in group
         )
         if rows.num_rows != expected:
@@ -208,26 +206,18 @@ class DeltaMaintenance(StoreMaintenance):
 
 
 def _data_files(delta: DeltaTable) -> list[DataFile]:
+    """The current version's files, each with the rows its log entry counts (one read of the
+    add actions serves both the plan and the rewrite's check)."""
     actions = pa.table(delta.get_add_actions(flatten=True))
     return [
-        DataFile(path, size)
-        for path, size in zip(
+        DataFile(path, size, records)
+        for path, size, records in zip(
             actions.column("path").to_pylist(),
             actions.column("size_bytes").to_pylist(),
-            strict=True,
-        )
-    ]
-
-
-def _records(delta: DeltaTable) -> dict[str, int]:
-    actions = pa.table(delta.get_add_actions(flatten=True))
-    return dict(
-        zip(
-            actions.column("path").to_pylist(),
             actions.column("num_records").to_pylist(),
             strict=True,
         )
-    )
+    ]
 
 
 def _unwritable(delta: DeltaTable) -> str | None:

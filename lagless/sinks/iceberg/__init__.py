@@ -444,13 +444,18 @@ class IcebergSink(FolderTableSink):
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
 
         added: list[int] = []  # the rows the target gains or has replaced, by the last try
+        # A mirror's batch that takes values from the rows it replaces reads them whole, in the
+        # one scan that also finds the ranks (of the batch's keys: those it replaces, and more).
+        whole_rows = needs_held_values(rows, target)
 
         def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
-            held = _held_rows(table, rows, keys, ranked)
+            whole = _held_rows(table, rows, keys, None) if whole_rows else None
+            held = (
+                whole.select(ranked) if whole is not None else _held_rows(table, rows, keys, ranked)
+            )
             kept = _held_rows(self._table(target.tombstone_table), rows, keys, ranked)
             planned = plan(rows, held, keys, kept)
-            if planned.replaced.num_rows and needs_held_values(rows, target):
-                whole = _held_rows(table, planned.replaced, keys, None)
+            if planned.replaced.num_rows and whole is not None:
                 planned = mirrored(planned, rows, whole, target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, keys, props)

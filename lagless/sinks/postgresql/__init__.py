@@ -38,6 +38,7 @@ from lagless.sinks.ledger import TP, Batch, HeldRecord, holds
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
     Layout,
+    by_partition,
     dead_letter_layout,
     evolve,
     held_offsets,
@@ -176,7 +177,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             ):
                 return {}  # no import into the table yet, or one by a lagless before the ledger
             found = conn.execute(query(layout)).fetchall()
-        return {(topic, int(p)): int(value) for topic, p, value in found}
+        return by_partition(found)
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         with self._connect() as conn:
@@ -327,7 +328,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         if of is not None:
             target, batch = of
             cur.execute(held_offsets(ledger_layout(target, "postgresql")))
-            replay = holds(batch, {(t, int(p)): int(end) for t, p, end in cur.fetchall()})
+            replay = holds(batch, by_partition(cur.fetchall()))
         for statement in recorded:
             cur.execute(statement)
         conn.commit()

@@ -38,6 +38,7 @@ from lagless.sinks.base import (
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, holds
 from lagless.sinks.sql import (
     Layout,
+    by_partition,
     dead_letter_layout,
     evolve,
     held_offsets,
@@ -182,7 +183,7 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             ).fetchone():
                 return {}  # no import into the table yet, or one by a lagless before the ledger
             found = conn.execute(query(layout)).fetchall()
-        return {(topic, int(p)): int(value) for topic, p, value in found}
+        return by_partition(found)
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         if not held or not os.path.exists(self.location):
@@ -233,7 +234,7 @@ class SqliteSink(DriverSink, TaskWrittenSink):
     def _held(cur: Any, target: Target) -> dict[TP, int]:
         """The ledger as this transaction sees it (before the batch's ranges are recorded)."""
         cur.execute(held_offsets(ledger_layout(target, "sqlite")))
-        return {(topic, int(p)): int(end) for topic, p, end in cur.fetchall()}
+        return by_partition(cur.fetchall())
 
     @contextmanager
     def _one_writer(self) -> Iterator[None]:
