@@ -73,7 +73,7 @@ class Retention(threading.Thread):
                 "group.id": "lagless-broker-retention",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
-                "log_level": 3,
+                "log_level": 2,  # not librdkafka's line per failed connection: run() says it once
             }
         )
         away_since: float | None = None
