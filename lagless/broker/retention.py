@@ -9,17 +9,22 @@ retention needs, on a broker that has none of its own to set.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from lagless.exceptions import TerminalError
 
 TP = tuple[str, int]
 # How often the limits are enforced.
 EVERY_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,12 +73,27 @@ class Retention(threading.Thread):
                 "group.id": "lagless-broker-retention",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
-                "log_level": 3,
+                "log_level": 2,  # not librdkafka's line per failed connection: run() says it once
             }
         )
+        away_since: float | None = None
         try:
             while not self._stopped.wait(EVERY_S):
-                self.enforce(consumer)
+                try:
+                    self.enforce(consumer)
+                except (KafkaException, TerminalError) as exc:
+                    # A broker set down (or stopping) fails a pass, never the thread: the next
+                    # pass enforces the limits again once it answers.
+                    if away_since is None:
+                        away_since = time.monotonic()
+                        log.warning("broker retention waits for the broker: %s", exc)
+                    continue
+                if away_since is not None:
+                    log.info(
+                        "broker retention: the broker is back after %.1f s",
+                        time.monotonic() - away_since,
+                    )
+                    away_since = None
         finally:
             consumer.close()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -46,6 +47,8 @@ RECIPE = "2: batch read, mapInArrow, a stream through foreachBatch"
 UNUSED_FOR_S = 14 * 24 * 3600.0
 # Held by the process that builds the archive, beside the archives.
 BUILD_LOCK = "spark-driver.build.lock"
+
+log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
@@ -129,17 +132,22 @@ def build() -> Path | None:
 def build_in_background() -> bool:
     """As an import ends: when this installation has no archive yet (and it is not off),
     start building it in a process of its own, which outlives this one (~1 min of a core);
-    True when one was started."""
+    True when one was started. One that cannot start (no process to be had on a busy machine)
+    is logged: the import it follows has succeeded, and its next import tries again."""
     path = archive_path() if enabled() else None
     if path is None or path.is_file():
         return False
-    subprocess.Popen(
-        [sys.executable, "-m", "lagless.importer.class_archive"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not the terminal's Ctrl-C, nor the import's end
-    )
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "lagless.importer.class_archive"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not the terminal's Ctrl-C, nor the import's end
+        )
+    except OSError as exc:
+        log.warning("the class archive's build did not start: %s", exc)
+        return False
     return True
 
 

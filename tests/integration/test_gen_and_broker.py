@@ -307,3 +307,35 @@ def test_the_broker_keeps_the_retention_it_is_given() -> None:
 
     assert sized == (800, 1000)  # 200 records of 100 B: 20,000 bytes
     assert timed == (100, 150)
+
+
+def test_the_broker_retention_outlives_a_broker_away(caplog: pytest.LogCaptureFixture) -> None:
+    """A broker set down fails the retention thread's passes, not the thread: it says so once,
+    and enforces the limit again when the broker is back."""
+    caplog.set_level("INFO", logger="lagless.broker.retention")
+    with EmbeddedBroker(topics={"sized": 1}, retention_bytes=20_000) as running:
+        time.sleep(1)  # the thread has connected
+        running.set_down()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not waiting_for_the_broker(caplog):
+            time.sleep(0.2)  # until a pass has failed
+        running.set_up()
+        config = KafkaConfig(running.bootstrap)
+        producer = Producer(config.producer())
+        for n in range(1000):
+            producer.produce("sized", b"v" * 98, b"%02d" % (n % 100), partition=0)
+        assert producer.flush(10) == 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ((low, high),) = watermarks(config, "sized", 1)
+            if low >= 800:
+                break
+            time.sleep(0.2)
+
+    assert (low, high) == (800, 1000)
+    assert len(waiting_for_the_broker(caplog)) == 1
+    assert any("the broker is back" in r.getMessage() for r in caplog.records)
+
+
+def waiting_for_the_broker(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "waits for the broker" in r.getMessage()]

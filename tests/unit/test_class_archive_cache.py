@@ -54,3 +54,19 @@ def test_a_background_build_starts_only_where_there_is_no_archive(tmp_path, monk
     path.parent.mkdir(parents=True)
     path.write_bytes(b"")  # there already
     assert class_archive.build_in_background() is False
+
+
+def test_a_background_build_that_cannot_start_leaves_the_import_done(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """It follows an import that succeeded: a process that cannot be started is said, not
+    raised (which would end that import with exit 1)."""
+    import sys
+
+    from lagless.importer import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(class_archive.SWITCH, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    assert class_archive.build_in_background() is False
+    assert "the class archive's build did not start" in caplog.text
