@@ -76,8 +76,11 @@ class _DescribedLater(Mapping[str, GroupDescription | None]):
         except Exception:
             log.warning("describing groups failed; they show no members this round", exc_info=True)
 
-    def _arrived(self) -> dict[str, GroupDescription | None]:
+    def wait(self) -> None:
         self._thread.join()
+
+    def _arrived(self) -> dict[str, GroupDescription | None]:
+        self.wait()
         return self._found
 
     def __getitem__(self, group: str) -> GroupDescription | None:
@@ -97,6 +100,7 @@ class ClusterInfo:
         self._wire_client: WireClient | None = None
         self._wire_checked = False
         self._leaders: dict[TP, tuple[str, int]] = {}
+        self._describing: _DescribedLater | None = None
 
     def close(self) -> None:
         if self._describer is not None:
@@ -242,8 +246,13 @@ class ClusterInfo:
             return _found(found.offsets, found.described, found.metadata)
         described: Mapping[str, GroupDescription | None] = {}
         if describe:
+            # One at a time: a round whose groups all failed never reads its descriptions, and
+            # while the broker is away each takes the request's timeout; started a round apart,
+            # they would pile up in threads waiting for the child process.
+            if self._describing is not None:
+                self._describing.wait()
             timeout_s = self._connection.timeout_s
-            described = _DescribedLater(
+            described = self._describing = _DescribedLater(
                 lambda: self._groups_describer().describe(groups, timeout_s), groups
             )
         told = wire.fetch({g: (known or {}).get(g) for g in dict.fromkeys(groups)})

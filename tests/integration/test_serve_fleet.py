@@ -5,10 +5,19 @@ and child processes that do not grow with the groups), and no sampling thread lo
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from lagless.kafka.config import KafkaConfig
+from lagless.lag.offsets import KafkaFleetSource
+from lagless.lag.status import Status
+from lagless.serve.sampler import Sampler, SamplerSettings
 from tests.harness.fleet import make_fleet
+from tests.harness.live_group import create_topic
 from tests.harness.noida import NoidaKafka
 from tests.harness.serve import (
     children,
@@ -62,3 +71,43 @@ def test_every_listed_group_is_reported_with_its_lag_from_one_set_of_clients(
     assert held <= MOST_DESCRIPTORS, f"{held} file descriptors for {GROUPS} groups"
     assert len(helpers) == 1, "one child process asks the coordinators for every group"
     assert max(g["sampled_at"] for g in later) > max(r["sampled_at"] for r in reported.values())
+
+
+def test_a_broker_away_leaves_groups_unknown_with_one_describe_at_a_time() -> None:
+    """noida-db stopped under a sampler that reads offsets the batched way (kafka/wire.py) and
+    describes the groups in a thread: every group UNKNOWN with its reason, round after round,
+    and no more than one describing thread (each takes the request's timeout while the broker
+    is away; the rounds, whose offsets fail at once, used to start one each)."""
+    server = NoidaKafka.start_new()
+    try:
+        create_topic(server.bootstrap, "away", 2, 3)
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        groups = ["away-g1", "away-g2"]
+        for group in groups:
+            offsets = [TopicPartition("away", p, 1) for p in range(2)]
+            admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)])[
+                group
+            ].result(30)
+        source = KafkaFleetSource(KafkaConfig(server.bootstrap), request_timeout_s=1.0)
+        sampler = Sampler(source, SamplerSettings(1.0, 30.0, 100.0), groups)
+        try:
+            sampler.sample_once()
+            assert [v.error for v in sampler.views()] == [None, None]
+            server.stop()
+            # noida-db's last answers may still arrive just after it was told to stop.
+            deadline = time.monotonic() + 10
+            while sampler.views()[0].error is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                sampler.sample_once()
+            describing = []
+            for _ in range(3):
+                sampler.sample_once()
+                describing.append(sum(t.name == "describe-groups" for t in threading.enumerate()))
+                views = sampler.views()
+                assert [v.status for v in views] == [Status.UNKNOWN] * 2
+                assert all(v.error and "FindCoordinator" in v.error for v in views), views
+            assert max(describing) <= 1, describing
+        finally:
+            sampler.close()
+    finally:
+        server.destroy()
