@@ -7,6 +7,7 @@ the server's address, so a script can start it with --port 0 and read where it l
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -80,11 +81,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def check_numbers(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise BadInput(f"--port {args.port} is not a port (0-65535)")
-    if args.interval <= 0:
+    # Written so NaN is refused too (every comparison with it is false): an interval of NaN
+    # waited for nothing between rounds, sampling the broker in a busy loop.
+    if not 0 < args.interval < math.inf:
         raise BadInput("--interval must be a positive number of seconds")
-    if args.window <= 0:
+    if not 0 < args.window < math.inf:
         raise BadInput("--window must be a positive number of seconds")
-    if args.retention_warning < 0:
+    if not args.retention_warning >= 0:
         raise BadInput("--retention-warning cannot be negative")
 
 

@@ -368,7 +368,10 @@ def test_other_bad_input_is_one_line_and_exit_2(
 ) -> None:
     error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--port", "0")
     assert "does not answer ListGroups" in error and "--group" in error
-    error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--interval", "0")
-    assert "--interval must be a positive number" in error
+    for interval in ("0", "nan", "inf"):
+        error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--interval", interval)
+        assert "--interval must be a positive number" in error
+    error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--window", "nan")
+    assert "--window must be a positive number" in error
     error = one_line_exit_2(capsys, "--bootstrap", broker.bootstrap, "--port", "70000")
     assert "--port 70000 is not a port" in error
