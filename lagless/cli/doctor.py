@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from lagless.cli.options import add_group_arguments, kafka_config
 from lagless.exceptions import BadInput
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seconds <= 0:
+    if not 0 < args.seconds < math.inf:  # NaN refused too
         raise BadInput("--seconds must be positive")
     if args.fetch_bytes <= 0:
         raise BadInput("--fetch-bytes must be positive")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections.abc import Callable
 
@@ -82,14 +83,15 @@ def run(args: argparse.Namespace) -> int:
         return run_table_lag(args)
     if args.group is None:
         raise BadInput("lag needs --group (a consumer group's lag) or --sink (a table's)")
-    if args.watch is not None and args.watch <= 0:
+    # Written so NaN is refused too (every comparison with it is false).
+    if args.watch is not None and not 0 < args.watch < math.inf:
         raise BadInput("--watch must be a positive number of seconds")
     if args.watch is not None and (args.json or args.markdown or args.prometheus):
         raise BadInput(
             "--watch redraws the table; it cannot be combined with --json, --markdown or "
             "--prometheus"
         )
-    if args.window is not None and args.window < 0:
+    if args.window is not None and not 0 <= args.window < math.inf:
         raise BadInput("--window cannot be negative")
     if args.retention_warning < 0:
         raise BadInput("--retention-warning cannot be negative")

@@ -87,7 +87,7 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise BadInput("--interval must be a positive number of seconds")
     if not 0 < args.window < math.inf:
         raise BadInput("--window must be a positive number of seconds")
-    if not args.retention_warning >= 0:
+    if args.retention_warning < 0:
         raise BadInput("--retention-warning cannot be negative")
 
 

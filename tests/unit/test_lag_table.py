@@ -119,8 +119,28 @@ def test_watch_redraws_in_place_until_ctrl_c() -> None:
     assert "49" in text and "48" in text and "47" in text, "each redraw shows the new lag"
 
 
-def test_watch_rejects_a_non_positive_interval(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["lag", "--bootstrap", "x:1", "--group", "g", "--watch", "0"]) == 2
+@pytest.mark.parametrize("interval", ["0", "nan", "inf"])
+def test_watch_rejects_a_non_positive_interval(
+    capsys: pytest.CaptureFixture[str], interval: str
+) -> None:
+    assert main(["lag", "--bootstrap", "x:1", "--group", "g", "--watch", interval]) == 2
     assert (
         capsys.readouterr().err == "lagless: error: --watch must be a positive number of seconds\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["lag", "--window", "nan"], "--window cannot be negative"),
+        (["doctor", "--seconds", "nan"], "--seconds must be positive"),
+        (["doctor", "--seconds", "inf"], "--seconds must be positive"),
+    ],
+)
+def test_a_window_of_nan_is_bad_input(
+    capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    """NaN passes every `< 0` check (each comparison with it is false): it was judged over
+    (lag, exit 0) or failed unexpectedly (doctor, exit 1)."""
+    assert main([*args, "--bootstrap", "x:1", "--group", "g"]) == 2
+    assert capsys.readouterr().err == f"lagless: error: {error}\n"
