@@ -26,7 +26,7 @@ from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.serve.server import Content
-from lagless.serve.service import LagService, bind, fleet_gc
+from lagless.serve.service import LagService, bind, fleet_gc, fleet_malloc
 
 DEFAULT_PORT = 9308
 # Shorter than lag's 10 s: the service notices a broker that went away within a round or two.
@@ -93,6 +93,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_numbers(args)
+    fleet_malloc()
     config = kafka_config(args)
     settings = SamplerSettings(args.interval, args.window, args.retention_warning)
     started: list[Sampler] = []

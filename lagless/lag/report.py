@@ -177,15 +177,26 @@ def judge_partition(
     )
 
 
-def steady(samples: Sequence[PartitionSample], window_s: float) -> bool:
-    """Every sample holds the same offsets (committed, log start, end), and the partition does
-    not lag or they span more than the window. Then the partition's row is the same whatever
-    further samples of those offsets are added (only its sampled_at and its retention's as_of
-    would move): its status no longer depends on time (OK, STOP, LOST, AHEAD or GONE; a lagging
-    partition is STALL within the window, STOP past it), nothing moved to interpolate a time
-    lag with, and the log start has no rate. Serve keeps such a row instead of judging again."""
+def still_phase(samples: Sequence[PartitionSample], window_s: float) -> object:
+    """For samples that all hold the same offsets (committed, log start, end, gone): what else
+    their row depends on, but for the record at the committed offset, whether a member holds
+    the partition and retention.ms. Two such lists with the same offsets and phase give the
+    same row (only its sampled_at and its retention's as_of move): a caught-up partition is OK
+    whatever the time; a lagging one is OK on one sample, STALL on more within the window
+    (STOP where no member holds it), STOP past it; LOST, AHEAD and GONE need the latest sample
+    only; nothing moved to interpolate a time lag with, and the log start has no rate. Serve
+    keeps such a row instead of judging it again until the phase turns, so a stalled fleet
+    costs a round little more than asking the broker."""
     first, latest = samples[0], samples[-1]
-    return (latest.lag == 0 or latest.at - first.at > window_s) and all(
+    if latest.lag == 0:
+        return "caught up"
+    return (len(samples) >= 2, latest.at - first.at > window_s)
+
+
+def held_still(samples: Sequence[PartitionSample]) -> bool:
+    """Every sample holds the latest one's offsets."""
+    latest = samples[-1]
+    return all(
         (s.committed, s.low, s.end, s.gone)
         == (latest.committed, latest.low, latest.end, latest.gone)
         for s in samples

@@ -90,10 +90,12 @@ def partition_status(
         return Status.REWIND
     if latest.lag == 0:
         return Status.OK
-    window = [s for s in history if latest.at - s.at <= window_s]
-    committed = [s.committed for s in window]
     if owned is False:
         return Status.STOP
+    if len(history) == 1:  # nothing to compare yet (serve's first round, for every partition)
+        return Status.OK
+    window = [s for s in history if latest.at - s.at <= window_s]
+    committed = [s.committed for s in window]
     if latest.at - _unchanged_since(history) > window_s:
         return Status.STOP
     if len(window) >= 2 and len(set(committed)) == 1 and all(s.lag > 0 for s in window):

@@ -32,7 +32,7 @@ from lagless.lag.offsets import (
     look,
     record_starts,
 )
-from lagless.lag.report import History, LagReport, PartitionLag, judge_partition
+from lagless.lag.report import History, LagReport, PartitionLag, judge_partition, still_phase
 from lagless.lag.status import Status
 from lagless.serve.view import (
     GroupView,
@@ -62,6 +62,10 @@ WHOLE_PER_ROUND = 100
 # a time, a topic at a time (the most lagging first); the others show an interpolated time lag
 # meanwhile.
 RECORDS_PER_READ = 2000
+# Groups per look at the broker in a round: the next part's look overlaps the views of the one
+# before (at 2,000 groups x 12 partitions on noida-db, the first round 1.5 s in one look; #
+# second in parts of 250: see bench/fleet.py).
+LOOK_GROUPS = 250
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,13 @@ class SamplerSettings:
 class GroupWatch:
     """One group: what was learned of it so far, and its latest view.
 
-    A partition whose offsets hold still (report.steady: the same offsets, caught up or over
-    more than the window) keeps its row from round to round instead of being judged again,
-    while the record at its committed offset and its topic's retention.ms stay the same; a
-    group whose rows are all kept, with the same status, state and members, keeps its metrics
-    lines too. So a fleet of caught-up or stopped groups costs little more per round than
-    asking the broker."""
+    A partition whose offsets hold still keeps its row from round to round instead of being
+    judged again, while the record at its committed offset, its topic's retention.ms, whether
+    a member holds it and the phase of its status (report.still_phase: a lagging partition
+    turns STALL at its second sample, STOP past the window) stay the same; a group whose rows
+    are all kept, with the same status, state and members, keeps its metrics lines too. So a
+    fleet of caught-up, stalled or stopped groups costs little more per round than asking the
+    broker."""
 
     def __init__(self, group: str, settings: SamplerSettings) -> None:
         self.group = group
@@ -110,9 +115,8 @@ class GroupWatch:
         """Rows judged (not kept) by the latest build_view: for tests and the bench."""
         self._offsets_since: dict[TP, float] = {}
         """When each partition's offsets took the values of its latest sample."""
-        self._kept: dict[TP, tuple[tuple[float | None, int | None], PartitionLag]] = {}
-        """The row of each steady partition, with the record time and retention.ms it was
-        judged with."""
+        self._kept: dict[TP, tuple[tuple[object, ...], PartitionLag]] = {}
+        """The row of each still partition, with what it was judged with (still_phase)."""
         self._keys: list[TP] = []
         """The history's partitions, in order."""
         self.view = self._new_view({}, None)
@@ -131,6 +135,9 @@ class GroupWatch:
                 or last.gone != sample.gone
             ):
                 since[(sample.topic, sample.partition)] = sample.at
+                # Judged again: the older samples may all be forgotten by the time the row is
+                # built (after a long outage), which would leave this one sample still.
+                self._kept.pop((sample.topic, sample.partition), None)
         self.history.add(samples)
         if self.error is not None:  # its records are wanted again
             self.reads_changed = True
@@ -198,7 +205,7 @@ class GroupWatch:
     def _rows(
         self, records: Mapping[TP, RecordInfo], retention_ms: Mapping[str, int | None] | None
     ) -> tuple[PartitionLag, ...]:
-        """build_report's rows, a steady partition's kept rather than judged again."""
+        """build_report's rows, a still partition's kept rather than judged again."""
         window_s = self.settings.window_s
         held = held_partitions(self.description)
         history, since, kept_rows = self.history.samples, self._offsets_since, self._kept
@@ -212,29 +219,53 @@ class GroupWatch:
             record = records.get(key)
             record_at = None if record is None else record.timestamp_s
             topic_retention = None if retention_ms is None else retention_ms.get(key[0])
-            # The offsets need not be compared: a partition whose offsets moved is not steady,
-            # and its kept row was dropped when it was judged again.
-            inputs = (record_at if latest.lag else None, topic_retention)
+            owned = None if held is None else key in held
+            # Every kept sample holds the latest offsets (report.held_still, known from when
+            # they took those values). The offsets need not be compared with the kept row's:
+            # it was dropped when they moved (sampled).
+            still = since[key] <= first.at
             kept = kept_rows.get(key)
-            steady = since[key] <= first.at and (latest.lag == 0 or latest.at - first.at > window_s)
-            if steady and kept is not None and kept[0] == inputs:
-                rows.append(kept[1])
-                continue
+            if still:
+                phase = still_phase(samples, window_s)
+                inputs = (record_at if latest.lag else None, topic_retention, owned, phase)
+                if kept is not None and kept[0] == inputs:
+                    rows.append(kept[1])
+                    continue
             row = judge_partition(
-                samples,
-                window_s,
-                record_at,
-                owned=None if held is None else key in held,
-                retention_ms=topic_retention,
+                samples, window_s, record_at, owned=owned, retention_ms=topic_retention
             )
             judged += 1
-            if steady:
+            if still:
                 kept_rows[key] = (inputs, row)
             else:
                 kept_rows.pop(key, None)
             rows.append(row)
         self.judged = judged
         return tuple(rows)
+
+
+class Ahead:
+    """`job(arg)` run in a daemon thread of its own from now on; `result()` waits for what it
+    returned, or raises what it raised."""
+
+    def __init__(self, job: Callable[[Sequence[str]], FleetLook | str], arg: Sequence[str]):
+        self._outcome: list[FleetLook | str] = []
+        self._error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._outcome.append(job(arg))
+            except BaseException as exc:  # raised again in the round's thread, by result()
+                self._error.append(exc)
+
+        self._thread = threading.Thread(target=run, name="lag-look", daemon=True)
+        self._thread.start()
+
+    def result(self) -> FleetLook | str:
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._outcome[0]
 
 
 class Background:
@@ -336,20 +367,55 @@ class Sampler:
             log.warning("after a sampling round", exc_info=True)
 
     def _round(self, asked_at: float) -> None:
+        """The groups are looked at LOOK_GROUPS at a time, the broker asked for the next part
+        while this thread builds the views of the one before (overlapped: at the first round,
+        when every group's offsets are asked whole, the broker's answer and judging every
+        partition each take about half of it)."""
         if self._discover:
             self._find_groups()
         groups = list(self._watches)
         followed = {g: assigned_partitions(w.description) for g, w in self._watches.items()}
         known = self._known_partitions()
-        try:
-            found: FleetLook | None = look(
-                self._source, groups, followed, now=self._now, known=known
-            )
-        except LaglessError as exc:
-            found, everyone = None, _one_line(exc)
-        for group, watch in self._watches.items():
-            if found is None:
-                watch.failed(everyone, asked_at)
+        self._take_records()
+
+        def part_look(part: Sequence[str]) -> FleetLook | str:
+            try:
+                return look(self._source, part, followed, now=self._now, known=known)
+            except LaglessError as exc:
+                return _one_line(exc)
+
+        parts = [groups[at : at + LOOK_GROUPS] for at in range(0, len(groups), LOOK_GROUPS)]
+        ahead = Ahead(part_look, parts[0]) if parts else None
+        for number, part in enumerate(parts):
+            assert ahead is not None
+            found = ahead.result()
+            if number + 1 < len(parts):
+                ahead = Ahead(part_look, parts[number + 1])
+            self._sampled(part, found, followed, known, asked_at)
+            now = self._now()
+            for group in part:
+                self._watches[group].build_view(self._records, self._retention_ms, now)
+        if any([w.reads_changed for w in self._watches.values()]):
+            self._wanted = None
+            for watch in self._watches.values():
+                watch.reads_changed = False
+        self._read_wanted()
+        self._ask_retention()
+
+    def _sampled(
+        self,
+        part: Sequence[str],
+        found: FleetLook | str,
+        followed: Mapping[str, Sequence[TP]],
+        known: Mapping[str, Sequence[TP]],
+        asked_at: float,
+    ) -> None:
+        """Each group of the part given its samples in `found`, or its error (found a string:
+        why the look failed)."""
+        for group in part:
+            watch = self._watches[group]
+            if isinstance(found, str):
+                watch.failed(found, asked_at)
                 continue
             try:
                 samples = group_samples(found, group, followed[group])
@@ -363,15 +429,6 @@ class Sampler:
                 # A member may hold partitions the group never committed on: sampled from the
                 # next round on, so a group without commits is judged by what they hold.
                 watch.description = found.described.get(group)
-        if any([w.reads_changed for w in self._watches.values()]):
-            self._wanted = None
-            for watch in self._watches.values():
-                watch.reads_changed = False
-        self._read_records()
-        self._ask_retention()
-        now = self._now()
-        for watch in self._watches.values():
-            watch.build_view(self._records, self._retention_ms, now)
 
     def _known_partitions(self) -> dict[str, Sequence[TP]]:
         """The groups whose offsets are asked of the partitions they were judged on last round
@@ -407,13 +464,20 @@ class Sampler:
                 self._watches[group] = GroupWatch(group, self.settings)
 
     def _read_records(self) -> None:
+        self._take_records()
+        self._read_wanted()
+
+    def _take_records(self) -> None:
+        """The records the background read found since, now the views'."""
+        with self._records_lock:
+            arrived, self._records_read = self._records_read, {}
+        self._records.update(arrived)
+
+    def _read_wanted(self) -> None:
         """The records at the committed offsets of lagging partitions, read in the
         background a part at a time, each (partition, offset) once, for all groups at it, the
         topics with the most lagging partitions first. What was read and is no longer wanted
         is forgotten."""
-        with self._records_lock:
-            arrived, self._records_read = self._records_read, {}
-        self._records.update(arrived)
         reading = self._record_reader.busy()
         wanted = self._wanted
         if wanted is None:  # a group's lagging partitions changed (or it failed): asked again

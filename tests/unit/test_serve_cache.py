@@ -1,5 +1,5 @@
 """What serve keeps between rounds instead of working it out again: a steady partition's row
-(report.steady), a group's metrics lines while it shows the same, the round's joined metrics
+(report.still_phase), a group's metrics lines while it shows the same, the round's joined metrics
 text, and the partitions a group's offsets are asked of. Each is checked against doing the work
 afresh, on a scripted broker and clock (exact moments no live broker gives on demand)."""
 
@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from lagless.kafka import TP
 from lagless.kafka.cluster_info import GroupsFound
 from lagless.lag.offsets import PartitionSample, RecordInfo
-from lagless.lag.report import PartitionLag, build_report, judge_partition, steady
+from lagless.lag.report import (
+    PartitionLag,
+    build_report,
+    held_still,
+    judge_partition,
+    still_phase,
+)
 from lagless.serve import api, metrics
 from lagless.serve.sampler import WHOLE_PER_ROUND, Sampler, SamplerSettings
 from lagless.serve.view import GroupView, Sampled, group_view
@@ -220,18 +226,39 @@ def test_a_changed_group_is_judged_again_an_unchanged_one_is_not() -> None:
     assert 'group="g1",topic="t",partition="0"} 7\n' in body, "the new commit shown"
 
 
-def test_a_steady_row_is_the_row_judging_again_would_give() -> None:
-    """report.steady's promise, on a lagging partition held still past the window (STOP), a
-    caught-up one, one with records lost to retention and one whose topic is gone."""
-    cases = [(4, 0, 10, False), (10, 0, 10, False), (2, 5, 10, False), (3, 0, 0, True)]
-    for committed, low, end, gone in cases:
-        samples = [PartitionSample("t", 0, at, committed, low, end, gone) for at in (0.0, 1.0)]
-        while not steady(samples, SETTINGS.window_s):
-            samples.append(dataclasses.replace(samples[-1], at=samples[-1].at + 1.0))
-        row = judge_partition(samples, SETTINGS.window_s, 2.0, None, RETENTION_MS)
-        later = [*samples[1:], dataclasses.replace(samples[-1], at=samples[-1].at + 1.0)]
-        again = judge_partition(later, SETTINGS.window_s, 2.0, False, RETENTION_MS)
-        assert timeless(row) == timeless(again)
+@settings(max_examples=300, deadline=None)
+@given(
+    committed=st.integers(0, 12),
+    low=st.integers(0, 12),
+    end=st.integers(0, 12),
+    gone=st.booleans(),
+    gaps=st.lists(st.sampled_from([0.5, 1.0, 2.0, 4.0]), min_size=1, max_size=8),
+    owned=st.sampled_from([None, True, False]),
+    record_at=st.sampled_from([None, 2.0]),
+)
+def test_a_still_row_is_the_row_judging_again_would_give(
+    committed: int,
+    low: int,
+    end: int,
+    gone: bool,
+    gaps: list[float],
+    owned: bool | None,
+    record_at: float | None,
+) -> None:
+    """report.still_phase's promise: samples that hold the same offsets give the same row
+    (but for when it was sampled) as one more such sample, wherever their phase is the same.
+    Any offsets (lagging, caught up, lost to retention, ahead of the log, gone), any gaps."""
+    samples = [PartitionSample("t", 0, 0.0, committed, low, end, gone)]
+    for gap in gaps:
+        later = [*samples, dataclasses.replace(samples[-1], at=samples[-1].at + gap)]
+        while later[-1].at - later[0].at > SETTINGS.keep_s:  # as History forgets
+            later.pop(0)
+        assert held_still(later)
+        row = judge_partition(samples, SETTINGS.window_s, record_at, owned, RETENTION_MS)
+        again = judge_partition(later, SETTINGS.window_s, record_at, owned, RETENTION_MS)
+        if still_phase(samples, SETTINGS.window_s) == still_phase(later, SETTINGS.window_s):
+            assert timeless(row) == timeless(again)
+        samples = later
 
 
 def timeless(row: PartitionLag) -> PartitionLag:

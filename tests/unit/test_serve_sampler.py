@@ -19,7 +19,7 @@ from lagless.lag.offsets import RecordInfo
 from lagless.lag.status import Status
 from lagless.serve import api, metrics
 from lagless.serve import sampler as sampler_module
-from lagless.serve.sampler import Sampler, SamplerSettings
+from lagless.serve.sampler import LOOK_GROUPS, Sampler, SamplerSettings
 from lagless.serve.service import FLEET_GC_THRESHOLDS, fleet_gc
 from tests.harness.serve import metric, parse_metrics
 
@@ -134,15 +134,15 @@ def test_a_stopped_empty_group_stays_reported_with_its_state_and_exact_time_lag(
     assert metric(samples, "kafka_consumergroup_group_lag_seconds", group="g") == clock.now - 900
 
 
-def test_every_group_is_asked_in_one_request_per_round_and_shares_record_reads() -> None:
-    """A fleet costs one request for all groups, and a partition two groups wait at is read
-    once."""
+def test_groups_are_asked_a_part_at_a_time_each_once_a_round_and_share_record_reads() -> None:
+    """A fleet costs one request per LOOK_GROUPS groups, each group asked once a round, and
+    a partition two groups wait at is read once."""
     clock = Clock()
-    groups = [f"g{n:03d}" for n in range(300)]
+    groups = [f"g{n:03d}" for n in range(LOOK_GROUPS + 50)]
     fleet = ScriptedFleet({group: {("t", 0): 4} for group in groups})
     sampler = Sampler(fleet, SETTINGS, groups, now=clock)
     run_rounds(sampler, clock, 3)
-    assert fleet.group_requests == [groups] * 3
+    assert fleet.group_requests == [groups[:LOOK_GROUPS], groups[LOOK_GROUPS:]] * 3
     assert fleet.record_reads == [[("t", 0)]]
     assert {view.group for view in sampler.views() if view.total_lag == 6} == set(groups)
 
@@ -235,12 +235,13 @@ def _sampled_with_retention() -> tuple[Sampler, Clock]:
 
 
 def test_retention_ms_from_describe_configs_gives_a_warning_before_the_record_goes() -> None:
-    """retention.ms 120 s and the committed record written at t=900: at t=1001 it has 19 s
-    left."""
+    """retention.ms 120 s and the committed record written at t=900: at the latest sample
+    (t=1002) it has 18 s left, as every reader asks it (with the time: a still partition's
+    row is kept from an earlier round)."""
     sampler, clock = _sampled_with_retention()
     (view,) = sampler.views()
     risk = view.partitions[0].retention
-    assert risk is not None and risk.seconds_by_retention() == 900 + 120 - clock.now
+    assert risk is not None and risk.seconds_by_retention(clock.now) == 900 + 120 - clock.now
     assert view.findings[0].kind == "retention-risk"
     assert "at retention.ms" in view.findings[0].text
     samples = parse_metrics(metrics.render(sampler.views(), clock.now, "c"))
