@@ -296,11 +296,13 @@ class ClusterInfo:
                 wire.close()
         return self._wire_client
 
-    def describe_groups(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
+    def describe_groups(
+        self, groups: Sequence[str], timeout_s: float = _DESCRIBE_TIMEOUT_S
+    ) -> dict[str, GroupDescription | None]:
         """Each group's state, assignor, members and their partitions (DescribeGroups, all in
         one request, from the child process); None for a group the broker does not tell
         about."""
-        return _descriptions(self._groups_describer().describe(groups, _DESCRIBE_TIMEOUT_S))
+        return _descriptions(self._groups_describer().describe(groups, timeout_s))
 
     def describe_group(self, group: str) -> GroupDescription | None:
         return self.describe_groups([group])[group]

@@ -103,6 +103,11 @@ class FleetSource(Protocol):
         partition."""
         ...
 
+    def describe(self, groups: Sequence[str]) -> Mapping[str, GroupDescription | None]:
+        """Each group's state, members and their partitions (DescribeGroups), None where not
+        told; waits for the answer (serve asks it in a thread of its own, between rounds)."""
+        ...
+
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
         """Every topic and its partition count, as known at most max_age_s ago. Raises
         LaglessError when the broker is away."""
@@ -156,6 +161,9 @@ class KafkaFleetSource:
                 for p in range(count)
             ]
         return self._reader.cluster.groups(groups, describe, named, known)
+
+    def describe(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
+        return self._reader.cluster.describe_groups(groups, self._reader.connection.timeout_s)
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
         # Metadata of every topic costs (0.3 s for 2,000 topics here): asked again only when

@@ -42,7 +42,7 @@ class SeriesPoint:
 
 class Series:
     """A group's lag over time, its last `points` samples, in flat arrays: a fleet of groups
-    keeps 8 bytes per number rather than an object per point. Appended to by the sampler,
+    keeps 4 or 8 bytes per number rather than an object per point. Appended to by the sampler,
     read by the HTTP threads (under a lock, as copies)."""
 
     def __init__(self, points: int = SERIES_POINTS) -> None:
@@ -51,7 +51,9 @@ class Series:
         self._at = array("d")
         self._total = array("q")
         self._max_seconds = array("d")  # NaN: unknown
-        self._partitions: dict[tuple[str, int], array[int]] = {}  # -1: not read then
+        # -1: not read then. 4 bytes a point ("i"), 8 ("q") from a lag past 2**31 - 1 on:
+        # 24,000 partitions keep 58 MB rather than 115 at 600 points.
+        self._partitions: dict[tuple[str, int], array[int]] = {}
 
     def append(
         self,
@@ -62,12 +64,17 @@ class Series:
     ) -> None:
         with self._lock:
             for key in lags.keys() - self._partitions.keys():
-                self._partitions[key] = array("q", [_ABSENT]) * len(self._at)
+                self._partitions[key] = array("i", [_ABSENT]) * len(self._at)
             self._at.append(at)
             self._total.append(total_lag)
             self._max_seconds.append(math.nan if max_lag_seconds is None else max_lag_seconds)
             for key, kept in self._partitions.items():
-                kept.append(lags.get(key, _ABSENT))
+                lag = lags.get(key, _ABSENT)
+                try:
+                    kept.append(lag)
+                except OverflowError:
+                    self._partitions[key] = array("q", kept)
+                    self._partitions[key].append(lag)
             if len(self._at) > self._points:
                 columns: list[array[int] | array[float]] = [
                     self._at,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagless.kafka import TP
-from lagless.kafka.cluster_info import GroupsFound
+from lagless.kafka.cluster_info import GroupDescription, GroupsFound
 from lagless.lag.offsets import PartitionSample, RecordInfo
 from lagless.lag.report import (
     PartitionLag,
@@ -56,6 +56,9 @@ class Broker:
             named = (known or {}).get(group)
             found[group] = {tp: o for tp, o in offsets.items() if named is None or tp in named}
         return GroupsFound(found, dict.fromkeys(groups), {})
+
+    def describe(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
+        return dict.fromkeys(groups)  # DescribeGroups not answered
 
     def topics(self, max_age_s: float = 0.0) -> dict[str, int]:
         counts: dict[str, int] = {}

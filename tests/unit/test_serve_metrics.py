@@ -120,3 +120,19 @@ def test_lag_json_and_the_serve_api_show_the_same_partition() -> None:
         (0.0, "exact"),
         (5.0, "exact"),
     ]
+
+
+def test_a_series_keeps_partition_lags_exact_past_four_bytes() -> None:
+    """Partition lags are kept in 4 bytes until one needs 8: then that partition's points are
+    widened, every point as it was."""
+    series = Series(points=3)
+    huge = 2**31 + 5
+    for at, lag in enumerate([7, 2**31 - 1, huge, 9]):
+        series.append(float(at), lag, None, {("t", 0): lag, ("t", 1): at})
+    points = series.points()
+    assert [p.total_lag for p in points] == [2**31 - 1, huge, 9]
+    assert [p.partition_lags for p in points] == [
+        (("t", 0, 2**31 - 1), ("t", 1, 1)),
+        (("t", 0, huge), ("t", 1, 2)),
+        (("t", 0, 9), ("t", 1, 3)),
+    ]

@@ -73,6 +73,11 @@ class ScriptedFleet:
         }
         return GroupsFound(committed, {g: self._describe(g) for g in groups}, {})
 
+    def describe(self, groups: Sequence[str]) -> dict[str, GroupDescription | None]:
+        if self.failing:
+            return dict.fromkeys(groups)
+        return {g: self._describe(g) for g in groups}
+
     def _describe(self, group: str) -> GroupDescription | None:
         if self.state is None:
             return None
