@@ -33,7 +33,14 @@ from lagless.lag.offsets import (
     look,
     record_starts,
 )
-from lagless.lag.report import History, LagReport, PartitionLag, judge_partition, still_phase
+from lagless.lag.report import (
+    LagReport,
+    PartitionLag,
+    RunHistory,
+    judge_partition,
+    same_offsets,
+    still_phase,
+)
 from lagless.lag.status import Status
 from lagless.serve.view import (
     GroupView,
@@ -95,7 +102,7 @@ class GroupWatch:
     def __init__(self, group: str, settings: SamplerSettings) -> None:
         self.group = group
         self.settings = settings
-        self.history = History(keep_s=settings.keep_s)
+        self.history = RunHistory(keep_s=settings.keep_s)
         self.description: GroupDescription | None = None
         self.members_asked = False
         """DescribeGroups was asked of the group (description is its answer)."""
@@ -126,17 +133,10 @@ class GroupWatch:
 
     def sampled(self, samples: Sequence[PartitionSample], at: float, by_lagless: bool) -> None:
         self.by_lagless = by_lagless
-        kept, since = self.history.samples, self._offsets_since
+        history, since = self.history, self._offsets_since
         for sample in samples:
-            before = kept.get((sample.topic, sample.partition))
-            last = before[-1] if before else None
-            if (
-                last is None
-                or last.committed != sample.committed
-                or last.low != sample.low
-                or last.end != sample.end
-                or last.gone != sample.gone
-            ):
+            last = history.latest_of((sample.topic, sample.partition))
+            if last is None or not same_offsets(last, sample):
                 since[(sample.topic, sample.partition)] = sample.at
                 # Judged again: the older samples may all be forgotten by the time the row is
                 # built (after a long outage), which would leave this one sample still.
@@ -211,31 +211,32 @@ class GroupWatch:
         """build_report's rows, a still partition's kept rather than judged again."""
         window_s = self.settings.window_s
         held = held_partitions(self.description)
-        history, since, kept_rows = self.history.samples, self._offsets_since, self._kept
+        history, since, kept_rows = self.history, self._offsets_since, self._kept
         if len(self._keys) != len(history):  # partitions are added to a history, never removed
-            self._keys = sorted(history)
+            self._keys = sorted(history.keys())
         rows = []
         judged = 0
         for key in self._keys:
-            samples = history[key]
-            first, latest = samples[0], samples[-1]
+            latest = history.latest_of(key)
+            assert latest is not None  # a key of the history
+            first_at = history.first_at(key)
             record = records.get(key)
             record_at = None if record is None else record.timestamp_s
             topic_retention = None if retention_ms is None else retention_ms.get(key[0])
             owned = None if held is None else key in held
-            # Every kept sample holds the latest offsets (report.held_still, known from when
-            # they took those values). The offsets need not be compared with the kept row's:
-            # it was dropped when they moved (sampled).
-            still = since[key] <= first.at
+            # Every kept sample holds the latest offsets (known from when they took those
+            # values). They need not be compared with the kept row's: it was dropped when they
+            # moved (sampled).
+            still = since[key] <= first_at
             kept = kept_rows.get(key)
             if still:
-                phase = still_phase(samples, window_s)
+                phase = still_phase(latest, first_at, history.count(key), window_s)
                 inputs = (record_at if latest.lag else None, topic_retention, owned, phase)
                 if kept is not None and kept[0] == inputs:
                     rows.append(kept[1])
                     continue
             row = judge_partition(
-                samples, window_s, record_at, owned=owned, retention_ms=topic_retention
+                history.of(key), window_s, record_at, owned=owned, retention_ms=topic_retention
             )
             judged += 1
             if still:

@@ -17,7 +17,7 @@ from typing import cast
 from lagless.lag.doctor import Examination, Finding, diagnose
 from lagless.lag.members import GroupDescription
 from lagless.lag.offsets import RecordInfo
-from lagless.lag.report import History, LagReport, PartitionLag
+from lagless.lag.report import History, LagReport, PartitionLag, RunHistory
 from lagless.lag.status import Status, group_status
 
 # Points kept of a group's lag over time: 20 minutes at serve's default 2 s interval.
@@ -177,7 +177,7 @@ class GroupView:
 class Sampled:
     """What a group's sampler gathered so far."""
 
-    history: History
+    history: History | RunHistory
     records: Mapping[tuple[str, int], RecordInfo]
     description: GroupDescription | None
     retention_ms: Mapping[str, int | None] | None
@@ -218,7 +218,7 @@ def group_view(
         rewound = {row.key for row in report.rows if row.status is Status.REWIND}
         kept = History(
             sampled.history.keep_s,
-            {key: list(sampled.history.samples[key]) for key in rewound},
+            {key: sampled.history.of(key) for key in rewound},
         )
         exam = Examination(
             report=report,
