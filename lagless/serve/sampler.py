@@ -71,8 +71,8 @@ WHOLE_PER_ROUND = 100
 # meanwhile.
 RECORDS_PER_READ = 2000
 # Groups per look at the broker in a round: the next part's look overlaps the views of the one
-# before (at 2,000 groups x 12 partitions on noida-db, the first round 1.5 s in one look; #
-# second in parts of 250: see bench/fleet.py).
+# before (2,000 groups x 12 partitions on noida-db: the first round about 1.0 s in parts of
+# 250, 1.3 s in one look; bench/fleet.py).
 LOOK_GROUPS = 250
 
 
@@ -376,9 +376,9 @@ class Sampler:
         """The groups are looked at LOOK_GROUPS at a time, the broker asked for the next part
         while this thread builds the views of the one before (overlapped: at the first round,
         when every group's offsets are asked whole, the broker's answer and judging every
-        partition each take about half of it). The members are those told by the
-        DescribeGroups asked after the round before (_ask_members), but for a few new
-        groups'."""
+        partition each take about half of it). The members are those the DescribeGroups
+        asked after the round before told (_ask_members); a few groups seen for the first
+        time are described with their first look."""
         if self._discover:
             self._find_groups()
         self._take_members()
