@@ -23,6 +23,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 
@@ -65,12 +66,16 @@ class WireClient:
         self._connections: dict[Address, _Connection] = {}
         self._coordinators: dict[str, Address] = {}
         self._lock = threading.Lock()  # one request at a time on each connection
+        self._unanswered: dict[Address, float] = {}
+        """When a broker last failed a request (timed out, refused, broken answer): it is not
+        asked again within the timeout. serve looks at a fleet a part at a time, and while a
+        broker is away each part would otherwise wait for its own timeout."""
 
     def usable(self) -> bool:
         """The bootstrap broker answers OffsetFetch v8, FindCoordinator v4 and ListOffsets
         v4. Raises OSError when it cannot be reached."""
         with self._lock:
-            answer = self._any_broker().call(API_VERSIONS, 0, b"", flexible=False)
+            answer = self._any_broker()[1].call(API_VERSIONS, 0, b"", flexible=False)
         if answer.int16() != 0:
             return False
         versions = {}
@@ -114,7 +119,7 @@ class WireClient:
                         )
                         _offsets_listed(answer, found, failed)
                     except _BROKEN as exc:
-                        self._drop(address)
+                        self._unanswering(address)
                         failed.update(
                             dict.fromkeys(part, f"broker {address[0]}:{address[1]}: {exc}")
                         )
@@ -150,7 +155,7 @@ class WireClient:
                     )
                     told = _offsets(answer)
                 except _BROKEN as exc:
-                    self._drop(address)
+                    self._unanswering(address)
                     told = dict.fromkeys(part, f"coordinator {address[0]}:{address[1]}: {exc}")
                 for group in part:
                     answered = told.get(group, "the coordinator's answer left the group out")
@@ -169,8 +174,10 @@ class WireClient:
         """Learns the coordinator of each group; returns why it could not, per group."""
         failed: dict[str, Committed] = {}
         body = struct.pack(">b", GROUP_KEY) + _array(_string(group) for group in groups) + _NO_TAGS
+        address: Address | None = None
         try:
-            answer = self._any_broker().call(API_FIND_COORDINATOR, FIND_COORDINATOR_VERSION, body)
+            address, connection = self._any_broker()
+            answer = connection.call(API_FIND_COORDINATOR, FIND_COORDINATOR_VERSION, body)
             answer.int32()  # throttle_time_ms
             for _ in range(answer.count()):
                 key, _node = answer.string(), answer.int32()
@@ -186,25 +193,43 @@ class WireClient:
                 else:
                     self._coordinators[key or ""] = (host or "", port)
         except _BROKEN as exc:
+            if address is not None:
+                self._unanswering(address)
             return dict.fromkeys(groups, f"FindCoordinator: {exc}")
         for group in groups:
             if group not in self._coordinators and group not in failed:
                 failed[group] = "FindCoordinator's answer left the group out"
         return failed
 
-    def _any_broker(self) -> _Connection:
+    def _any_broker(self) -> tuple[Address, _Connection]:
         error: OSError | None = None
         for address in self._bootstrap:
             try:
-                return self._connection(address)
+                return address, self._connection(address)
             except OSError as exc:
                 error = exc
         raise error or OSError("no bootstrap address")
 
     def _connection(self, address: tuple[str, int]) -> _Connection:
+        failed_at = self._unanswered.get(address)
+        if failed_at is not None and time.monotonic() - failed_at < self._timeout_s:
+            raise ConnectionError(
+                f"{address[0]}:{address[1]} failed a request {time.monotonic() - failed_at:.1f}"
+                f" s ago; asked again {self._timeout_s:g} s after"
+            )
         if address not in self._connections:
-            self._connections[address] = _Connection(address, self._timeout_s)
+            try:
+                self._connections[address] = _Connection(address, self._timeout_s)
+            except OSError:
+                self._unanswered[address] = time.monotonic()
+                raise
         return self._connections[address]
+
+    def _unanswering(self, address: tuple[str, int]) -> None:
+        """The broker failed a request: its connection dropped, and not asked again within
+        the timeout."""
+        self._drop(address)
+        self._unanswered[address] = time.monotonic()
 
     def _drop(self, address: tuple[str, int]) -> None:
         connection = self._connections.pop(address, None)

@@ -341,6 +341,7 @@ class Sampler:
         self._retention_reader = Background("lag-retention")
         self._members_reader = Background("lag-members")
         self._members_read: Mapping[str, GroupDescription | None] | None = None  # by the thread
+        self._members_lock = threading.Lock()
         self.rounds = 0
         self.poll_time_ms: float | None = None
         # Named groups are listed from the start, with no partitions until their first sample.
@@ -403,10 +404,13 @@ class Sampler:
 
         parts = [groups[at : at + LOOK_GROUPS] for at in range(0, len(groups), LOOK_GROUPS)]
         ahead = Ahead(part_look, parts[0]) if parts else None
+        found: FleetLook | str = ""
         for number, part in enumerate(parts):
-            assert ahead is not None
-            found = ahead.result()
-            if number + 1 < len(parts):
+            if ahead is not None:
+                found, ahead = ahead.result(), None
+            # A look that failed (the broker away) is every later part's too: asked, each
+            # would wait for its timeout.
+            if not isinstance(found, str) and number + 1 < len(parts):
                 ahead = Ahead(part_look, parts[number + 1])
             self._sampled(part, found, followed, known, asked_at)
             now = self._now()
@@ -564,18 +568,21 @@ class Sampler:
 
         def read() -> None:
             found = self._source.describe(groups)
-            with self._records_lock:
+            with self._members_lock:
                 self._members_read = found
 
         self._members_reader.start(read)
 
     def _take_members(self) -> None:
-        with self._records_lock:
+        """The members the background read found, each group's but where its sampling fails
+        (the broker away: it keeps the members last told, as its last view)."""
+        with self._members_lock:
             arrived, self._members_read = self._members_read, None
         for group, description in (arrived or {}).items():
-            if group in self._watches:
-                self._watches[group].description = description
-                self._watches[group].members_asked = True
+            watch = self._watches.get(group)
+            if watch is not None and watch.error is None:
+                watch.description = description
+                watch.members_asked = True
 
     def settle(self, timeout_s: float) -> None:
         """Wait for the background reads under way (records, retention.ms, members), then

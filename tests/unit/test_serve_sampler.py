@@ -307,3 +307,30 @@ def test_one_exposition_turns_a_risk_on_once_the_deletion_is_within_the_warning(
     for at, expected in ((turns - 1, 0), (turns, 0), (turns + 1, 1), (turns - 1, 0)):
         samples = parse_metrics(exposition.body(at).decode())
         assert metric(samples, "lagless_consumergroup_retention_at_risk", **where) == expected
+
+
+def test_a_round_whose_look_fails_asks_no_other_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker away: the first part's look fails (each look would wait for its timeout, a
+    fleet's round eight times as long), so the round's other parts are not asked; every group
+    shows the reason."""
+    clock = Clock()
+    groups = [f"g{n:03d}" for n in range(3 * LOOK_GROUPS)]
+    fleet = ScriptedFleet({group: {("t", 0): 4} for group in groups})
+    sampler = Sampler(fleet, SETTINGS, groups, now=clock)
+    run_rounds(sampler, clock, 1)
+    looks: list[int] = []
+    real_look = sampler_module.look
+
+    def counted(*args: object, **kwargs: object) -> object:
+        looks.append(1)
+        return real_look(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sampler_module, "look", counted)
+    fleet.failing = True
+    run_rounds(sampler, clock, 1)
+    assert len(looks) == 1
+    assert {view.error for view in sampler.views()} == {"broker down"}
+    fleet.failing = False
+    run_rounds(sampler, clock, 1)
+    assert len(looks) == 4, "every part asked again once the broker answers"
+    assert {view.error for view in sampler.views()} == {None}

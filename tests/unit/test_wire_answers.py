@@ -4,12 +4,24 @@ as the protocol says. The requests themselves: tests/integration/test_wire.py, o
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import struct
+import threading
+import time
 
 import pytest
 from confluent_kafka import KafkaError
 
-from lagless.kafka.wire import _NO_TAGS, _offsets, _offsets_listed, _Reader, _string, _varint
+from lagless.kafka.wire import (
+    _NO_TAGS,
+    WireClient,
+    _offsets,
+    _offsets_listed,
+    _Reader,
+    _string,
+    _varint,
+)
 
 LONG = "lagless:" + "x" * 300  # its length needs a two-byte varint
 
@@ -66,3 +78,39 @@ def test_list_offsets_answers_offsets_errors_and_a_short_answer() -> None:
     assert set(failed) == {("t", 1), ("t", 2)} and "no offset" in failed[("t", 2)]
     with pytest.raises(ValueError):
         _offsets_listed(_Reader(head + body[:-1]), {}, {})
+
+
+def test_a_broker_that_did_not_answer_is_not_asked_again_within_the_timeout() -> None:
+    """A listener that accepts and never answers (a broker stopped mid-flight; a real socket,
+    no broker behind it, which is what is tested): the first fetch waits for its timeout, the
+    next ones within the timeout fail at once without connecting (serve's parts of a fleet
+    would each wait otherwise), and after the timeout it is asked again."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []  # held open, never answered
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    client = WireClient(f"127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.5)
+    try:
+        started = time.monotonic()
+        first = client.fetch({"g1": None})
+        waited = time.monotonic() - started
+        started = time.monotonic()
+        second = client.fetch({"g2": None})
+        again = time.monotonic() - started
+        connections = len(accepted)
+        time.sleep(0.6)
+        third = client.fetch({"g3": None})
+        assert len(accepted) == connections + 1, "asked again after the timeout"
+    finally:
+        client.close()
+        listener.close()
+        for connection in accepted:
+            connection.close()
+    assert waited >= 0.5 and "timed out" in str(first["g1"])
+    assert again < 0.1 and "failed a request" in str(second["g2"])
+    assert "timed out" in str(third["g3"])
