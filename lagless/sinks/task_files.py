@@ -85,13 +85,27 @@ class StagedFiles:
         return f"{self.folder}/{name}", None
 
 
+def make_folder(folder: str, tries: int = 5) -> None:
+    """os.makedirs, tried again where another import's cleanup removed an empty parent between
+    its steps (SQLite's staging folders share `<db>-lagless-staging/<table>`, removed by the
+    import that empties it): once the folder is made its parents are not empty, so a few tries
+    suffice."""
+    for tried in range(1, tries + 1):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if tried == tries:
+                raise
+
+
 @contextmanager
 def output_file(folder: str, name: str, s3: S3Access | None) -> Iterator[Any]:
     """Where a task writes one file: locally a temporary path renamed to `name` once whole;
     on S3 an upload under `name` (whole or not at all), removed if the writing fails."""
     path = f"{folder}/{name}"
     if s3 is None:
-        os.makedirs(folder, exist_ok=True)
+        make_folder(folder)
         partial = f"{path}.{uuid.uuid4().hex}.partial"
         try:
             yield partial
