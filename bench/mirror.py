@@ -5,15 +5,20 @@ A PostgreSQL table of `--rows` rows (wal_level=logical), Debezium's PostgreSQL c
 
 1. snapshot: Debezium's initial snapshot (its rate: rows / seconds from its start to the last
    row sent), and per store a bulk `--value-format debezium` import of it (rows / the
-   import's seconds);
+   import's seconds, Spark's start left out);
 2. updates: `--updates` updates of random keys, committed as fast as PostgreSQL takes them
    (Debezium's streaming rate: events / seconds from the first commit to the last event
    sent), and per store the bulk import of those events, resuming after the snapshot;
-3. sustained (`--sustain-seconds`, each store in turn): a continuous mirror while updates
-   flow at `--sustain-rate` events/s (at most what Debezium streams), its lag behind the
-   database (`lagless lag --sink`'s, sampled each second): the highest and the last.
+3. capacity (`--capacity-seconds` a step, each store in turn): a continuous mirror while
+   update events flow at rising rates, 1x, 2x, 3x, 4x Debezium's streaming rate: the highest
+   rate the mirror holds less than 5 s behind the database (`lagless lag --sink`'s time lag,
+   sampled each second, its highest over a step's second half). Debezium cannot send faster
+   than it does, so these events are Debezium's own update event, read back from the topic,
+   sent again by a process of the bench with fresh keys, times and positions;
+4. sustained (`--sustain-seconds`): a continuous mirror while PostgreSQL's updates flow
+   through Debezium at `--sustain-rate`/s (at most what Debezium streams), its lag.
 
-The ratio column is lagless's rate over Debezium's in the same phase: lagless is not a
+The ratio columns are lagless's rate over Debezium's in the same phase: lagless is not a
 mirror's bottleneck while it is above 1 (the goal is 3). Events are Kafka Connect's JSON
 without their schema (`--value-schema` gives the columns) so that the embedded broker, which
 keeps ~5 MB per partition, holds the snapshot; the decoding is the same. The load average is
@@ -26,6 +31,8 @@ printed before and after: the machine is shared.
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -58,6 +65,9 @@ TOPIC = f"bench.public.{TABLE}"
 SCHEMA = "id INT, owner STRING, balance DECIMAL(12,2), updated TIMESTAMP"
 SLOT = "lagless_bench"
 STORES = ("sqlite", "delta", "iceberg", "postgresql")
+# The capacity phase's rates, times Debezium's streaming rate; and how far behind is held.
+LADDER = (1, 2, 3, 4)
+HELD_S = 5.0
 SCHEMALESS = {
     "key.converter.schemas.enable": "false",
     "value.converter.schemas.enable": "false",
@@ -168,12 +178,139 @@ def sustained(
     return (max(lags, default=float("nan")), lags[-1] if lags else float("nan"))
 
 
+def update_template(bootstrap: str) -> tuple[bytes, bytes]:
+    """(key, value) of an update event Debezium sent, read back from the topic's ends."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-template"})
+    try:
+        partitions = consumer.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), 10)
+            consumer.assign([TopicPartition(TOPIC, partition, max(low, high - 20))])
+            for message in consumer.consume(20, timeout=5):
+                value = message.value()
+                if message.error() is None and value and json.loads(value).get("op") == "u":
+                    return message.key(), value
+    finally:
+        consumer.close()
+    raise RuntimeError(f"no update event of Debezium's in {TOPIC}")
+
+
+def replay(
+    bootstrap: str,
+    template: tuple[bytes, bytes],
+    rows: int,
+    rates: list[int],
+    step_s: float,
+    sink: str,
+    found: Any,
+) -> None:
+    """A process of its own: once the mirror has caught up, Debezium's update event sent again
+    at each rate for `step_s` (random keys of the table, the time and position of now), the
+    mirror's lag behind the database sampled each second; puts (rate, the highest lag over
+    the step's second half, events sent) on `found`, and stops after a step not held."""
+    from confluent_kafka import Producer
+
+    kafka = KafkaConfig(bootstrap)
+
+    def behind() -> float:
+        return max(row.source_lag_s or 0.0 for row in table_lag(kafka, sink, TABLE, [TOPIC]))
+
+    event = json.loads(template[1])
+    event["after"]["id"], event["source"]["lsn"] = "@ID@", "@LSN@"
+    event["ts_ms"] = event["source"]["ts_ms"] = "@MS@"
+    text = json.dumps(event, separators=(",", ":")).replace("%", "%%")
+    for mark, field in (("ID", "id"), ("MS", "ms"), ("LSN", "lsn")):
+        text = text.replace(f'"@{mark}@"', f"%({field})d")
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",  # as Kafka Connect places keys
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 2_000_000,
+        }
+    )
+    deadline = time.monotonic() + 120
+    while behind() > 1.0 and time.monotonic() < deadline:  # the mirror's start
+        time.sleep(1)
+    chosen = random.Random(7)
+    lsn = 10**12  # past Debezium's own positions: they only need to grow
+    for rate in rates:
+        start = time.monotonic()
+        sent, lags, sample_at = 0, [], start + 1
+        while (now := time.monotonic()) - start < step_s:
+            ms = int(time.time() * 1000)
+            for _ in range(int((now - start) * rate) - sent):
+                key, lsn = chosen.randint(1, rows), lsn + 1
+                value = text % {"id": key, "ms": ms, "lsn": lsn}
+                producer.produce(TOPIC, value.encode(), b'{"id":%d}' % key)
+                sent += 1
+            producer.poll(0)
+            if now >= sample_at:
+                lags.append(behind())
+                sample_at += 1
+            time.sleep(0.005)
+        producer.flush()
+        highest = max(lags[len(lags) // 2 :], default=float("nan"))
+        found.put((rate, highest, sent))
+        if not highest < HELD_S:
+            break
+
+
+def capacity(
+    bootstrap: str,
+    sink: str,
+    checkpoint: Path,
+    rows: int,
+    base_rate: float,
+    step_s: float,
+) -> list[tuple[int, float, int]]:
+    """A continuous mirror while `replay` sends Debezium's events at LADDER x `base_rate`:
+    (rate, highest lag over the step's second half, events) of each step run."""
+    import signal
+
+    context = multiprocessing.get_context("spawn")
+    found = context.Queue()
+    rates = [int(base_rate * factor) for factor in LADDER]
+    template = update_template(bootstrap)
+    sender = context.Process(
+        target=replay, args=(bootstrap, template, rows, rates, step_s, sink, found)
+    )
+    sender.start()
+
+    ended = threading.Event()
+
+    def stop_when_sent() -> None:
+        sender.join()
+        if not ended.is_set():
+            os.kill(os.getpid(), signal.SIGINT)  # the import stops after its batch
+
+    watcher = threading.Thread(target=stop_when_sent)
+    watcher.start()
+    kafka = KafkaConfig(bootstrap)
+    try:
+        run_import(spec_for(kafka, sink, checkpoint, mode="continuous", trigger_seconds=0.5))
+    except Exception as exc:  # a stopped import may end with Stopped; a failed one ends the steps
+        if sender.is_alive():
+            print(f"  the mirror failed: {exc}", file=sys.stderr)
+    finally:
+        ended.set()
+        sender.kill()
+    watcher.join()
+    steps = []
+    while not found.empty():
+        steps.append(found.get())
+    return steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--updates", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=128)
     parser.add_argument("--stores", nargs="+", default=list(STORES))
+    parser.add_argument("--capacity-seconds", type=float, default=20.0, help="0: no such phase")
     parser.add_argument("--sustain-seconds", type=float, default=0.0)
     parser.add_argument("--sustain-rate", type=int, default=2000)
     args = parser.parse_args()
@@ -185,7 +322,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="lagless-bench-mirror-"))
     server = PostgresServer.start_new(logical=True)
     s3, stop_s3 = s3_server() if any("+s3" in s for s in args.stores) else (None, lambda: None)
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {store: {} for store in args.stores}
     try:
         import psycopg
 
@@ -198,55 +335,69 @@ def main() -> int:
             )
             props.update(SCHEMALESS)
             os.makedirs(work / "debezium", exist_ok=True)
+
+            def connector() -> ConnectorProcess:
+                return ConnectorProcess(broker.bootstrap, props, str(work / "debezium"))
+
+            sinks = {
+                store: sink_for(store, work, server.url.rsplit("/", 1)[0] + "/mirror", s3)
+                for store in args.stores
+            }
+            if "postgresql" in sinks:
+                conn.execute("CREATE DATABASE mirror")
+            # Each phase's events are all in the topic before the stores import them: a bulk
+            # import reads to the log's end. Debezium, idle meanwhile, stays up: its streaming
+            # rate is a warm connector's.
             started = time.monotonic()
-            connector = ConnectorProcess(broker.bootstrap, props, str(work / "debezium"))
+            running = connector()
             try:
-                snapshot_s = timed_events(connector, args.rows, started)
-                # The snapshot's end as a time: its import stops before the first update.
-                snapshot_end_ms = int(time.time() * 1000)
+                snapshot_s = timed_events(running, args.rows, started)
+                running.wait_quiet()
                 debezium = {"snapshot": args.rows / snapshot_s}
                 print(f"Debezium's snapshot: {args.rows:,} rows in {snapshot_s:.1f} s")
-                started = time.monotonic()
+                for store, sink in sinks.items():
+                    done = run_import(spec_for(kafka, sink, work / f"ckpt-{store}"))
+                    results[store]["snapshot"] = done.records / done.seconds
+                    print(f"{store}: snapshot {done.records:,} events in {done.seconds:.1f} s")
+                before, started = running.events, time.monotonic()
                 update(conn, args.rows, args.updates, seed=1)
-                updates_s = timed_events(connector, args.rows + args.updates, started)
-                debezium["updates"] = args.updates / updates_s
-                print(f"Debezium's updates: {args.updates:,} events in {updates_s:.1f} s")
-                connector.wait_quiet()
-                total = connector.events
+                updates_s = timed_events(running, before + args.updates, started)
+                running.wait_quiet()
             finally:
-                connector.stop()
-            for store in args.stores:
-                sink = sink_for(store, work, server.url.rsplit("/", 1)[0] + "/mirror", s3)
-                if store == "postgresql":
-                    with psycopg.connect(server.url, autocommit=True) as admin:
-                        admin.execute("CREATE DATABASE mirror")
-                checkpoint = work / f"ckpt-{store}"
-                first = run_import(
-                    spec_for(kafka, sink, checkpoint, ending_timestamp=snapshot_end_ms)
-                )
-                second = run_import(spec_for(kafka, sink, checkpoint))
-                results[store] = {
-                    "snapshot": first.records / first.seconds,
-                    "updates": second.records / second.seconds,
-                }
-                print(
-                    f"{store}: snapshot {first.records:,} events in {first.seconds:.1f} s, "
-                    f"updates {second.records:,} in {second.seconds:.1f} s"
-                )
+                running.stop()
+            debezium["updates"] = args.updates / updates_s
+            print(f"Debezium's updates: {args.updates:,} events in {updates_s:.1f} s")
+            for store, sink in sinks.items():
+                done = run_import(spec_for(kafka, sink, work / f"ckpt-{store}"))
+                results[store]["updates"] = done.records / done.seconds
+                print(f"{store}: updates {done.records:,} events in {done.seconds:.1f} s")
+            for store, sink in sinks.items():
+                if args.capacity_seconds:
+                    steps = capacity(
+                        broker.bootstrap,
+                        sink,
+                        work / f"ckpt-{store}",
+                        args.rows,
+                        debezium["updates"],
+                        args.capacity_seconds,
+                    )
+                    results[store]["steps"] = steps
+                    for rate, lag, sent in steps:
+                        print(f"{store}: {rate:,} events/s ({sent:,} sent): {lag:.1f} s behind")
                 if args.sustain_seconds:
-                    connector = ConnectorProcess(broker.bootstrap, props, str(work / "debezium"))
+                    running = connector()
                     try:
                         highest, last = sustained(
                             conn,
                             args.rows,
                             kafka,
                             sink,
-                            checkpoint,
+                            work / f"ckpt-{store}",
                             args.sustain_rate,
                             args.sustain_seconds,
                         )
                     finally:
-                        connector.stop()
+                        running.stop()
                     results[store]["lag_max"], results[store]["lag_last"] = highest, last
         conn.close()
     finally:
@@ -256,7 +407,12 @@ def main() -> int:
             server.destroy()
             stop_s3()
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{total:,} events from Debezium; load average after: {load()}\n")
+    report(args, debezium, results)
+    return 0
+
+
+def report(args: Any, debezium: dict[str, float], results: dict[str, dict[str, Any]]) -> None:
+    print(f"\nload average after: {load()}\n")
     print("| phase | Debezium events/s | store | lagless events/s | ratio |")
     print("| --- | ---: | --- | ---: | ---: |")
     for phase in ("snapshot", "updates"):
@@ -266,6 +422,20 @@ def main() -> int:
                 f"| {phase} | {debezium[phase]:,.0f} | {store} | {rates[phase]:,.0f} "
                 f"| {ratio:.2f}x |"
             )
+    if args.capacity_seconds:
+        print(
+            f"\ncapacity: the highest rate a continuous mirror holds under {HELD_S:.0f} s "
+            f"behind ({args.capacity_seconds:.0f} s a step), over Debezium's "
+            f"{debezium['updates']:,.0f} updates/s:"
+        )
+        for store, rates in results.items():
+            held = [rate for rate, lag, _ in rates.get("steps", []) if lag < HELD_S]
+            best = max(held, default=0)
+            lags = ", ".join(f"{lag:.1f}" for _, lag, _ in rates.get("steps", []))
+            print(
+                f"  {store}: {best:,} events/s, {best / debezium['updates']:.2f}x "
+                f"(behind by step: {lags} s)"
+            )
     if args.sustain_seconds:
         print(f"\nsustained {args.sustain_rate:,} updates/s for {args.sustain_seconds:.0f} s:")
         for store, rates in results.items():
@@ -273,7 +443,6 @@ def main() -> int:
                 f"  {store}: behind the database at most {rates['lag_max']:.1f} s, "
                 f"at the end {rates['lag_last']:.1f} s"
             )
-    return 0
 
 
 if __name__ == "__main__":
