@@ -10,7 +10,7 @@ A PostgreSQL table of `--rows` rows (wal_level=logical), Debezium's PostgreSQL c
    (Debezium's streaming rate: events / seconds from the first commit to the last event
    sent), and per store the bulk import of those events, resuming after the snapshot;
 3. capacity (`--capacity-seconds` a step, each store in turn): a continuous mirror while
-   update events flow at rising rates, 1x, 2x, 3x, 4x Debezium's streaming rate: the highest
+   update events flow at rising rates, from 0.25x to 4x Debezium's streaming rate: the highest
    rate the mirror holds less than 5 s behind the database (`lagless lag --sink`'s time lag,
    sampled each second, its highest over a step's second half). Debezium cannot send faster
    than it does, so these events are Debezium's own update event, read back from the topic,
@@ -66,7 +66,7 @@ SCHEMA = "id INT, owner STRING, balance DECIMAL(12,2), updated TIMESTAMP"
 SLOT = "lagless_bench"
 STORES = ("sqlite", "delta", "iceberg", "postgresql")
 # The capacity phase's rates, times Debezium's streaming rate; and how far behind is held.
-LADDER = (1, 2, 3, 4)
+LADDER = (0.25, 0.5, 1, 2, 3, 4)
 HELD_S = 5.0
 SCHEMALESS = {
     "key.converter.schemas.enable": "false",
@@ -290,7 +290,13 @@ def capacity(
     watcher.start()
     kafka = KafkaConfig(bootstrap)
     try:
-        run_import(spec_for(kafka, sink, checkpoint, mode="continuous", trigger_seconds=0.5))
+        # fail_on_data_loss off: the stores before this one had their capacity events too, and
+        # the embedded broker keeps ~5 MB a partition: those it deleted are the same update
+        # event again, of no interest to this store's phase.
+        spec = spec_for(
+            kafka, sink, checkpoint, mode="continuous", trigger_seconds=0.5, fail_on_data_loss=False
+        )
+        run_import(spec)
     except Exception as exc:  # a stopped import may end with Stopped; a failed one ends the steps
         if sender.is_alive():
             print(f"  the mirror failed: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -246,11 +247,17 @@ def test_mirror_puts_debeziums_rate_beside_each_stores() -> None:
     _, printed = run_bench(
         "mirror.py",
         *("--rows", "3000", "--updates", "1000", "--partitions", "4", "--stores", "sqlite"),
-        *("--sustain-seconds", "5", "--sustain-rate", "100"),
+        *("--capacity-seconds", "4", "--sustain-seconds", "5", "--sustain-rate", "100"),
         timeout=900,
     )
     rows = [line.split("|") for line in printed.splitlines() if line.startswith("| snapshot")]
     assert len(rows) == 1 and float(rows[0][5].strip().rstrip("x")) > 0, printed[-2000:]
+    # Each capacity step run says its rate and lag; the summary the highest held.
+    steps = re.findall(
+        r"^sqlite: ([\d,]+) events/s \(([\d,]+) sent\): ([\d.]+) s behind$", printed, re.M
+    )
+    assert steps and all(int(sent.replace(",", "")) > 0 for _, sent, _ in steps), printed[-2000:]
+    assert re.search(r"^  sqlite: [\d,]+ events/s, [\d.]+x \(behind by step: ", printed, re.M)
     assert "sustained 100 updates/s" in printed
 
 
