@@ -435,9 +435,12 @@ def report(args: Any, debezium: dict[str, float], results: dict[str, dict[str, A
             f"{debezium['updates']:,.0f} updates/s:"
         )
         for store, rates in results.items():
-            held = [rate for rate, lag, _ in rates.get("steps", []) if lag < HELD_S]
-            best = max(held, default=0)
-            lags = ", ".join(f"{lag:.1f}" for _, lag, _ in rates.get("steps", []))
+            steps = rates.get("steps", [])
+            if not steps:  # the mirror or the sender failed first (its line is above)
+                print(f"  {store}: no step ran")
+                continue
+            best = max((rate for rate, lag, _ in steps if lag < HELD_S), default=0)
+            lags = ", ".join(f"{lag:.1f}" for _, lag, _ in steps)
             print(
                 f"  {store}: {best:,} events/s, {best / debezium['updates']:.2f}x "
                 f"(behind by step: {lags} s)"

@@ -260,7 +260,7 @@ def carried_log_time_sql(carried: Mapping[TP, int]) -> str:
     which Spark folds into one literal: its generated code holds the map by reference, so
     every batch runs the code the first compiled, and a row looks its partition up. (A CASE
     of a branch per partition, its times inlined, was compiled again for each batch, and
-    each row tried every branch: a sixth of a mirror's batch on 64 partitions.)"""
+    each row tried every branch: a fifth of a mirror's 100k-event import on 64 partitions.)"""
     by_topic: dict[str, list[str]] = {}
     for (topic, partition), ms in sorted(carried.items()):
         by_topic.setdefault(topic, []).extend([str(int(partition)), f"{int(ms)}L"])
