@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 from pyspark.sql.types import BooleanType, LongType, StringType
 
 from lagless.cdc.connect_types import Column, for_spark_type, struct_columns
@@ -72,6 +73,16 @@ class Change:
     new_schema: str | None = None
 
 
+def _loads(text: bytes) -> Any:
+    """JSON parsed by orjson, four times faster than json here (a mirror's events are parsed
+    one at a time in the source's tasks); json's reading where orjson refuses what json takes
+    (NaN, integers past 64 bits). ValueError when it is not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def split(value: bytes) -> tuple[bytes | None, Any]:
     """(the schema's JSON text or None, the payload parsed). Kafka Connect's JsonConverter
     writes the schema first: only the payload is parsed, the schema's text is the cache key of
@@ -80,10 +91,10 @@ def split(value: bytes) -> tuple[bytes | None, Any]:
         at = value.find(_PAYLOAD)
         if at > 0:
             try:
-                return value[len(_SCHEMA_HEAD) : at], json.loads(value[at + len(_PAYLOAD) : -1])
+                return value[len(_SCHEMA_HEAD) : at], _loads(value[at + len(_PAYLOAD) : -1])
             except ValueError:
                 pass  # a "payload" inside the schema's text: parse the whole value below
-    parsed = json.loads(value)
+    parsed = _loads(value)
     if isinstance(parsed, dict) and set(parsed) == {"schema", "payload"}:
         return json.dumps(parsed["schema"], separators=(",", ":")).encode(), parsed["payload"]
     return None, parsed

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.cdc.envelope import evolved
 from lagless.exceptions import NewTopics, Stopped, TerminalError
 from lagless.failpoints import failpoint
+from lagless.importer import change_files
 from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
@@ -110,6 +110,8 @@ class BatchWriter:
         # The store, when the source's tasks write the records; None: rows come through Spark.
         # Decided per query, as its source's options (batch_function).
         self.task_written: TaskWrittenSink | None = None
+        # A Debezium mirror whose change events the source's tasks decode (change_files.py).
+        self.changes_decoded = False
         # Set by the run loop: after a stop request, the batch in flight is finished and the
         # next one refused (job.py).
         self.stop: threading.Event | None = None
@@ -131,9 +133,11 @@ class BatchWriter:
     def batch_function(self) -> BatchWriter:
         """foreachBatch's function for a query started now, with the source's options of
         every table known now: its tasks write the records, or Spark's rows bring them."""
+        self.changes_decoded = self.spec.changes_writer(self.checked.destinations) is not None
         tasks_write = self.spec.tasks_writer(self.checked.destinations) is not None
         sink = self.checked.sink
-        self.task_written = sink if tasks_write and isinstance(sink, TaskWrittenSink) else None
+        task_written = tasks_write and not self.changes_decoded
+        self.task_written = sink if task_written and isinstance(sink, TaskWrittenSink) else None
         return self
 
     def refresh(self) -> None:
@@ -205,7 +209,9 @@ class BatchWriter:
         start = self._batch_start(batch_id)
         self.last_end = end
         read_before = Counter(self.summary.by_partition)
-        if self.task_written is not None:
+        if self.changes_decoded:
+            written = self._upsert_changes(records, parts, end)
+        elif self.task_written is not None:
             written = self._commit_task_files(self.task_written, records, parts)
         else:
             written = self._write_tables(records, parts, end)
@@ -307,6 +313,67 @@ class BatchWriter:
         size = pc.sum(collected.column("bytes")).as_py() or 0
         written.add(by_partition, size, rows, dead, already=replay)
 
+    def _upsert_changes(
+        self, receipts: DataFrame, parts: list[tuple[Destination, Batch]], end: Offsets
+    ) -> Written:
+        """A Debezium mirror's batch whose change events the source's tasks decoded into files
+        (change_files.py; `receipts` names them): each table's part coalesced here and upserted
+        with its own ranges, one table after another."""
+        folder = self.spec.changes_folder
+        change_files.clear(folder)  # what a crashed attempt wrote
+        failpoint("before-write")
+        collected = receipts.toArrow()  # runs the tasks: a row per piece, not per record
+        written = Written()
+        for index, (destination, batch) in enumerate(parts):
+            if index:
+                failpoint("between-tables")
+            mine = collected.filter(
+                pc.is_in(collected.column("topic"), pa.array(destination.topics))
+            )
+            partitions = sorted(destination.ranges_of(end))
+            self._upsert_part(receipts.sparkSession, mine, destination, batch, partitions, written)
+        change_files.clear(folder)
+        return written
+
+    def _upsert_part(
+        self,
+        spark: SparkSession,
+        collected: pa.Table,
+        destination: Destination,
+        batch: Batch,
+        partitions: list[TP],
+        written: Written,
+    ) -> None:
+        """One table's part: its columns grown by what its events added, its rejected events
+        stored as dead letters, then its rows one per key upserted with the table's ranges."""
+        changes = change_files.read_changes(collected.column("file").to_pylist())
+        schemas = change_files.new_schemas(changes)
+        if schemas:
+            self._evolve(destination, schemas, must_grow=False)
+        target = destination.target
+        coalesced = change_files.coalesce(changes, target, self.log_times)
+        dead: dict[str, int] = {}
+        rejected = coalesced.rejected
+        if rejected.num_rows:
+            if self.dead_letter_topic is not None:
+                self.dead_letter_topic.send(rejected)
+            self.checked.sink.write_dead_letters(spark.createDataFrame(rejected), target, batch)
+            dead = dict(Counter(rejected.column("error").to_pylist()))
+        after = self._log_times_after(partitions, [coalesced.newest.get(tp) for tp in partitions])
+        batch.log_times.update(after)
+        told = self.checked.sink.upsert_rows(coalesced.rows, target, batch)
+        self.log_times.update(after)
+        failpoint("after-write")
+        by_partition: Counter[TP] = Counter()
+        for topic, partition, records in zip(
+            *(collected.column(c).to_pylist() for c in ("topic", "partition", "records")),
+            strict=True,
+        ):
+            by_partition[(topic, partition)] += records
+        rows, replay = _written(told, sum(by_partition.values()) - sum(dead.values()))
+        size = pc.sum(collected.column("bytes")).as_py() or 0
+        written.add(by_partition, size, rows, dead, already=replay)
+
     def _shaped(
         self,
         records: DataFrame,
@@ -396,16 +463,17 @@ class BatchWriter:
                 records.unpersist()
         return written
 
-    def _evolve(self, destination: Destination, schemas: list[str]) -> None:
+    def _evolve(self, destination: Destination, schemas: list[str], must_grow: bool = True) -> None:
         """A Debezium mirror's events brought columns its table lacks (SchemaChanged, raised
         before the table's part was committed): the columns are added, nullable, and the part
-        is written again."""
+        is written again. The source's tasks (change_files.py) note schemas the table took
+        already: nothing to add then (`must_grow` False)."""
         target = destination.target
         assert target.fields is not None
-        fields = target.fields
-        for schema in sorted(schemas):
-            fields = evolved(fields, schema, target.table)
+        fields = change_files.grown_fields(target.fields, sorted(schemas), target.table)
         if fields == target.fields:
+            if not must_grow:
+                return
             raise TerminalError(f"the change events' schemas did not evolve {destination.where}")
         grown = replace(target, fields=fields)
         added = [name for name in fields.fieldNames() if name not in target.fields.fieldNames()]

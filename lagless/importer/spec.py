@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from lagless.exceptions import BadInput
+from lagless.importer import change_files
 from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
-from lagless.importer.cluster import check_tasks_reach_store, master_url
+from lagless.importer.cluster import check_tasks_reach_store, executors_share_disk, master_url
 from lagless.importer.routing import (
     Destination,
     TableTemplate,
@@ -186,8 +187,11 @@ class ImportSpec:
             options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
         else:
             sink = sink_from_url(self.sink_url)
-            # Records the source's tasks write themselves never wait in the driver's memory.
+            # Records the source's tasks write themselves never wait in the driver's memory;
+            # a mirror's decoded events do, while the driver coalesces them.
             default = Sink.max_batch_bytes if writer is not None else sink.max_batch_bytes
+            if writer is not None and writer.name == change_files.WRITER:
+                default = change_files.MAX_BATCH_BYTES
             options[o.MAX_BYTES_PER_BATCH] = str(self.max_bytes_per_batch or default)
             options[o.FIRST_BATCH_MAX_BYTES] = str(sink.FIRST_BATCH_MAX_BYTES)
         if self.starting_timestamp is not None:
@@ -219,6 +223,9 @@ class ImportSpec:
         table's writer, by topic, for a routed import: executor_write.routed); else None,
         and every batch comes through Spark's rows. One query reads every table's records:
         they all take the one path or the other."""
+        changes = self.changes_writer(destinations)
+        if changes is not None:
+            return changes
         if len({(_json(each.target.fields), each.avro) for each in destinations}) > 1:
             return None  # the tasks decode values one way for all tables
         writers = {}
@@ -234,6 +241,38 @@ class ImportSpec:
         secret = next(iter(writers.values())).secret  # one store's
         routes = {topic: [writer.name, writer.config] for topic, writer in writers.items()}
         return TaskWriter(ROUTED_WRITER, json.dumps({"routes": routes}), secret)
+
+    def changes_writer(self, destinations: list[Destination]) -> TaskWriter | None:
+        """The writer of the source's tasks when they decode a Debezium mirror's change events
+        themselves (importer/change_files.py): every table a mirror of JSON events upserted
+        with hard deletes (soft deletes take Spark's rows), no --max-record-bytes, a store
+        that upserts the driver's rows, executors that see the driver's disk (the change files
+        lie in the checkpoint). Else None."""
+        if self.max_record_bytes is not None or not destinations:
+            return None
+        if not executors_share_disk(master_url(self.master), self.shared_disk):
+            return None
+        sink = sink_from_url(self.sink_url)
+        targets = {}
+        for each in destinations:
+            target = each.target
+            if (
+                target.value_format != "debezium"
+                or target.mode != "upsert"
+                or target.deletes != "hard"
+                or target.fields is None
+                or each.avro is not None
+                or not sink.takes_upsert_rows(target)
+            ):
+                return None
+            targets.update(dict.fromkeys(each.topics, target))
+        config = change_files.task_config(self.changes_folder, targets)
+        return TaskWriter(change_files.WRITER, config)
+
+    @property
+    def changes_folder(self) -> str:
+        """Where the source's tasks write a mirror's change files (change_files.py)."""
+        return os.path.join(os.path.abspath(self.checkpoint), "changes")
 
     def untyped_destination(self) -> Destination:
         return Destination(self.target(), self.topics, [], "")

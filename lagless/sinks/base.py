@@ -288,6 +288,17 @@ class Sink(ABC):
         """Per batch, from write's before_commit, only when some record was rejected: store
         them (DEAD_LETTER_COLUMNS) idempotently."""
 
+    def takes_upsert_rows(self, target: Target) -> bool:
+        """Whether `upsert_rows` stores this target's rows (a Debezium mirror's, which the
+        source's tasks decode and the driver coalesces: importer/change_files.py)."""
+        return False
+
+    def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> int | Written | None:
+        """Per batch, in place of `write`, for a target `takes_upsert_rows` took: upsert rows
+        (row_columns, one per key, the tombstone flag last) as `write` does, in one atomic
+        step with the batch's ranges. The batch's dead letters are stored before."""
+        raise NotImplementedError(f"{type(self).__name__} takes its rows through Spark")
+
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:
         """Before anything is written: the folder of the driver's filesystem that Spark's tasks
         write files into for target (tasks_write: the source's tasks write the records
@@ -386,6 +397,17 @@ class DriverSink(Sink):
         if isinstance(data_type, ArrayType | MapType | StructType):
             return F.to_json(name).alias(name)
         return F.col(name)
+
+    def takes_upsert_rows(self, target: Target) -> bool:
+        """Rows of flat columns (nested ones travel as JSON text, which `transported` makes in
+        the JVM)."""
+        from pyspark.sql.types import ArrayType, MapType, StructType
+
+        nested = (ArrayType, MapType, StructType)
+        return not any(isinstance(f.dataType, nested) for f in target.schema().fields)
+
+    def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> int | Written:
+        return self.write_arrow(rows.to_reader(), target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         table = rows.select(*DEAD_LETTER_COLUMNS).toArrow()

@@ -124,6 +124,68 @@ def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
         # Deleted: its last values kept, flagged, with the delete's own columns.
         ("3", "a", "3", "1.5", "d", "1700000000006", "6", "true"),
     ]
+    # Batches of skipped tombstones only recorded their ranges: a rerun finds them held.
+    assert run_import(spec, spark=spark).records == 0
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "sqlite",
+        "delta",
+        pytest.param("iceberg", marks=pytest.mark.matrix),
+        pytest.param("postgresql", marks=pytest.mark.matrix),
+    ],
+)
+def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_events(
+    broker, kafka, tmp_path, spark, store, request
+):
+    """Hard deletes, the default: the source's tasks decode the events (change_files.py),
+    small batches so that a key's events span several. Events a mirror cannot apply go to
+    the dead-letter table with their reason, the rest is applied."""
+    from lagless.cdc.envelope import NOT_JSON, OTHER_OP
+    from lagless.importer.job import run_import
+    from lagless.importer.spec import ImportSpec, check
+
+    broker.create_topic(TOPIC, 2)
+    produce_changes(kafka)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce(TOPIC, key=key(1), value=b"{not json", partition=partition_of(1))
+    producer.produce(TOPIC, key=key(1), value=event("t", None, lsn=9), partition=partition_of(1))
+    producer.flush(30)
+    if store == "postgresql":
+        sink = request.getfixturevalue("postgres").url
+    elif store == "sqlite":
+        sink = f"sqlite:///{tmp_path}/m.db"
+    else:
+        sink = f"{store}:///{tmp_path}/lake"
+    table = f"t_{tmp_path.name[-12:].lower()}" if store == "postgresql" else "t"
+    spec = ImportSpec(
+        kafka=kafka,
+        topics=(TOPIC,),
+        sink_url=sink,
+        checkpoint=str(tmp_path / "ckpt"),
+        table=table,
+        write="upsert",
+        value_format="debezium",
+        cdc_columns=True,
+        max_records_per_batch=3,
+    )
+    checked = check(spec)
+    with checked.sink, checked.reader:
+        assert spec.changes_writer(checked.destinations) is not None  # the tasks decode
+    summary = run_import(spec, spark=spark)
+    columns = ["id", "name", "n", "_op", "_lsn"]
+    assert mirror_rows(sink, table, columns) == [
+        ("1", "a", "9", "u", "3"),
+        ("2", "again", "3", "c", "7"),
+    ]
+    letters = sorted(mirror_rows(sink, f"{table}_dlq", ["error"]))
+    assert letters == sorted([(NOT_JSON,), (OTHER_OP,)])
+    assert summary.records == 10
+    assert summary.dead_lettered_by_reason == {NOT_JSON: 1, OTHER_OP: 1}
+    run_import(spec, spark=spark)  # a rerun finds it all held: nothing changes
+    assert len(mirror_rows(sink, f"{table}_dlq", ["error"])) == 2
 
 
 def test_one_routed_import_mirrors_each_table_of_the_database(broker, kafka, tmp_path):

@@ -20,6 +20,7 @@ TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -151,6 +152,21 @@ class DeltaSink(FolderTableSink):
             return None if self._append(target.table, files, batch) else ALREADY_HELD
         return self._merge(files, target, batch)
 
+    def takes_upsert_rows(self, target: Target) -> bool:
+        return target.mode == "upsert"
+
+    def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
+        """A batch of rows one per key, from the driver: staged as one file, then merged."""
+        staging = self._staging(target, target.table)
+        self.storage.makedirs(staging)
+        path = self.storage.join(staging, f"rows-{batch.id}.parquet")
+        self.storage.write_parquet(path, rows)
+        try:
+            return self._merge([path], target, batch)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.storage.remove(path)
+
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
@@ -212,8 +228,8 @@ class DeltaSink(FolderTableSink):
         an older row. Both commits are newer-only, so a replay between them changes nothing."""
         import polars as pl
 
-        if not files:
-            return Written(0)
+        if not files:  # every record rejected or skipped: the ranges are recorded still
+            return Written(0) if self._append(target.table, [], batch) else ALREADY_HELD
         rows_schema = self._schema(files[0])
         stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
         delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")

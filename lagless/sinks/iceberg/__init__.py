@@ -252,6 +252,17 @@ class IcebergSink(FolderTableSink):
                 return None if self._add_files(target.table, files, batch) else ALREADY_HELD
             return self._upsert(files, target, batch)
 
+    def takes_upsert_rows(self, target: Target) -> bool:
+        return target.mode == "upsert"
+
+    def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
+        """A batch of rows one per key, from the driver, in the Iceberg columns' types."""
+        if not rows.num_rows:
+            return self._upsert([], target, batch)
+        conform = pa.Table.from_batches(list(conformed(iter(rows.to_batches()))))
+        with self._catalog_errors():
+            return self._upsert_rows(conform, target, batch)
+
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, added to `<table>_dlq` before the batch's rows commit."""
         table = target.dead_letter_table
@@ -424,10 +435,13 @@ class IcebergSink(FolderTableSink):
     def _upsert(self, files: list[str], target: Target, batch: Batch) -> Written:
         """Tombstones into `<table>_tombstones`, then the target: both newer-only, each in one
         commit with the batch's ranges, so a replay between the two changes nothing."""
-        if not files:
-            return Written(0)
+        if not files:  # every record rejected or skipped: the ranges are recorded still
+            return Written(0) if self._add_files(target.table, [], batch) else ALREADY_HELD
         rows = pa.concat_tables([self.storage.read_parquet(path) for path in files])
         self._drop(files)
+        return self._upsert_rows(rows, target, batch)
+
+    def _upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
         keys = target.unique
         ranked = [*keys, *COORDINATES]
         tombstones = rows.filter(rows.column(TOMBSTONE)).select(ranked)
@@ -554,7 +568,12 @@ def _held_rows(
     wanted = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     # As the table stores them (a text key may come back as large_string).
     wanted = wanted.cast(pa.schema([scanned.schema.field(name) for name in wanted.column_names]))
-    return scanned.join(wanted, list(keys), join_type="left semi")
+    # The join carries only the keys and a row's place: Arrow's join takes no list column.
+    places = scanned.select(list(keys)).append_column(
+        "_lagless_place", pa.array(range(scanned.num_rows), pa.int64())
+    )
+    found = places.join(wanted, list(keys), join_type="left semi")
+    return scanned.take(found.column("_lagless_place"))
 
 
 def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:

@@ -100,6 +100,13 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             return super().transported(name, data_type).cast("string").alias(name)
         return super().transported(name, data_type)
 
+    def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> int | Written:
+        """Decimals as text, as `transported` sends them."""
+        for index, column in enumerate(rows.schema):
+            if pa.types.is_decimal(column.type):
+                rows = rows.set_column(index, column.name, rows.column(index).cast(pa.string()))
+        return super().upsert_rows(rows, target, batch)
+
     without_shared_disk = "add ?write_from=driver to the sink URL"
 
     def driver_folder_for_tasks(self, target: Target, tasks_write: bool) -> str | None:

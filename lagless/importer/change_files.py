@@ -1,0 +1,327 @@
+"""A Debezium mirror's change events kept out of Spark's rows: the source's tasks decode them, the
+driver coalesces them, the store upserts one row per key.
+
+On Spark's rows a mirror's batch crossed into the JVM three times (the records, the decoded
+rows, the rows shuffled twice for each partition's log time and each key's newest event), and
+a batch cost ~1.4 s whatever its size plus ~50 µs an event on two cores (bench/mirror.py).
+Here the source's task (its executorWriter, `writer`) decodes its events with the envelope's
+rules (cdc/envelope.py) and writes one change file for its pieces; the driver reads a batch's
+files (`read_changes`), gives each record its log time, the columns a TOASTed value left
+UNAVAILABLE their batch's earlier value, and keeps each key's newest event (`coalesce`: the
+rules of importer/rows.py's `shape` and `accepted`, which the Spark path keeps); the store
+upserts those rows (Sink.upsert_rows). importer/spec.py decides which imports take this way.
+
+A task that meets a row schema its table's columns do not take (a column added upstream)
+decodes with the columns grown as the driver will grow the table (cdc/envelope.py `evolved`)
+and notes the schema: the driver adds the columns before anything of the batch commits.
+Exactly once holds as on every path: a task's file depends only on its pieces (a retried task
+replaces it), and the batch's rows commit with its ranges in one step of the store's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.cdc.envelope import Change, Envelope, evolved
+from lagless.exceptions import BadInput, TerminalError
+from lagless.planner.ranges import OffsetRange
+from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
+from lagless.sinks.ledger import TP
+from lagless.sinks.task_files import millis, output_file, pieces_file_name
+from lagless.sinks.upsert_order import LOG_TIME, RANK
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from lagless.secret import Secret
+
+WRITER = f"{__name__}:writer"
+# Bytes of change events per batch when the user sets no limit: the driver holds a batch's
+# decoded rows while it coalesces them (a fifth to a half of the events' JSON).
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+# A change file's columns beside the record's coordinates and the row's: what the event does.
+SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
+_INDEX = "_lagless_index"
+# The stage a dead letter of a change event names, as the Spark path's (rows.VALIDATE).
+_VALIDATE = "validate"
+
+
+def task_config(folder: str, targets: Mapping[str, Target]) -> str:
+    """The writer's JSON config: the folder the tasks write into, and per topic its table's
+    name, columns and key."""
+    tables = {}
+    for topic, target in targets.items():
+        assert target.fields is not None
+        tables[topic] = {
+            "table": target.table,
+            "fields": target.fields.json(),
+            "key_fields": list(target.key_fields),
+        }
+    return json.dumps({"folder": folder, "tables": tables})
+
+
+def writer(config: Mapping[str, Any], secret: Secret | None = None) -> ChangeFiles:
+    return ChangeFiles(str(config["folder"]), dict(config["tables"]))
+
+
+class ChangeFiles:
+    """The source's executorWriter: a task's change events decoded into one Parquet file of
+    `folder` named by its pieces (a retried task writes the same name)."""
+
+    def __init__(self, folder: str, tables: dict[str, dict[str, Any]]) -> None:
+        self.folder = folder
+        self.tables = tables
+        self._envelopes: dict[str, Envelope] = {}
+
+    def write(
+        self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
+    ) -> tuple[str, str | None]:
+        decoded = [self._decode(batch) for batch in batches if batch.num_rows]
+        name = pieces_file_name(pieces, ".parquet")
+        tables = [pa.Table.from_batches([b]) for b in decoded]
+        table = (
+            pa.concat_tables(tables, promote_options="default")
+            if tables
+            else pa.table({"topic": pa.array([], pa.string())})
+        )
+        with output_file(self.folder, name, None) as where:
+            pq.write_table(table, where, compression="snappy")
+        return f"{self.folder}/{name}", None
+
+    def _envelope(self, topic: str) -> Envelope:
+        from pyspark.sql.types import StructType
+
+        if topic not in self._envelopes:
+            table = self.tables.get(topic)
+            if table is None:  # the driver prepares a topic's table before its first batch
+                raise TerminalError(f"topic {topic!r} has no table in this import's routes")
+            fields = StructType.fromJson(json.loads(table["fields"]))
+            self._envelopes[topic] = Envelope(fields, tuple(table["key_fields"]), "hard")
+        return self._envelopes[topic]
+
+    def _grown(self, topic: str, schema: str) -> bool:
+        """The topic's envelope with the columns `schema` adds, as the driver grows the table;
+        False when its change is incompatible (the driver refuses it)."""
+        envelope = self._envelopes[topic]
+        try:
+            fields = evolved(envelope.fields, schema, self.tables[topic]["table"])
+        except BadInput:
+            return False
+        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard")
+        return True
+
+    def _decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        topic = batch.column("topic")[0].as_py()
+        envelope = self._envelope(topic)
+        rows, deletes, skips, errors, schemas = [], [], [], [], []
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        for key, value in zip(keys, values, strict=True):
+            change = envelope.change(key, value)
+            schema = change.new_schema
+            if schema is not None:
+                if self._grown(topic, schema):
+                    envelope = self._envelopes[topic]
+                    change = envelope.change(key, value)
+                else:
+                    change = Change(skip=True)  # nothing of the batch commits
+            rows.append(change.row)
+            deletes.append(change.delete)
+            skips.append(change.skip)
+            errors.append(change.error)
+            schemas.append(schema)
+        row_type = to_arrow_type(envelope.fields, timezone="UTC")
+        row = pa.array(rows, type=row_type).flatten()
+        error = pa.array(errors, type=pa.string())
+        columns = {name: batch.column(name) for name in ("topic", "partition", "offset", "key")}
+        columns["timestamp"] = millis(batch)
+        columns |= {f.name: row[i] for i, f in enumerate(row_type)}
+        columns[TOMBSTONE] = pa.array(deletes, type=pa.bool_())
+        columns[SKIP] = pa.array(skips, type=pa.bool_())
+        columns[ERROR] = error
+        columns[NEW_SCHEMA] = pa.array(schemas, type=pa.string())
+        columns[RAW] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
+        return pa.RecordBatch.from_pydict(columns)
+
+
+def clear(folder: str) -> None:
+    """Before a batch's tasks run and after it committed: what a crashed attempt left."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_changes(files: list[str]) -> pa.Table:
+    """A batch's change files (of one table) as one table; columns a task's file lacks (added
+    upstream after it) are NULL."""
+    tables = [pq.read_table(path) for path in sorted(set(files)) if os.path.exists(path)]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return pa.table({})
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def new_schemas(changes: pa.Table) -> list[str]:
+    if NEW_SCHEMA not in changes.column_names:
+        return []
+    return sorted({s for s in changes.column(NEW_SCHEMA).to_pylist() if s is not None})
+
+
+def grown_fields(fields: StructType, schemas: list[str], table: str) -> StructType:
+    """The table's columns once the batch's new row schemas are taken (BadInput: a column
+    whose type changed)."""
+    for schema in schemas:
+        fields = evolved(fields, schema, table)
+    return fields
+
+
+@dataclass(frozen=True)
+class Coalesced:
+    """A batch's change events made ready for the store: `rows` (the target's row_columns,
+    one per key), `rejected` (dead letters, in DEAD_LETTER_COLUMNS), and each partition's
+    newest timestamp read (its log time at the batch's end is the newest of that and where
+    it started)."""
+
+    rows: pa.Table
+    rejected: pa.Table
+    newest: dict[TP, int]
+
+
+def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Coalesced:
+    """rows.shape and rows.accepted's rules: each record's log time (the running maximum of
+    its partition's timestamps from `carried`), each column a key's update left UNAVAILABLE
+    its latest earlier value in the batch, then each key's event of the highest rank."""
+    import polars as pl
+
+    schema = _row_schema(target)
+    if not changes.num_rows:
+        return Coalesced(schema.empty_table(), _dead_letters(changes), {})
+    keys = list(target.unique)
+    order = pl.from_arrow(changes.select(["topic", "partition", "offset", "timestamp"]))
+    assert isinstance(order, pl.DataFrame)
+    order = order.with_row_index(_INDEX).sort("topic", "partition", "offset")
+    carried_frame = pl.DataFrame(
+        {
+            "topic": [t for t, _ in carried],
+            "partition": [p for _, p in carried],
+            "_carried": list(carried.values()),
+        },
+        schema={"topic": pl.String, "partition": pl.Int32, "_carried": pl.Int64},
+    )
+    ranked = (
+        order.with_columns(pl.col("timestamp").cum_max().over("topic", "partition").alias(LOG_TIME))
+        .join(carried_frame, on=["topic", "partition"], how="left", maintain_order="left")
+        .with_columns(pl.max_horizontal(LOG_TIME, "_carried").alias(LOG_TIME))
+    )
+    newest = {
+        (t, p): int(ms)
+        for t, p, ms in ranked.group_by("topic", "partition").agg(pl.col("timestamp").max()).rows()
+    }
+    sorted_index = pa.array(ranked.get_column(_INDEX).to_numpy())
+    in_order = changes.take(sorted_index).append_column(
+        LOG_TIME, ranked.get_column(LOG_TIME).to_arrow()
+    )
+    accepted = in_order.filter(
+        pc.and_(pc.is_null(in_order.column(ERROR)), pc.invert(in_order.column(SKIP)))
+    )
+    accepted = _carried_in_batch(accepted, target)
+    rank = pl.from_arrow(accepted.select([*keys, *RANK]))
+    assert isinstance(rank, pl.DataFrame)
+    winners = (
+        rank.with_row_index(_INDEX)
+        .sort(list(RANK), descending=True)
+        .unique(subset=keys, keep="first", maintain_order=True)
+        .get_column(_INDEX)
+    )
+    rows = accepted.take(pa.array(winners.to_numpy()))
+    return Coalesced(_conformed(rows, schema), _dead_letters(in_order), newest)
+
+
+def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
+    """A column an update left UNAVAILABLE takes the key's latest earlier value of the batch
+    that was not (rows.py `_carried_in_batch`: by key and partition, in offset order, which
+    `rows` is in); the store keeps its own only where it stays UNAVAILABLE."""
+    import polars as pl
+
+    assert target.fields is not None
+    group = [*target.unique, "partition"]
+    for name, binary in kept_columns(target.fields, target.unique):
+        if name not in rows.column_names:
+            continue
+        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
+        column = rows.column(name)
+        if not pc.any(pc.equal(column, pa.scalar(marker, column.type))).as_py():
+            continue
+        frame = pl.from_arrow(rows.select([*group, name]))
+        assert isinstance(frame, pl.DataFrame)
+        unavailable = pl.col(name).eq_missing(pl.lit(marker))
+        known = (
+            pl.when(~unavailable)
+            .then(pl.struct(pl.col(name).alias("v")))
+            .forward_fill()
+            .over(group)
+        )
+        filled = frame.select(
+            pl.when(unavailable & known.is_not_null())
+            .then(known.struct.field("v"))
+            .otherwise(pl.col(name))
+            .alias(name)
+        )
+        index = rows.column_names.index(name)
+        rows = rows.set_column(index, name, filled.get_column(name).to_arrow().cast(column.type))
+    return rows
+
+
+def _row_schema(target: Target) -> pa.Schema:
+    """The target's row_columns in the Arrow types Spark's rows would have."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    stored = to_arrow_type(target.schema(), timezone="UTC")
+    # Every column nullable, as Spark's files have them.
+    return pa.schema([*(pa.field(f.name, f.type) for f in stored), (TOMBSTONE, pa.bool_())])
+
+
+def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The rows in `schema`: a column no task's file had (added upstream since) is NULL."""
+    columns = [
+        rows.column(f.name).cast(f.type)
+        if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _dead_letters(changes: pa.Table) -> pa.Table:
+    """The rejected change events in DEAD_LETTER_COLUMNS (value: the event as read)."""
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("stage", pa.string()),
+            ("error", pa.string()),
+        ]
+    )
+    assert tuple(schema.names) == tuple(DEAD_LETTER_COLUMNS)
+    if ERROR not in changes.column_names:
+        return schema.empty_table()
+    rejected = changes.filter(pc.is_valid(changes.column(ERROR)))
+    columns = [rejected.column(n) for n in ("topic", "partition", "offset", "timestamp", "key")]
+    stage = pa.array([_VALIDATE] * rejected.num_rows, pa.string())
+    columns += [rejected.column(RAW), stage, rejected.column(ERROR)]
+    cast = [column.cast(f.type) for column, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(cast, schema=schema)
