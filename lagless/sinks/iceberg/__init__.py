@@ -51,7 +51,7 @@ from lagless.sinks.base import (
     check_writable_path,
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
-from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
+from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema, in_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, needs_held_values, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
@@ -399,6 +399,10 @@ class IcebergSink(FolderTableSink):
         for path in files:
             self.storage.remove(path)
 
+    def _read_data(self, location: str) -> pa.Table:
+        """A data file of a table, by the location its manifest names."""
+        return self.storage.read_parquet(_local_path(location))
+
     def _move(self, path: str, folder: str) -> str:
         """A staged file into the table's data folder, under a name of its own: a task's file
         is named by its pieces, and another import of the same pieces may have committed a
@@ -452,7 +456,7 @@ class IcebergSink(FolderTableSink):
 
             def bury(tx: Transaction, table: Table, props: dict[str, str]) -> None:
                 held = _held_rows(table, rows, keys, ranked)
-                _apply(tx, table, plan(graves, held, keys), keys, props)
+                _apply(tx, table, plan(graves, held, keys), keys, props, self._read_data)
 
             self._commit(target.tombstone_table, batch, bury)
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
@@ -472,7 +476,7 @@ class IcebergSink(FolderTableSink):
             if planned.replaced.num_rows and whole is not None:
                 planned = mirrored(planned, rows, whole, target)
             added[:] = [planned.added.num_rows]
-            _apply(tx, table, planned, keys, props)
+            _apply(tx, table, planned, keys, props, self._read_data)
 
         if not self._commit(target.table, batch, upsert):
             return ALREADY_HELD
@@ -600,16 +604,64 @@ def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
 
 
 def _apply(
-    tx: Transaction, table: Table, planned: Any, keys: tuple[str, ...], props: dict[str, str]
+    tx: Transaction,
+    table: Table,
+    planned: Any,
+    keys: tuple[str, ...],
+    props: dict[str, str],
+    read: Callable[[str], pa.Table],
 ) -> None:
-    """A delete of the replaced keys' rows and an append of the newer ones, in `tx`."""
+    """In `tx`, one overwrite snapshot: each data file holding a replaced key swapped for its
+    other rows (copy-on-write), and the newer rows appended.
+
+    The files are found by their key bounds and their rows matched here: pyiceberg's delete
+    binds an expression of every replaced key, 5 of the 6 s a 50,000-row upsert into a
+    200,000-row table took. A table with delete files (another writer's merge-on-read) goes
+    through pyiceberg's delete, which applies them."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    schema = table.schema().as_arrow()
+    added = planned.added.select([n for n in schema.names if n in planned.added.column_names])
+    rewritten: list[tuple[Any, pa.Table]] = []
     if planned.replaced.num_rows:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # pyiceberg notes deletes that match no file
-            tx.delete(_matching(planned.replaced, keys), snapshot_properties=props)
-    columns = table.schema().as_arrow()
-    added = planned.added.select([n for n in columns.names if n in planned.added.column_names])
-    tx.append(added, snapshot_properties=props)
+        tasks = list(table.scan(row_filter=_key_ranges(planned.replaced, keys)).plan_files())
+        if any(task.delete_files for task in tasks):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pyiceberg notes deletes that match no file
+                tx.delete(_matching(planned.replaced, keys), snapshot_properties=props)
+            tx.append(added, snapshot_properties=props)
+            return
+        for task in tasks:
+            rows = in_schema(read(task.file.file_path), schema)
+            kept = _without_keys(rows, planned.replaced, keys)
+            if kept.num_rows < rows.num_rows:
+                rewritten.append((task.file, kept))
+    if not rewritten:
+        tx.append(added, snapshot_properties=props)
+        return
+    written = pa.concat_tables([added.cast(schema), *(kept for _, kept in rewritten)])
+    with tx.update_snapshot(snapshot_properties=props).overwrite() as swap:
+        for data_file, _ in rewritten:
+            swap.delete_data_file(data_file)
+        if not written.num_rows:
+            return  # keys deleted, nothing left of their files (pyiceberg divides by 0 rows)
+        for data_file in _dataframe_to_data_files(
+            tx.table_metadata, written, table.io, write_uuid=uuid.uuid4()
+        ):
+            swap.append_data_file(data_file)
+
+
+def _without_keys(rows: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """`rows` but those whose key `replaced` holds."""
+    wanted = replaced.select(list(keys)).cast(pa.schema([rows.schema.field(k) for k in keys]))
+    places = rows.select(list(keys)).append_column(
+        "_lagless_place", pa.array(range(rows.num_rows), pa.int64())
+    )
+    gone = places.join(wanted, list(keys), join_type="left semi").column("_lagless_place")
+    keep = pc.invert(
+        pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=gone.combine_chunks())
+    )
+    return rows.filter(keep)
 
 
 def _local_path(location: str) -> str:

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
+from lagless.sinks.iceberg.arrow_types import in_schema
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
@@ -101,7 +102,7 @@ class IcebergMaintenance(StoreMaintenance):
 
         schema = found.schema().as_arrow()
         parts = [self.storage.read_parquet(_path(f.file_path)) for f in files]
-        rows = pa.concat_tables([_in_schema(part, schema) for part in parts])
+        rows = pa.concat_tables([in_schema(part, schema) for part in parts])
         expected = sum(f.record_count for f in files)
         if rows.num_rows != expected:
             raise TerminalError(
@@ -244,17 +245,6 @@ def _kept(found: Table, cutoff_ms: int) -> set[int]:
         if ledger_seen and at_start_seen:
             break
     return kept
-
-
-def _in_schema(part: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A file's rows in the table's columns (a column the schema added since: nulls)."""
-    columns = [
-        part.column(f.name).cast(f.type)
-        if f.name in part.column_names
-        else pa.nulls(part.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.table(columns, schema=schema)
 
 
 def _path(location: str) -> str:
