@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -266,12 +267,7 @@ class BatchWriter:
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
         written = Written()
-        for index, (destination, batch) in enumerate(parts):
-            if index:
-                failpoint("between-tables")
-            mine = collected.filter(
-                pc.is_in(collected.column("topic"), pa.array(destination.topics))
-            )
+        for destination, batch, mine in _each_table(collected, parts):
             self._commit_receipts(sink, receipts.sparkSession, mine, destination, batch, written)
         return written
 
@@ -302,12 +298,7 @@ class BatchWriter:
         failpoint("after-write")
         if left:
             sink.discard_staged(target)  # the left files, read
-        by_partition: Counter[tuple[str, int]] = Counter()
-        for topic, partition, records in zip(
-            *(collected.column(c).to_pylist() for c in ("topic", "partition", "records")),
-            strict=True,
-        ):
-            by_partition[(topic, partition)] += records
+        by_partition = _records_by_partition(collected)
         stored = sum(by_partition.values()) - sum(dead.values())
         rows, replay = _written(committed, stored)
         size = pc.sum(collected.column("bytes")).as_py() or 0
@@ -324,12 +315,7 @@ class BatchWriter:
         failpoint("before-write")
         collected = receipts.toArrow()  # runs the tasks: a row per piece, not per record
         written = Written()
-        for index, (destination, batch) in enumerate(parts):
-            if index:
-                failpoint("between-tables")
-            mine = collected.filter(
-                pc.is_in(collected.column("topic"), pa.array(destination.topics))
-            )
+        for destination, batch, mine in _each_table(collected, parts):
             partitions = sorted(destination.ranges_of(end))
             self._upsert_part(receipts.sparkSession, mine, destination, batch, partitions, written)
         change_files.clear(folder)
@@ -364,12 +350,7 @@ class BatchWriter:
         told = self.checked.sink.upsert_rows(coalesced.rows, target, batch)
         self.log_times.update(after)
         failpoint("after-write")
-        by_partition: Counter[TP] = Counter()
-        for topic, partition, records in zip(
-            *(collected.column(c).to_pylist() for c in ("topic", "partition", "records")),
-            strict=True,
-        ):
-            by_partition[(topic, partition)] += records
+        by_partition = _records_by_partition(collected)
         rows, replay = _written(told, sum(by_partition.values()) - sum(dead.values()))
         size = pc.sum(collected.column("bytes")).as_py() or 0
         written.add(by_partition, size, rows, dead, already=replay)
@@ -529,6 +510,30 @@ class BatchWriter:
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _each_table(
+    receipts: pa.Table, parts: list[tuple[Destination, Batch]]
+) -> Iterator[tuple[Destination, Batch, pa.Table]]:
+    """Each table's part of a batch with the receipts of its topics' pieces, one table after
+    another."""
+    for index, (destination, batch) in enumerate(parts):
+        if index:
+            failpoint("between-tables")
+        topics = pa.array(destination.topics)
+        yield destination, batch, receipts.filter(pc.is_in(receipts.column("topic"), topics))
+
+
+def _records_by_partition(receipts: pa.Table) -> Counter[TP]:
+    """The records the source's tasks read, by partition, from their receipts (a row per
+    piece)."""
+    by_partition: Counter[TP] = Counter()
+    for topic, partition, records in zip(
+        *(receipts.column(c).to_pylist() for c in ("topic", "partition", "records")),
+        strict=True,
+    ):
+        by_partition[(topic, partition)] += records
+    return by_partition
 
 
 def _no_constraint_propagation(spark: SparkSession) -> None:

@@ -35,7 +35,7 @@ from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_colum
 from lagless.cdc.envelope import Change, Envelope, evolved
 from lagless.exceptions import BadInput, TerminalError
 from lagless.planner.ranges import OffsetRange
-from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
+from lagless.sinks.base import DEAD_LETTER_SCHEMA, TOMBSTONE, Target, in_schema
 from lagless.sinks.ledger import TP
 from lagless.sinks.task_files import millis, output_file, pieces_file_name
 from lagless.sinks.upsert_order import LOG_TIME, RANK
@@ -164,7 +164,10 @@ def clear(folder: str) -> None:
 def read_changes(files: list[str]) -> pa.Table:
     """A batch's change files (of one table) as one table; columns a task's file lacks (added
     upstream after it) are NULL."""
-    tables = [pq.read_table(path) for path in sorted(set(files)) if os.path.exists(path)]
+    missing = [path for path in sorted(set(files)) if not os.path.exists(path)]
+    if missing:  # every task writes its file, an empty one too: the batch is replayed
+        raise TerminalError(f"the change file {missing[0]} a task wrote is gone; rerun")
+    tables = [pq.read_table(path) for path in sorted(set(files))]
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return pa.table({})
@@ -244,7 +247,7 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
         .get_column(_INDEX)
     )
     rows = accepted.take(pa.array(winners.to_numpy()))
-    return Coalesced(_conformed(rows, schema), _dead_letters(in_order), newest)
+    return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest)
 
 
 def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
@@ -291,37 +294,16 @@ def _row_schema(target: Target) -> pa.Schema:
     return pa.schema([*(pa.field(f.name, f.type) for f in stored), (TOMBSTONE, pa.bool_())])
 
 
-def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The rows in `schema`: a column no task's file had (added upstream since) is NULL."""
-    columns = [
-        rows.column(f.name).cast(f.type)
-        if f.name in rows.column_names
-        else pa.nulls(rows.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
 def _dead_letters(changes: pa.Table) -> pa.Table:
     """The rejected change events in DEAD_LETTER_COLUMNS (value: the event as read)."""
-    schema = pa.schema(
-        [
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.int64()),
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("stage", pa.string()),
-            ("error", pa.string()),
-        ]
-    )
-    assert tuple(schema.names) == tuple(DEAD_LETTER_COLUMNS)
     if ERROR not in changes.column_names:
-        return schema.empty_table()
+        return DEAD_LETTER_SCHEMA.empty_table()
     rejected = changes.filter(pc.is_valid(changes.column(ERROR)))
-    columns = [rejected.column(n) for n in ("topic", "partition", "offset", "timestamp", "key")]
     stage = pa.array([_VALIDATE] * rejected.num_rows, pa.string())
-    columns += [rejected.column(RAW), stage, rejected.column(ERROR)]
-    cast = [column.cast(f.type) for column, f in zip(columns, schema, strict=True)]
-    return pa.Table.from_arrays(cast, schema=schema)
+    return in_schema(
+        rejected.drop_columns(["value"] if "value" in rejected.column_names else [])
+        .append_column("value", rejected.column(RAW))
+        .append_column("stage", stage)
+        .append_column("error", rejected.column(ERROR)),
+        DEAD_LETTER_SCHEMA,
+    )

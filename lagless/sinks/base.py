@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
+import pyarrow as pa
+
 from lagless.cdc.envelope import Deletes
 from lagless.exceptions import BadInput
 from lagless.retry import DEFAULT_RETRY_S
@@ -25,7 +27,6 @@ from lagless.sinks.ledger import TP, Batch, HeldRecord
 from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -55,6 +56,32 @@ DEAD_LETTER_COLUMNS = (
     "stage",
     "error",
 )
+# Their Arrow types, as Spark's rows carry them (the timestamp in ms).
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("stage", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+assert tuple(DEAD_LETTER_SCHEMA.names) == DEAD_LETTER_COLUMNS
+
+
+def in_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`rows` in the columns and types of `schema`, a column they lack as nulls (added to the
+    table since they were written)."""
+    columns = [
+        rows.column(f.name).cast(f.type)
+        if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.table(columns, schema=schema)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,15 @@ def lagless_import(kafka: KafkaConfig, tmp_path: Path, *args: str) -> subprocess
     )
 
 
+def sink_and_table(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A store's URL for a test, and its table (one of its own in the shared PostgreSQL)."""
+    if store == "postgresql":
+        return request.getfixturevalue("postgres").url, f"t_{tmp_path.name[-12:].lower()}"
+    if store == "sqlite":
+        return f"sqlite:///{tmp_path}/m.db", "t"
+    return f"{store}:///{tmp_path}/lake", "t"
+
+
 @pytest.mark.matrix
 def test_parquet_refuses_a_mirror_in_one_line_and_keeps_the_change_log(broker, kafka, tmp_path):
     broker.create_topic(TOPIC, 2)
@@ -97,13 +106,7 @@ def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
 
     broker.create_topic(TOPIC, 2)
     produce_changes(kafka)
-    if store == "postgresql":
-        sink = request.getfixturevalue("postgres").url
-    elif store == "sqlite":
-        sink = f"sqlite:///{tmp_path}/m.db"
-    else:
-        sink = f"{store}:///{tmp_path}/lake"
-    table = f"t_{tmp_path.name[-12:].lower()}" if store == "postgresql" else "t"
+    sink, table = sink_and_table(store, tmp_path, request)
     spec = ImportSpec(
         kafka=kafka,
         topics=(TOPIC,),
@@ -153,13 +156,7 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
     producer.produce(TOPIC, key=key(1), value=b"{not json", partition=partition_of(1))
     producer.produce(TOPIC, key=key(1), value=event("t", None, lsn=9), partition=partition_of(1))
     producer.flush(30)
-    if store == "postgresql":
-        sink = request.getfixturevalue("postgres").url
-    elif store == "sqlite":
-        sink = f"sqlite:///{tmp_path}/m.db"
-    else:
-        sink = f"{store}:///{tmp_path}/lake"
-    table = f"t_{tmp_path.name[-12:].lower()}" if store == "postgresql" else "t"
+    sink, table = sink_and_table(store, tmp_path, request)
     spec = ImportSpec(
         kafka=kafka,
         topics=(TOPIC,),

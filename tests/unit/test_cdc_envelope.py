@@ -1,25 +1,18 @@
-"""The envelope's rules (lagless/cdc/envelope.py), one by one, then as a property on a real
-SQLite store: whatever batches a mirror's import cuts, whatever it replays after crashes and
-whatever Debezium sends again after its restarts, the table ends equal to the source.
+"""The envelope's rules (lagless/cdc/envelope.py), one by one, and the source histories and
+Debezium's events for them that tests/unit/test_change_files.py's property replays through
+the whole path (whatever batches, replays and Debezium restarts: the source's table).
 
 The events are written as Debezium 3.6's PostgreSQL connector writes them (Kafka Connect's
-JSON with its schema; seen in tests/integration/test_mirror.py). Spark's part of the path
-(importer/rows.py's `accepted`: one row per key per batch, the newest, an UNAVAILABLE value
-carried from the key's earlier event of the batch) is modelled here in Python; the store's
-part is the real SqliteSink.write_arrow, the SQL every SQL store runs."""
+JSON with its schema; seen in tests/integration/test_mirror.py)."""
 
 from __future__ import annotations
 
 import base64
 import decimal
 import json
-import sqlite3
-from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
@@ -37,10 +30,6 @@ from lagless.cdc.envelope import (
     split,
 )
 from lagless.exceptions import BadInput
-from lagless.sinks.base import TOMBSTONE, Target
-from lagless.sinks.ledger import Batch
-from lagless.sinks.sqlite import SqliteSink
-from lagless.sinks.upsert_order import LOG_TIME
 
 TOPIC = "db.public.t"
 ROW_FIELDS = [
@@ -340,111 +329,3 @@ def kafka_log(
     for id_, k, v in sent:
         log[partition_of(id_)].append((k, v))
     return log
-
-
-def batch_rows(
-    log: dict[int, list[tuple[bytes, bytes | None]]], ranges: dict[int, tuple[int, int]]
-) -> list[dict[str, Any]]:
-    """Spark's part (importer/rows.py): the batch's events as rows, an UNAVAILABLE name carried
-    from the key's earlier event in the batch, then the newest row per key."""
-    decoder = envelope()
-    newest: dict[int, dict[str, Any]] = {}
-    for partition, (start, end) in ranges.items():
-        for offset in range(start, end):
-            k, v = log[partition][offset]
-            change = decoder.change(k, v)
-            assert change.error is None and change.row is not None
-            row = {
-                "topic": TOPIC,
-                "partition": partition,
-                "offset": offset,
-                "key": k,
-                "timestamp": offset,
-                **{name: change.row.get(name) for name in FIELDS.fieldNames()},
-                LOG_TIME: offset,  # timestamps that never go back: the log time is the timestamp
-                TOMBSTONE: change.delete,
-            }
-            earlier = newest.get(row["id"])
-            if row["name"] == UNAVAILABLE and earlier and not earlier[TOMBSTONE]:
-                row["name"] = earlier["name"]
-            newest[row["id"]] = row
-    return list(newest.values())
-
-
-def write(
-    sink: SqliteSink,
-    target: Target,
-    batch_id: int,
-    ranges: dict[int, tuple[int, int]],
-    log: dict[int, list[tuple[bytes, bytes | None]]],
-) -> None:
-    rows = batch_rows(log, ranges)
-    schema = pa.schema(
-        [
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("key", pa.binary()),
-            ("timestamp", pa.int64()),
-            ("id", pa.int32()),
-            ("name", pa.string()),
-            ("n", pa.int64()),
-            ("price", pa.string()),  # as SqliteSink.transported sends decimals
-            (LOG_TIME, pa.int64()),
-            (TOMBSTONE, pa.bool_()),
-        ]
-    )
-    for row in rows:
-        row["price"] = None if row["price"] is None else str(row["price"])
-    table = pa.Table.from_pylist(rows, schema=schema)
-    batch = Batch(batch_id, {(TOPIC, p): r for p, r in ranges.items()})
-    sink.write_arrow(table.to_reader(), target, batch)
-
-
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    history=histories(),
-    restarts=st.lists(st.integers(0, 60), max_size=2),
-    cuts=st.lists(st.integers(1, 6), min_size=1, max_size=8),
-    replays=st.lists(st.integers(0, 20), max_size=4),
-)
-def test_any_batches_replays_and_debezium_restarts_give_the_source_table(
-    tmp_path_factory, history, restarts, cuts, replays
-):
-    events, source = debezium_events(history)
-    log = kafka_log(events, restarts)
-    path: Path = tmp_path_factory.mktemp("mirror") / "m.db"
-    sink = SqliteSink(f"sqlite:///{path}", str(path))
-    target = Target("t", "upsert", "debezium", FIELDS, ("id",))
-    sink.prepare(target)
-    # The import's batches: each partition read in steps of the drawn sizes.
-    positions = dict.fromkeys(range(PARTITIONS), 0)
-    batches: list[dict[int, tuple[int, int]]] = []
-    step = 0
-    while any(positions[p] < len(log[p]) for p in positions):
-        size = cuts[step % len(cuts)]
-        ranges = {}
-        for p in positions:
-            end = min(len(log[p]), positions[p] + size)
-            ranges[p] = (positions[p], end)
-            positions[p] = end
-        batches.append(ranges)
-        step += 1
-    # A crash replays a batch: any batch may be written again, also after later ones.
-    order = list(range(len(batches)))
-    for replay in replays:
-        if batches:
-            at = min(replay, len(order))
-            order.insert(at, order[min(replay, len(order) - 1)] if at else 0)
-    for index in order:
-        write(sink, target, index, batches[index], log)
-    for index in range(len(batches)):  # and once more in order: each replay changes nothing
-        write(sink, target, index, batches[index], log)
-    with sqlite3.connect(path) as conn:
-        mirrored = {
-            row[0]: {"id": row[0], "name": row[1], "n": row[2], "price": decimal.Decimal(row[3])}
-            for row in conn.execute("SELECT id, name, n, price FROM t")
-        }
-    assert mirrored == source

@@ -42,16 +42,17 @@ from lagless.failpoints import failpoint
 from lagless.first_line import first_line
 from lagless.sinks.base import (
     ALREADY_HELD,
-    DEAD_LETTER_COLUMNS,
+    DEAD_LETTER_SCHEMA,
     TOMBSTONE,
     Target,
     WriteMode,
     Written,
     check_identifier,
     check_writable_path,
+    in_schema,
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
-from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema, in_schema
+from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, needs_held_values, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
@@ -82,19 +83,6 @@ WRITE_MODE = "lagless.write"
 NO_RETRIES = {"commit.retry.num-retries": "0"}
 # Commits lost to other writers before a batch gives up (each re-reads the ledger first).
 COMMIT_ATTEMPTS = 20
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("stage", pa.string()),
-        ("error", pa.string()),
-    ]
-)
-assert tuple(DEAD_LETTER_SCHEMA.names) == DEAD_LETTER_COLUMNS
 
 Build = Callable[["Transaction", "Table", dict[str, str]], None]
 

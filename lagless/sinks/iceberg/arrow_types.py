@@ -49,14 +49,3 @@ def conformed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         wanted = pa.schema([f.with_type(iceberg_type(f.type)) for f in batch.schema])
         yield batch if wanted == batch.schema else batch.cast(wanted)
-
-
-def in_schema(part: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A data file's rows in the table's columns (a column the schema added since: nulls)."""
-    columns = [
-        part.column(f.name).cast(f.type)
-        if f.name in part.column_names
-        else pa.nulls(part.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.table(columns, schema=schema)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.iceberg.arrow_types import in_schema
+from lagless.sinks.base import in_schema
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
