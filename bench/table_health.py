@@ -6,9 +6,10 @@ preloaded with --keys rows), starts the embedded broker, launches `lagless impor
 continuous` as a user launches it, and produces at a steady --rate. Every --sample-seconds it
 notes the table's data files in the current version, bytes on disk against live bytes (the
 import's own accounting: `StoreMaintenance.health`, what `lag --sink` shows), and the time of a
-full read against the same rows written fresh as one table of the same store (its compacted
-copy, read the same way). Produce → visible is measured by the table's ledger (what it holds,
-polled every --poll-ms): a record is visible from the poll that finds its offset held.
+full read (the median of READS) against the same rows written fresh as one table of the same
+store (its compacted copy, read the same way). Produce → visible is measured by the table's
+ledger (what it holds, polled every --poll-ms): a record is visible from the poll that finds
+its offset held.
 
 Goals (issue 32): data files <= live bytes / target + 16; bytes on disk <= 2x live bytes plus
 the files written within the history window; a full read within 1.3x of the compacted copy's;
@@ -219,11 +220,20 @@ class Sample:
         return self.read_s / self.compacted_read_s if self.compacted_read_s else float("nan")
 
 
+# Full reads per sample, of the table and of its compacted copy each: a read of a few-MB table
+# takes tens of ms, and one of them alone varied several-fold with the import beside it.
+READS = 3
+
+
 def read_table(url: str, table: str, work: Path) -> tuple[Any, float]:
-    """The whole table through its store's reader, and the seconds it took."""
-    began = time.monotonic()
-    rows = _read(url, table, work)
-    return rows, time.monotonic() - began
+    """The whole table through its store's reader READS times: the last rows, and the median
+    seconds a read took."""
+    times = []
+    for _ in range(READS):
+        began = time.monotonic()
+        rows = _read(url, table, work)
+        times.append(time.monotonic() - began)
+    return rows, sorted(times)[READS // 2]
 
 
 def table_folder(url: str, work: Path) -> Path:
@@ -344,6 +354,15 @@ class Run:
             "most_files": max((s.data_files for s in later), default=None),
             "last": None if last is None else last.__dict__ | {"read_x": round(last.read_x, 2)},
             "worst_read_x": round(max((s.read_x for s in later), default=float("nan")), 2),
+            "reads_ms": [
+                (
+                    round(s.at_s),
+                    round(s.read_s * 1000),
+                    round(s.compacted_read_s * 1000),
+                    s.data_files,
+                )
+                for s in self.samples
+            ],
             "worst_bytes_over_goal": max(
                 (s.bytes_on_disk / (2 * s.live_bytes + s.window_bytes) for s in later),
                 default=None,

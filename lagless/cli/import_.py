@@ -191,8 +191,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=ImportSpec.maintain_every_s,
         metavar="S",
         help="Parquet, Delta and Iceberg: a round of table maintenance (compaction, and expiry "
-        "of versions older than --keep-history) between batches at most every S seconds; 0: "
-        "none (default: %(default)g; docs/maintenance.md)",
+        "of versions older than --keep-history) between batches every S seconds, and a "
+        "compaction of a table as soon as 4 batches wrote to it; 0: none (default: %(default)g; "
+        "docs/maintenance.md)",
     )
     parser.add_argument(
         "--retry-seconds",

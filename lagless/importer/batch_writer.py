@@ -117,6 +117,8 @@ class BatchWriter:
         # next one refused (job.py).
         self.stop: threading.Event | None = None
         self._done_after_stop = False
+        # The tables the last batch had records for (maintenance counts their batches).
+        self._tables_written: list[str] = []
         # Batches written by this run; the error of the last failed one, as raised (the query's
         # own error only holds its text).
         self.done = 0
@@ -202,13 +204,14 @@ class BatchWriter:
             time.monotonic() - started,
         )
         if self.maintenance is not None and not self._done_after_stop:
-            self.maintenance.between_batches()
+            self.maintenance.between_batches(self._tables_written)
 
     def _write(self, records: DataFrame, batch_id: int) -> None:
         batch, end = self.batch(batch_id)
         parts = self.parts(batch)
         start = self._batch_start(batch_id)
         self.last_end = end
+        self._tables_written = [d.target.table for d, part in parts if part.covered]
         read_before = Counter(self.summary.by_partition)
         if self.changes_decoded:
             written = self._upsert_changes(records, parts, end)

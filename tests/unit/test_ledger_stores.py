@@ -29,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lagless.importer.maintenance import Schedule, run_round
+from lagless.importer.maintenance import ROUND_AFTER_BATCHES, Schedule, run_round
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, batch_ranges, holds
-from lagless.sinks.maintenance import Policy
+from lagless.sinks.maintenance import RATIO, Policy
 from lagless.source.executor_write import load_writer
 from lagless.source.schema import ARROW_SCHEMA
 
@@ -516,3 +516,44 @@ def test_an_imports_rounds_cover_every_table_it_writes_those_of_new_topics_inclu
         assert stored_table(sink.url, sink.location, target.table) == [
             (TOPIC, 0, o) for o in range(20)
         ]
+
+
+def test_a_table_written_by_enough_batches_gets_its_round_before_the_time_based_one(
+    tmp_path: Path,
+) -> None:
+    """Between time-based rounds, a table gets a round of its own once ROUND_AFTER_BATCHES
+    batches wrote to it (a reader then never opens more batch files than that beside the
+    compacted ones); a table the batches did not write waits for the time-based round."""
+    sink = sink_from_url(f"parquet:///{tmp_path}/lake")
+    targets = {name: Target(name, "append", "raw", run_id="import-a") for name in ("ta", "tb")}
+    maintenance = sink.maintenance("import-a")
+    assert maintenance is not None
+    now = [0.0]
+    schedule = Schedule(
+        maintenance,
+        lambda: list(targets),
+        Policy(1024 * 1024, 3600),
+        every_s=60,
+        clock=lambda: now[0],
+    )
+
+    def folders() -> dict[str, int]:
+        lake = tmp_path / "lake"
+        return {t: sum(p.name.startswith("batch=") for p in (lake / t).iterdir()) for t in targets}
+
+    for target in targets.values():
+        sink.prepare(target)
+    for n in range(RATIO):  # an earlier run's batches
+        commit(sink, targets["tb"], Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    schedule.between_batches(["tb"])
+    for n in range(ROUND_AFTER_BATCHES):
+        assert folders() == {"ta": n, "tb": RATIO}
+        commit(sink, targets["ta"], Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+        now[0] += 1
+        schedule.between_batches(["ta"])
+    assert folders() == {"ta": 1, "tb": RATIO}  # tb: one batch since its last round
+    now[0] = 60.0
+    schedule.between_batches([])  # the time-based round takes every table
+    assert folders() == {"ta": 1, "tb": 1}
+    assert stored_table(sink.url, sink.location, "ta") == [(TOPIC, 0, o) for o in range(20)]
+    assert sink.ledger(targets["ta"], PARTITIONS) == {(TOPIC, 0): 20}
