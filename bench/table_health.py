@@ -6,10 +6,10 @@ preloaded with --keys rows), starts the embedded broker, launches `lagless impor
 continuous` as a user launches it, and produces at a steady --rate. Every --sample-seconds it
 notes the table's data files in the current version, bytes on disk against live bytes (the
 import's own accounting: `StoreMaintenance.health`, what `lag --sink` shows), and the time of a
-full read (the median of READS) against the same rows written fresh as one table of the same
-store (its compacted copy, read the same way). Produce → visible is measured by the table's
-ledger (what it holds, polled every --poll-ms): a record is visible from the poll that finds
-its offset held.
+full read against the same rows written fresh as one table of the same store (its compacted
+copy, read the same way; the median of READS reads of each, in turn). Produce → visible is
+measured by the table's ledger (what it holds, polled every --poll-ms): a record is visible
+from the poll that finds its offset held.
 
 Goals (issue 32): data files <= live bytes / target + 16; bytes on disk <= 2x live bytes plus
 the files written within the history window; a full read within 1.3x of the compacted copy's;
@@ -220,20 +220,29 @@ class Sample:
         return self.read_s / self.compacted_read_s if self.compacted_read_s else float("nan")
 
 
-# Full reads per sample, of the table and of its compacted copy each: a read of a few-MB table
-# takes tens of ms, and one of them alone varied several-fold with the import beside it.
-READS = 3
+# Full reads per sample, of the table and of its compacted copy in turn: a read of a few-MB table
+# takes tens of ms, and one alone varied several-fold with the import running beside it.
+READS = 5
 
 
 def read_table(url: str, table: str, work: Path) -> tuple[Any, float]:
-    """The whole table through its store's reader READS times: the last rows, and the median
-    seconds a read took."""
-    times = []
+    """The whole table through its store's reader, and the seconds it took."""
+    began = time.monotonic()
+    rows = _read(url, table, work)
+    return rows, time.monotonic() - began
+
+
+def read_both(url: str, work: Path) -> tuple[float, float]:
+    """The median seconds of READS full reads of the table and of its compacted copy (the
+    same rows written fresh as one table of the store), read in turn."""
+    rows, _ = read_table(url, TOPIC, work)
+    scratch = work / "scratch"
+    write_compacted(url, rows, scratch)
+    table, copy = [], []
     for _ in range(READS):
-        began = time.monotonic()
-        rows = _read(url, table, work)
-        times.append(time.monotonic() - began)
-    return rows, sorted(times)[READS // 2]
+        table.append(read_table(url, TOPIC, work)[1])
+        copy.append(read_table(url, "copy", scratch)[1])
+    return sorted(table)[READS // 2], sorted(copy)[READS // 2]
 
 
 def table_folder(url: str, work: Path) -> Path:
@@ -262,8 +271,8 @@ def _read(url: str, table: str, work: Path) -> Any:
     return ds.dataset(folder, format="parquet", partitioning="hive").to_table()
 
 
-def compacted_read(url: str, rows: Any, scratch: Path) -> float:
-    """The same rows written as a fresh table of the store (one file), read the same way."""
+def write_compacted(url: str, rows: Any, scratch: Path) -> None:
+    """The same rows written as a fresh table of the store (one file)."""
     import pyarrow.parquet as pq
 
     shutil.rmtree(scratch, ignore_errors=True)
@@ -288,7 +297,6 @@ def compacted_read(url: str, rows: Any, scratch: Path) -> float:
         folder = scratch / "lake" / "copy" / "batch=compacted"
         folder.mkdir(parents=True)
         pq.write_table(rows.drop_columns(["batch"]), folder / "part-0.parquet")
-    return read_table(url, "copy", scratch)[1]
 
 
 def sample(url: str, work: Path, policy: Policy, started: float) -> Sample | None:
@@ -298,7 +306,7 @@ def sample(url: str, work: Path, policy: Policy, started: float) -> Sample | Non
         found: Health | None = maintenance.health(TOPIC, policy)
     if found is None:
         return None
-    rows, read_s = read_table(url, TOPIC, work)
+    read_s, compacted_read_s = read_both(url, work)
     window_from = time.time() - policy.keep_history_s
     window = sum(
         entry.stat().st_size
@@ -314,7 +322,7 @@ def sample(url: str, work: Path, policy: Policy, started: float) -> Sample | Non
         found.live_bytes,
         window,
         read_s,
-        compacted_read(url, rows, work / "scratch"),
+        compacted_read_s,
     )
 
 
@@ -444,6 +452,11 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
             result = launched.wait(timeout_s=180)
             run.exit_code, run.stderr_tail = result.returncode, result.stderr_tail
             run.rounds = maintenance_rounds(work / "import.log")
+            if args.png_dir:  # beside the chart: each batch's and round's line
+                suffix = "" if every_s else "-without"
+                args.png_dir.mkdir(parents=True, exist_ok=True)
+                log_copy = args.png_dir / f"table_health-{store}-{workload}{suffix}.log"
+                shutil.copy(work / "import.log", log_copy)
     finally:
         if launched is not None and launched.process.poll() is None:
             os.killpg(launched.process.pid, signal.SIGKILL)  # the bench itself failed
@@ -473,7 +486,11 @@ def _wait_for_preload(
             if launched.process.poll() is not None:
                 raise SystemExit(f"the import exited {launched.wait().stderr_tail}")
             held = sum(watcher.held.values())
-            if watcher.held and all(v >= per_partition for v in watcher.held.values()):
+            # Every partition: a preload of 1M records commits in batches of a few partitions
+            # each, and a steady rate started after the first would measure the catch-up.
+            if len(watcher.held) == producer.partitions and all(
+                v >= per_partition for v in watcher.held.values()
+            ):
                 return
             status.update(f"the table holds {held:,} of {keys:,} preloaded records")
             time.sleep(0.5)
