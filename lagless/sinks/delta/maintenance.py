@@ -52,8 +52,8 @@ KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColu
 COMMIT_ATTEMPTS = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's): a
 # round comes every 4 batches of a busy import (importer/maintenance.py), its own entry the
-# fifth, so each such round writes one. Opening a live table with 7 entries past its checkpoint took 8.5 ms, 2.8 ms
-# after a checkpoint (a copy of one version: 1.3 ms).
+# fifth, so each such round writes one. Opening a live table with 7 entries past its checkpoint
+# took 8.5 ms, 2.8 ms after a checkpoint (a copy of one version: 1.3 ms).
 CHECKPOINT_EVERY = 5
 
 
