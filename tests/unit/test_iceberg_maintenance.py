@@ -8,8 +8,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from lagless.sinks import sink_from_url
 from lagless.sinks.iceberg import IcebergSink
+from lagless.sinks.iceberg import maintenance as iceberg_maintenance
 from lagless.sinks.iceberg.maintenance import IcebergMaintenance, _data_files, _path
 from lagless.sinks.ledger import Batch
 from lagless.sinks.maintenance import Policy, Round
@@ -56,3 +59,32 @@ def test_files_another_compaction_merged_meanwhile_are_not_merged_twice(tmp_path
     assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(20)]
     assert not any(os.path.exists(_path(each.file_path)) for each in written)
     assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 20}
+
+
+def test_snapshots_past_the_most_kept_are_expired_whatever_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit rewrites the metadata file that lists each kept snapshot, so a table keeps
+    at most MOST_SNAPSHOTS (here 4) even inside an hour's window: compaction trims them once
+    they pass it by half, expiry to it and removes the files only expired snapshots read; the
+    rows and the ledger stay."""
+    monkeypatch.setattr(iceberg_maintenance, "MOST_SNAPSHOTS", 4)
+    sink, maintenance = filled(tmp_path)  # 4 batches: within the most kept
+    policy = Policy(target_file_size=1, keep_history_s=3600)  # nothing to merge
+    maintenance.compact("t", policy, time.monotonic() + 10, Round("t"))
+    assert len(sink._table("t").metadata.snapshots) == 4
+    for n in range(4, 7):
+        commit(sink, TARGET, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    done = Round("t")
+    maintenance.compact("t", policy, time.monotonic() + 10, done)
+
+    snapshots = sink._table("t").metadata.snapshots
+    # The newest 4, and the one current when the window (their start) began.
+    assert len(snapshots) == 5
+    assert done.expired_versions == 7 - 5
+    files_before = set(maintenance.storage.files(_path(sink._table("t").location())))
+    maintenance.expire("t", policy, Round("t"))
+    files_after = set(maintenance.storage.files(_path(sink._table("t").location())))
+    assert files_after < files_before  # the expired snapshots' manifests and lists
+    assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(35)]
+    assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 35}
