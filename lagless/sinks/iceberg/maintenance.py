@@ -11,8 +11,8 @@ the new snapshot while the group's files are all still in it (an append passes);
 written files are removed and the next round plans again.
 
 Expiry drops the snapshots older than the history window or past the newest MOST_SNAPSHOTS
-(which compaction trims to as well), except the one current at the window's start (a reader may
-still be reading it) and the snapshots from the current one back to the newest that carries the
+(which compaction trims to as well), except the one current at their start (a reader may still
+be reading it) and the snapshots from the current one back to the newest that carries the
 ledger; then the files no kept snapshot reads (data files, manifests, manifest lists, and
 metadata files of a SQL catalog) once they are older than the window: those of expired
 snapshots, and those a crashed commit or compaction left.
@@ -161,11 +161,12 @@ class IcebergMaintenance(StoreMaintenance):
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         with self.sink._catalog_errors():
             found = self.sink._table(table)
-            cutoff_ms = _cutoff_ms(found, policy)
-            if _expire_snapshots(found, cutoff_ms, done):
+            if _expire_snapshots(found, _cutoff_ms(found, policy), done):
                 found = self.sink._table(table)
             failpoint("mid-expiry")  # snapshots expired, the files only they read not removed
-            self._remove_unread(found, cutoff_ms, done)
+            # Files by the window's time alone, the snapshot cap aside: a file written since
+            # may be another writer's, staged for a commit still to come.
+            self._remove_unread(found, _window_start_ms(policy), done)
 
     def _remove_unread(self, found: Table, cutoff_ms: int, done: Round) -> None:
         """Files under the table's data and metadata folders no kept snapshot reads, written
@@ -241,10 +242,14 @@ def _data_files(found: Table) -> dict[str, IcebergFile]:
     }
 
 
+def _window_start_ms(policy: Policy) -> int:
+    return int((time.time() - policy.keep_history_s) * 1000)
+
+
 def _cutoff_ms(found: Table, policy: Policy) -> int:
-    """Where the history window starts: keep_history_s ago, or later, at the MOST_SNAPSHOTS-th
-    newest snapshot, when the table holds more than that since."""
-    cutoff_ms = int((time.time() - policy.keep_history_s) * 1000)
+    """Where the snapshots kept start: at the history window's start, or later, at the
+    MOST_SNAPSHOTS-th newest snapshot, when the table holds more than that since."""
+    cutoff_ms = _window_start_ms(policy)
     stamps = sorted((s.timestamp_ms for s in found.metadata.snapshots), reverse=True)
     if len(stamps) > MOST_SNAPSHOTS:
         cutoff_ms = max(cutoff_ms, stamps[MOST_SNAPSHOTS - 1])
