@@ -81,15 +81,20 @@ class IcebergMaintenance(StoreMaintenance):
         """The small files merged (group after group until the deadline), then the snapshots
         trimmed to MOST_SNAPSHOTS once they passed it by half: an import's frequent rounds
         keep every commit's cost bounded between its expiries."""
-        self._merge(table, policy, deadline, done)
+        seen = self._merge(table, policy, deadline, done)
+        if seen + 1 <= MOST_SNAPSHOTS * 3 // 2:  # the merge's own commit is one more at most
+            return
         with self.sink._catalog_errors():
-            found = self.sink._table(table)
+            found = self.sink._table(table)  # as the merge left it
             if len(found.metadata.snapshots) > MOST_SNAPSHOTS * 3 // 2:
                 _expire_snapshots(found, _cutoff_ms(found, policy), done)
 
-    def _merge(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+    def _merge(self, table: str, policy: Policy, deadline: float, done: Round) -> int:
+        """The small files merged; the table's snapshots before (a round that trims none
+        loads the table once)."""
         with self.sink._catalog_errors():
             found = self.sink._table(table)
+            seen = len(found.metadata.snapshots)
             current = _data_files(found)
             groups = plan(
                 [DataFile(path, f.file_size_in_bytes) for path, f in current.items()],
@@ -105,14 +110,15 @@ class IcebergMaintenance(StoreMaintenance):
                 written += self._rewrite(found, files)
                 chosen += files
             if not chosen:
-                return
+                return seen
             failpoint("mid-compaction")  # the merged files written, not in any snapshot
             if not self._commit(table, chosen, written):
                 done.skipped = "another writer committed meanwhile; planned again next round"
-                return
+                return seen
         done.compacted_files += len(chosen)
         done.written_files += len(written)
         done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
+        return seen
 
     def _rewrite(self, found: Table, files: list[IcebergFile]) -> list[IcebergFile]:
         """The files' rows written again as the table's data files; the same rows, checked."""
