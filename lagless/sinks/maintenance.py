@@ -69,6 +69,8 @@ class Round:
     compacted_files: int = 0
     written_files: int = 0
     rewritten_bytes: int = 0
+    # Iceberg's position delete files merged into one, or folded into the files they name.
+    merged_deletes: int = 0
     expired_versions: int = 0
     removed_files: int = 0
     removed_bytes: int = 0
@@ -78,7 +80,12 @@ class Round:
 
     @property
     def did_something(self) -> bool:
-        return bool(self.compacted_files or self.expired_versions or self.removed_files)
+        return bool(
+            self.compacted_files
+            or self.merged_deletes
+            or self.expired_versions
+            or self.removed_files
+        )
 
     def text(self) -> str:
         done = []
@@ -87,6 +94,8 @@ class Round:
                 f"{self.compacted_files} files compacted into {self.written_files} "
                 f"({_mb(self.rewritten_bytes)})"
             )
+        if self.merged_deletes:
+            done.append(f"{self.merged_deletes} delete files merged")
         if self.expired_versions:
             done.append(f"{self.expired_versions} versions expired")
         if self.removed_files:

@@ -1,6 +1,8 @@
 """Iceberg compaction beside other writers, on a real pyiceberg warehouse without Spark: files
 merged while another import appended are swapped in on the snapshot it left; files another
-compaction merged meanwhile are not merged twice (the written ones are removed)."""
+compaction merged meanwhile are not merged twice (the written ones are removed); nor files an
+upsert deleted rows of meanwhile. Merge-on-read upserts and compaction's folding of their
+deletes."""
 
 from __future__ import annotations
 
@@ -13,10 +15,17 @@ import pytest
 from lagless.sinks import sink_from_url
 from lagless.sinks.iceberg import IcebergSink
 from lagless.sinks.iceberg import maintenance as iceberg_maintenance
-from lagless.sinks.iceberg.maintenance import IcebergMaintenance, _data_files, _path
+from lagless.sinks.iceberg.maintenance import (
+    IcebergMaintenance,
+    _data_files,
+    _delete_files,
+    _path,
+)
 from lagless.sinks.ledger import Batch
 from lagless.sinks.maintenance import Policy, Round
 from tests.unit.test_ledger_stores import PARTITIONS, TARGET, TOPIC, commit, stored
+from tests.unit.test_upsert_rank import TARGET as UPSERT
+from tests.unit.test_upsert_rank import Record, rows_of, write
 
 
 def filled(tmp_path: Path) -> tuple[IcebergSink, IcebergMaintenance]:
@@ -32,10 +41,10 @@ def test_a_compaction_is_swapped_in_after_an_append_made_meanwhile(tmp_path: Pat
     sink, maintenance = filled(tmp_path)
     found = sink._table("t")
     merged = list(_data_files(found).values())
-    written = maintenance._rewrite(found, merged)
+    written = maintenance._rewrite(found, merged, {})
     commit(sink, TARGET, Batch(4, {(TOPIC, 1): (0, 5)}))  # another import appends
 
-    assert maintenance._commit("t", merged, written)
+    assert maintenance._commit("t", merged, [], written)
 
     assert stored(sink.url, sink.location) == sorted(
         [(TOPIC, 0, o) for o in range(20)] + [(TOPIC, 1, o) for o in range(5)]
@@ -48,13 +57,13 @@ def test_files_another_compaction_merged_meanwhile_are_not_merged_twice(tmp_path
     sink, maintenance = filled(tmp_path)
     found = sink._table("t")
     merged = list(_data_files(found).values())
-    written = maintenance._rewrite(found, merged)
+    written = maintenance._rewrite(found, merged, {})
     other = Round("t")
     policy = Policy(1024 * 1024, 3600, thorough=True)
     maintenance.compact("t", policy, time.monotonic() + 60, other)
     assert other.compacted_files == 4
 
-    assert not maintenance._commit("t", merged, written)
+    assert not maintenance._commit("t", merged, [], written)
 
     assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(20)]
     assert not any(os.path.exists(_path(each.file_path)) for each in written)
@@ -92,3 +101,80 @@ def test_snapshots_past_the_most_kept_are_expired_whatever_the_window(
     assert files_before - set(maintenance.storage.files(location))  # out of the window: gone
     assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(35)]
     assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 35}
+
+
+def upserted(sink: IcebergSink, batch: int, keys: range, tmp_path: Path) -> None:
+    """Records of `keys`, one each, at offsets after the last batch's: newer than the rows
+    they replace."""
+    offset = batch * 100
+    ranked = [
+        (Record(0, offset + n, b"k%d" % key, offset + n, False), offset + n)
+        for n, key in enumerate(keys)
+    ]
+    write(
+        sink,
+        "iceberg",
+        rows_of(ranked),
+        Batch(batch, {(TOPIC, 0): (offset, offset + 100)}),
+        tmp_path,
+    )
+
+
+def values(sink: IcebergSink) -> dict[bytes, int]:
+    rows = sink._table(UPSERT.table).scan(selected_fields=("key", "offset")).to_arrow()
+    return dict(zip(rows.column("key").to_pylist(), rows.column("offset").to_pylist(), strict=True))
+
+
+def upsert_table(tmp_path: Path) -> tuple[IcebergSink, IcebergMaintenance]:
+    sink = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    assert isinstance(sink, IcebergSink)
+    sink.prepare(UPSERT)
+    upserted(sink, 0, range(10), tmp_path / "staging")
+    return sink, IcebergMaintenance(sink)
+
+
+def test_an_upsert_deletes_the_rows_it_replaces_by_position_and_compaction_folds_them(
+    tmp_path: Path,
+) -> None:
+    """A batch rewrites no data file: the replaced rows go in a position delete file; a round
+    folds the deletes into a file once they are FOLD_SHARE of its rows, and leaves none."""
+    sink, maintenance = upsert_table(tmp_path)
+    first = set(_data_files(sink._table(UPSERT.table)))
+    upserted(sink, 1, range(2), tmp_path / "staging")  # 2 of 10 rows: below the share
+
+    found = sink._table(UPSERT.table)
+    assert first < set(_data_files(found))  # the first file kept, one added
+    assert len(_delete_files(found)) == 1
+    assert values(sink) == {b"k%d" % k: (100 + k if k < 2 else k) for k in range(10)}
+    policy = Policy(1024 * 1024, 3600)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    assert first <= set(_data_files(sink._table(UPSERT.table)))  # not folded yet
+
+    upserted(sink, 2, range(2, 4), tmp_path / "staging")  # 4 of 10: folded
+    done = Round(UPSERT.table)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, done)
+
+    found = sink._table(UPSERT.table)
+    assert not first & set(_data_files(found))
+    assert not _delete_files(found)
+    assert values(sink) == {
+        b"k%d" % k: (100 + k if k < 2 else 200 + k - 2 if k < 4 else k) for k in range(10)
+    }
+    assert sink.ledger(UPSERT, PARTITIONS) == {(TOPIC, 0): 300}
+
+
+def test_a_compaction_is_not_swapped_in_after_an_upsert_deleted_rows_of_its_files(
+    tmp_path: Path,
+) -> None:
+    """The rewritten file would bring back the rows the upsert deleted in the file it
+    replaces: the compaction is dropped, its files removed."""
+    sink, maintenance = upsert_table(tmp_path)
+    found = sink._table(UPSERT.table)
+    merged = list(_data_files(found).values())
+    written = maintenance._rewrite(found, merged, {})
+    upserted(sink, 1, range(3), tmp_path / "staging")  # deletes rows of the merged file
+
+    assert not maintenance._commit(UPSERT.table, merged, [], written)
+
+    assert values(sink) == {b"k%d" % k: (100 + k if k < 3 else k) for k in range(10)}
+    assert not any(os.path.exists(_path(each.file_path)) for each in written)

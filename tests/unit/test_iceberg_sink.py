@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -219,6 +220,7 @@ def test_the_held_rows_of_a_batch_are_those_of_its_keys_whatever_their_type(
     from pyiceberg.catalog.sql import SqlCatalog
 
     from lagless.sinks.iceberg import _held_rows
+    from lagless.sinks.iceberg.row_delta import FILE, POS
 
     def column(keys: list[int]) -> pa.Array:
         if kind == "long":
@@ -238,7 +240,13 @@ def test_the_held_rows_of_a_batch_are_those_of_its_keys_whatever_their_type(
         table.append(part)  # two files, their bounds apart or overlapping
     rows = pa.table({"id": column(batch)})
 
-    found = _held_rows(catalog.load_table("default.t"), rows, ("id",), ["id", "n"])
+    def read(location: str, columns: list[str] | None) -> pa.Table:
+        return pq.read_table(location.removeprefix("file://"), columns=columns)
+
+    found = _held_rows(catalog.load_table("default.t"), rows, ("id",), ["id", "n"], read)
 
     assert sorted(found.column("n").to_pylist()) == sorted(set(held) & set(batch))
+    # Each row's place names it in its file (a merge-on-read upsert deletes it there).
+    for n, path, pos in zip(*(found.column(c).to_pylist() for c in ("n", FILE, POS)), strict=True):
+        assert read(path, ["n"]).column("n")[pos].as_py() == n
     catalog.engine.dispose()

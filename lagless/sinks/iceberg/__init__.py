@@ -11,7 +11,8 @@ catalog's warehouse, its tables on S3 (rest.py). `<table>_dlq` (dead letters) an
 the source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves
 the files into the table's `data` folder and adds them as they are (add_files reads only their
 footers: no row passes through the driver). Upserts are planned on the driver (newer_wins.py)
-and committed as a delete of the replaced keys and an append of the newer rows, one commit.
+and committed as position deletes of the replaced rows and an append of the newer rows, one
+commit (row_delta.py; copy-on-write where the table asks for it).
 
 Every commit carries the batch's ranges in its snapshots' summaries (summary.py): the table is
 its own ledger (sinks/ledger.py). A batch the table holds already is skipped, one it holds
@@ -56,6 +57,16 @@ from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
 from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, needs_held_values, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
+from lagless.sinks.iceberg.row_delta import (
+    FILE,
+    MERGE_MODE,
+    MERGE_ON_READ,
+    POS,
+    commit_row_delta,
+    merge_on_read,
+    rows_in_place,
+    write_delete_file,
+)
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
@@ -180,7 +191,9 @@ class IcebergSink(FolderTableSink):
                 ident = identifier(table)
                 catalog.create_namespace_if_not_exists(ident[0])
                 made = catalog.create_table_if_not_exists(
-                    ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
+                    ident,
+                    schema=schema,
+                    properties={**NO_RETRIES, WRITE_MODE: mode, MERGE_MODE: MERGE_ON_READ},
                 )
                 self._check_location(table, made)
                 self._evolve(table, mode, schema, _grows(target, table))
@@ -387,9 +400,9 @@ class IcebergSink(FolderTableSink):
         for path in files:
             self.storage.remove(path)
 
-    def _read_data(self, location: str) -> pa.Table:
-        """A data file of a table, by the location its manifest names."""
-        return self.storage.read_parquet(_local_path(location))
+    def _read_data(self, location: str, columns: list[str] | None = None) -> pa.Table:
+        """A data or delete file of a table, by the location its manifest names."""
+        return self.storage.read_parquet(_local_path(location), columns)
 
     def _move(self, path: str, folder: str) -> str:
         """A staged file into the table's data folder, under a name of its own: a task's file
@@ -443,8 +456,8 @@ class IcebergSink(FolderTableSink):
             )
 
             def bury(tx: Transaction, table: Table, props: dict[str, str]) -> None:
-                held = _held_rows(table, rows, keys, ranked)
-                _apply(tx, table, plan(graves, held, keys), keys, props, self._read_data)
+                held = _held_rows(table, rows, keys, ranked, self._read_data)
+                _apply(tx, table, plan(graves, held, keys), held, keys, props, self._read_data)
 
             self._commit(target.tombstone_table, batch, bury)
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
@@ -455,16 +468,14 @@ class IcebergSink(FolderTableSink):
         whole_rows = needs_held_values(rows, target)
 
         def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
-            whole = _held_rows(table, rows, keys, None) if whole_rows else None
-            held = (
-                whole.select(ranked) if whole is not None else _held_rows(table, rows, keys, ranked)
-            )
-            kept = _held_rows(self._table(target.tombstone_table), rows, keys, ranked)
-            planned = plan(rows, held, keys, kept)
-            if planned.replaced.num_rows and whole is not None:
-                planned = mirrored(planned, rows, whole, target)
+            read = self._read_data
+            held = _held_rows(table, rows, keys, None if whole_rows else ranked, read)
+            graves = _held_rows(self._table(target.tombstone_table), rows, keys, ranked, read)
+            planned = plan(rows, held, keys, graves)
+            if planned.replaced.num_rows and whole_rows:
+                planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
             added[:] = [planned.added.num_rows]
-            _apply(tx, table, planned, keys, props, self._read_data)
+            _apply(tx, table, planned, held, keys, props, read)
 
         if not self._commit(target.table, batch, upsert):
             return ALREADY_HELD
@@ -548,15 +559,18 @@ def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
 
 
 def _held_rows(
-    table: Table, rows: pa.Table, keys: tuple[str, ...], columns: list[str] | None
+    table: Table,
+    rows: pa.Table,
+    keys: tuple[str, ...],
+    columns: list[str] | None,
+    read: Callable[[str, list[str] | None], pa.Table],
 ) -> pa.Table:
     """The table's rows whose key is one of those of `rows`, in `columns` (None: all; else
-    they include the keys). The scan reads the range of each key column (_key_ranges), the
-    keys themselves are matched here: an Iceberg filter of thousands of keys costs seconds to
-    build and prunes no file (pyiceberg checks a set of more than 200 values against no
-    file's bounds)."""
-    selected = tuple(columns) if columns is not None else ("*",)
-    scanned = table.scan(row_filter=_key_ranges(rows, keys), selected_fields=selected).to_arrow()
+    they include the keys), with each row's place (FILE, POS). The files are pruned by the
+    range of each key column (_key_ranges), the keys themselves matched here: an Iceberg
+    filter of thousands of keys costs seconds to build and prunes no file (pyiceberg checks a
+    set of more than 200 values against no file's bounds)."""
+    scanned = rows_in_place(table, _key_ranges(rows, keys), columns, read)
     wanted = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     # As the table stores them (a text key may come back as large_string).
     wanted = wanted.cast(pa.schema([scanned.schema.field(name) for name in wanted.column_names]))
@@ -595,12 +609,14 @@ def _apply(
     tx: Transaction,
     table: Table,
     planned: Any,
+    held: pa.Table,
     keys: tuple[str, ...],
     props: dict[str, str],
-    read: Callable[[str], pa.Table],
+    read: Callable[[str, list[str] | None], pa.Table],
 ) -> None:
-    """In `tx`, one overwrite snapshot: each data file holding a replaced key swapped for its
-    other rows (copy-on-write), and the newer rows appended.
+    """In `tx`, one snapshot: the replaced keys' rows (`held` has their places) deleted by
+    position and the newer rows appended (merge-on-read, row_delta.py); or, where the table
+    asks for copy-on-write, each data file holding a replaced key swapped for its other rows.
 
     The files are found by their key bounds and their rows matched here: pyiceberg's delete
     binds an expression of every replaced key, 5 of the 6 s a 50,000-row upsert into a
@@ -610,6 +626,9 @@ def _apply(
 
     schema = table.schema().as_arrow()
     added = planned.added.select([n for n in schema.names if n in planned.added.column_names])
+    if merge_on_read(table):
+        _delete_and_append(tx, table, planned, held, keys, props)
+        return
     rewritten: list[tuple[Any, pa.Table]] = []
     if planned.replaced.num_rows:
         tasks = list(table.scan(row_filter=_key_ranges(planned.replaced, keys)).plan_files())
@@ -620,7 +639,7 @@ def _apply(
             tx.append(added, snapshot_properties=props)
             return
         for task in tasks:
-            rows = in_schema(read(task.file.file_path), schema)
+            rows = in_schema(read(task.file.file_path, None), schema)
             kept = _without_keys(rows, planned.replaced, keys)
             if kept.num_rows < rows.num_rows:
                 rewritten.append((task.file, kept))
@@ -637,6 +656,37 @@ def _apply(
             tx.table_metadata, written, table.io, write_uuid=uuid.uuid4()
         ):
             swap.append_data_file(data_file)
+
+
+def _delete_and_append(
+    tx: Transaction,
+    table: Table,
+    planned: Any,
+    held: pa.Table,
+    keys: tuple[str, ...],
+    props: dict[str, str],
+) -> None:
+    """One snapshot of a position delete file naming the replaced keys' rows and a data file
+    of the newer rows."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    schema = table.schema().as_arrow()
+    replaced = planned.replaced.select(list(keys))
+    replaced = replaced.cast(pa.schema([held.schema.field(k) for k in keys]))
+    # The join carries only the keys and a row's place (Arrow's join takes no dictionary).
+    index = held.select(list(keys)).append_column(
+        "_lagless_place", pa.array(range(held.num_rows), pa.int64())
+    )
+    found = index.join(replaced, list(keys), join_type="left semi").column("_lagless_place")
+    gone = held.select([FILE, POS]).take(found)
+    deletes = write_delete_file(table, pa.table({"file_path": gone[FILE], "pos": gone[POS]}))
+    rows = in_schema(planned.added, schema)
+    written = (
+        _dataframe_to_data_files(tx.table_metadata, rows, table.io, write_uuid=uuid.uuid4())
+        if rows.num_rows
+        else []
+    )
+    commit_row_delta(tx, props, added=[*written, *([deletes] if deletes else [])])
 
 
 def _without_keys(rows: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Table:

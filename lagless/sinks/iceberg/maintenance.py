@@ -27,10 +27,17 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks.base import in_schema
+from lagless.sinks.iceberg.row_delta import (
+    FOLD_SHARE,
+    commit_row_delta,
+    deleted_positions,
+    write_delete_file,
+)
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
@@ -90,16 +97,24 @@ class IcebergMaintenance(StoreMaintenance):
                 _expire_snapshots(found, _cutoff_ms(found, policy), done)
 
     def _merge(self, table: str, policy: Policy, deadline: float, done: Round) -> int:
-        """The small files merged; the table's snapshots before (a round that trims none
-        loads the table once)."""
+        """The small files merged, and the deletes folded into the files that lost FOLD_SHARE
+        of their rows to them (row_delta.py); the table's snapshots before (a round that trims
+        none loads the table once)."""
         with self.sink._catalog_errors():
             found = self.sink._table(table)
             seen = len(found.metadata.snapshots)
             current = _data_files(found)
-            groups = plan(
-                [DataFile(path, f.file_size_in_bytes) for path, f in current.items()],
-                policy.target_file_size,
-                policy.thorough,
+            deletes = _delete_files(found)
+            deleted = deleted_positions(deletes.values(), self.sink._read_data)
+            folded = {
+                path
+                for path, f in current.items()
+                if len(deleted.get(path, ())) >= FOLD_SHARE * f.record_count
+            }
+            sized = [DataFile(path, f.file_size_in_bytes) for path, f in current.items()]
+            # The folds first: a file they rewrite alone is no small-file group.
+            groups = [[f] for f in sized if f.path in folded] + plan(
+                [f for f in sized if f.path not in folded], policy.target_file_size, policy.thorough
             )
             chosen: list[IcebergFile] = []
             written: list[IcebergFile] = []
@@ -107,40 +122,65 @@ class IcebergMaintenance(StoreMaintenance):
                 if chosen and time.monotonic() >= deadline:
                     break
                 files = [current[each.path] for each in group]
-                written += self._rewrite(found, files)
+                written += self._rewrite(found, files, deleted)
                 chosen += files
-            if not chosen:
+            if not chosen and len(deletes) <= 1:
                 return seen
+            # Every delete file goes; what they delete in the files kept, into one.
+            kept = set(current) - {f.file_path for f in chosen}
+            merged = _kept_deletes(found, deleted, kept)
+            added = [*written, *([merged] if merged is not None else [])]
             failpoint("mid-compaction")  # the merged files written, not in any snapshot
-            if not self._commit(table, chosen, written):
+            if not self._commit(table, chosen, list(deletes.values()), added):
                 done.skipped = "another writer committed meanwhile; planned again next round"
                 return seen
         done.compacted_files += len(chosen)
         done.written_files += len(written)
         done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
+        done.merged_deletes += len(deletes)
         return seen
 
-    def _rewrite(self, found: Table, files: list[IcebergFile]) -> list[IcebergFile]:
-        """The files' rows written again as the table's data files; the same rows, checked."""
+    def _rewrite(
+        self, found: Table, files: list[IcebergFile], deleted: dict[str, pa.Array]
+    ) -> list[IcebergFile]:
+        """The files' rows but those deleted, written again as the table's data files; the
+        row count checked against the manifests'."""
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         schema = found.schema().as_arrow()
-        parts = [self.storage.read_parquet(_path(f.file_path)) for f in files]
-        rows = pa.concat_tables([in_schema(part, schema) for part in parts])
-        expected = sum(f.record_count for f in files)
+        parts = []
+        expected = 0
+        for each in files:
+            rows = in_schema(self.storage.read_parquet(_path(each.file_path)), schema)
+            gone = deleted.get(each.file_path)
+            if gone is not None:
+                places = pa.array(range(rows.num_rows), pa.int64())
+                rows = rows.filter(pc.invert(pc.is_in(places, value_set=gone)))
+            parts.append(rows)
+            expected += each.record_count - (len(gone) if gone is not None else 0)
+        rows = pa.concat_tables(parts)
         if rows.num_rows != expected:
             raise TerminalError(
                 f"Iceberg table {found.name()}: its files hold {rows.num_rows} rows where the "
-                f"manifests count {expected}; compaction refused"
+                f"manifests and deletes count {expected}; compaction refused"
             )
+        if not rows.num_rows:
+            return []  # every row deleted (pyiceberg's writer divides by 0 rows)
         return list(
             _dataframe_to_data_files(found.metadata, rows, found.io, write_uuid=uuid.uuid4())
         )
 
-    def _commit(self, table: str, removed: list[IcebergFile], added: list[IcebergFile]) -> bool:
-        """One snapshot that swaps `removed` for `added`. A commit another writer beat is built
-        again on the table it left while that writer removed none of `removed` (appends
-        pass); else the written files are removed and False."""
+    def _commit(
+        self,
+        table: str,
+        removed: list[IcebergFile],
+        deletes: list[IcebergFile],
+        added: list[IcebergFile],
+    ) -> bool:
+        """One snapshot that swaps `removed` and the delete files `deletes` for `added`. A
+        commit another writer beat is built again on the table it left while that writer
+        removed none of `removed` and added or removed no delete file (appends pass); else the
+        written files are removed and False."""
         from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(COMMIT_ATTEMPTS):
@@ -148,13 +188,12 @@ class IcebergMaintenance(StoreMaintenance):
             current = _data_files(found)
             if any(each.file_path not in current for each in removed):
                 break
+            if set(_delete_files(found)) != {each.file_path for each in deletes}:
+                break  # another writer's deletes may name rows of the files rewritten
             tx = found.transaction()
             properties = carried(held_in(found), log_times_in(found))
-            with tx.update_snapshot(snapshot_properties=properties).overwrite() as swap:
-                for each in removed:
-                    swap.delete_data_file(current[each.file_path])
-                for each in added:
-                    swap.append_data_file(each)
+            gone = [current[each.file_path] for each in removed] + deletes
+            commit_row_delta(tx, properties, added=added, removed=gone)
             try:
                 tx.commit_transaction()
                 return True
@@ -229,7 +268,10 @@ class IcebergMaintenance(StoreMaintenance):
                 bytes_on_disk=sum(size for size, _ in on_disk.values()),
                 live_bytes=sum(files),
                 target_file_size=policy.target_file_size,
-                extra={"commits": found.last_sequence_number},
+                extra={
+                    "commits": found.last_sequence_number,
+                    "delete_files": len(_delete_files(found)),
+                },
             )
 
 
@@ -237,6 +279,17 @@ def _data_files(found: Table) -> dict[str, IcebergFile]:
     """The current snapshot's data files, by path."""
     from pyiceberg.manifest import DataFileContent
 
+    return {p: f for p, f in _live_files(found).items() if f.content == DataFileContent.DATA}
+
+
+def _delete_files(found: Table) -> dict[str, IcebergFile]:
+    """The current snapshot's delete files, by path."""
+    from pyiceberg.manifest import DataFileContent
+
+    return {p: f for p, f in _live_files(found).items() if f.content != DataFileContent.DATA}
+
+
+def _live_files(found: Table) -> dict[str, IcebergFile]:
     snapshot = found.current_snapshot()
     if snapshot is None:
         return {}
@@ -244,8 +297,17 @@ def _data_files(found: Table) -> dict[str, IcebergFile]:
         entry.data_file.file_path: entry.data_file
         for manifest in snapshot.manifests(found.io)
         for entry in manifest.fetch_manifest_entry(found.io, discard_deleted=True)
-        if entry.data_file.content == DataFileContent.DATA
     }
+
+
+def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) -> IcebergFile | None:
+    """One position delete file of what `deleted` deletes in the data files `kept`."""
+    named = [(path, places) for path, places in deleted.items() if path in kept]
+    if not named:
+        return None
+    paths = [path for path, places in named for _ in range(len(places))]
+    places = pa.concat_arrays([places for _, places in named])
+    return write_delete_file(found, pa.table({"file_path": paths, "pos": places}))
 
 
 def _window_start_ms(policy: Policy) -> int:

@@ -1,0 +1,283 @@
+"""Merge-on-read for Iceberg: a batch's replaced rows are named in a position delete file
+(Iceberg v2: a data file's path and a row's place in it) and its newer rows appended, in one
+snapshot; the batch rewrites no data file. Compaction (maintenance.py) folds the deletes into
+the data files they name once a file has lost FOLD_SHARE of its rows, and merges each round's
+delete files into one.
+
+A copy-on-write upsert rewrites every data file holding a replaced key: with updates to random
+keys that is the whole table each batch (a 1M-row table: 2-3 s a batch, and a copy of the table
+kept per batch for the history window). Here a batch costs a read of the key columns and a few
+small files, whatever the table's size.
+
+pyiceberg 0.12 applies position deletes in its scans, but its snapshot producers write data
+manifests only and cannot remove a delete file: `RowDelta` is a producer of lagless's own that
+adds data and delete files to manifests of their kind and removes either from the manifests
+that list them. Tables lagless creates carry Iceberg's `write.merge.mode=merge-on-read`; a
+table without it (made before, or set so by its owner) is upserted copy-on-write."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lagless.sinks.base import in_schema
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
+    from pyiceberg.table import Table, Transaction
+
+# Iceberg's table property for row-level updates (Spark's MERGE reads it the same way).
+MERGE_MODE = "write.merge.mode"
+MERGE_ON_READ = "merge-on-read"
+# Compaction folds a data file's deletes into it (rewrites it without the deleted rows) once
+# they are this share of its rows: Iceberg's own rewrite_data_files default
+# (`delete-ratio-threshold`). Below it a read pays for the deleted rows; above, a rewrite.
+FOLD_SHARE = 0.3
+# Each row's data file and position in it, beside the columns read (rows_in_place).
+FILE = "_lagless_file"
+POS = "_lagless_pos"
+# The position delete file's columns, with the field ids the Iceberg spec reserves for them.
+_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": b"2147483545"}),
+    ]
+)
+
+Read = Callable[[str, list[str] | None], pa.Table]
+
+
+def merge_on_read(table: Table) -> bool:
+    """Upserts into `table` write position deletes: it asks for them, and its format (v2,
+    unpartitioned, as lagless makes them) takes them."""
+    return (
+        table.properties.get(MERGE_MODE) == MERGE_ON_READ
+        and table.metadata.format_version == 2
+        and table.spec().is_unpartitioned()
+    )
+
+
+def rows_in_place(
+    table: Table, row_filter: BooleanExpression, columns: list[str] | None, read: Read
+) -> pa.Table:
+    """The rows of the current snapshot's data files that `row_filter` does not prune by
+    their bounds (the rows themselves are not filtered), in `columns` (None: all), with FILE
+    and POS; the rows position deletes delete are left out."""
+    schema = table.schema().as_arrow()
+    wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    tasks = list(table.scan(row_filter=row_filter).plan_files())
+    delete_files = {d.file_path: d for task in tasks for d in task.delete_files}
+    deleted = deleted_positions(delete_files.values(), read)
+    parts = []
+    for task in tasks:
+        path = task.file.file_path
+        rows = in_schema(read(path, _present(table, task.file, wanted)), wanted)
+        places = pa.array(range(rows.num_rows), pa.int64())
+        # Dictionary-encoded: a path a row would be ~100 MB for a million rows.
+        named = pa.DictionaryArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), rows.num_rows), pa.array([path])
+        )
+        rows = rows.append_column(FILE, named)
+        rows = rows.append_column(POS, places)
+        gone = deleted.get(path)
+        if gone is not None and len(gone):
+            rows = rows.filter(pc.invert(pc.is_in(places, value_set=gone)))
+        parts.append(rows)
+    if not parts:
+        named = pa.field(FILE, pa.dictionary(pa.int32(), pa.string()))
+        empty = wanted.append(named).append(pa.field(POS, pa.int64()))
+        return empty.empty_table()
+    return pa.concat_tables(parts)
+
+
+def _present(table: Table, data_file: DataFile, wanted: pa.Schema) -> list[str] | None:
+    """The columns of `wanted` that `data_file` holds (by its metrics' field ids; a column
+    added since it was written is missing); None (read all) where it has no metrics."""
+    counts = data_file.value_counts or data_file.column_sizes
+    if not counts:
+        return None
+    ids = {f.name: f.field_id for f in table.schema().fields}
+    return [name for name in wanted.names if ids.get(name) in counts]
+
+
+def deleted_positions(delete_files: Iterable[DataFile], read: Read) -> dict[str, pa.Array]:
+    """Data file path -> the positions `delete_files` delete in it (distinct, int64)."""
+    from pyiceberg.manifest import DataFileContent
+
+    parts = []
+    for delete_file in delete_files:
+        if delete_file.content != DataFileContent.POSITION_DELETES:
+            raise ValueError(f"{delete_file.file_path}: equality deletes are not read here")
+        parts.append(read(delete_file.file_path, ["file_path", "pos"]).cast(_DELETE_SCHEMA))
+    if not parts:
+        return {}
+    every = pa.concat_tables(parts).group_by(["file_path", "pos"]).aggregate([])
+    grouped = every.group_by("file_path").aggregate([("pos", "list")])
+    return {
+        path: pa.array(positions, pa.int64())
+        for path, positions in zip(
+            grouped.column("file_path").to_pylist(),
+            grouped.column("pos_list").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def write_delete_file(table: Table, places: pa.Table) -> DataFile | None:
+    """A position delete file of `places` (file_path, pos), sorted as the spec asks, in the
+    table's data folder; None when there is no place."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    if not places.num_rows:
+        return None
+    rows = places.cast(_DELETE_SCHEMA).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.parquet")
+    output = table.io.new_output(location)
+    with output.create(overwrite=True) as stream:
+        pq.write_table(rows, stream)
+    size = len(output.to_input_file())
+    paths = rows.column("file_path")
+    low, high = pc.min_max(paths).values()
+    bounds = {} if low != high else {2147483546: low.as_py().encode()}
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=rows.num_rows,
+        file_size_in_bytes=size,
+        # One data file named: readers index the file by it (the spec's referenced file).
+        lower_bounds=bounds,
+        upper_bounds=bounds,
+    )
+
+
+def commit_row_delta(
+    tx: Transaction,
+    properties: dict[str, str],
+    *,
+    added: Iterable[DataFile] = (),
+    removed: Iterable[DataFile] = (),
+) -> None:
+    """In `tx`, one snapshot that adds data and delete files and removes data and delete
+    files (each named as the current snapshot lists it)."""
+    from pyiceberg.table.snapshots import Operation
+
+    producer = _row_delta_class()(
+        Operation.OVERWRITE, tx, tx._table.io, snapshot_properties=properties
+    )
+    for data_file in added:
+        producer.append_data_file(data_file)
+    for data_file in removed:
+        producer.delete_data_file(data_file)
+    producer.commit()
+
+
+@functools.cache
+def _row_delta_class() -> Any:
+    """RowDelta, defined once pyiceberg is imported (the sinks import it lazily)."""
+    from pyiceberg.manifest import (
+        DataFileContent,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriter,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table.update.snapshot import _SnapshotProducer
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    class RowDelta(_SnapshotProducer[Any]):
+        """A snapshot of added and removed data and delete files, each in manifests of its
+        kind (pyiceberg's overwrite would write a delete file into a data manifest)."""
+
+        @property
+        def spec_id(self) -> int:
+            return self._transaction.table_metadata.default_spec_id
+
+        def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+            if content == ManifestContent.DATA:
+                return self.new_manifest_writer(self.spec(spec_id))
+            return DeleteManifestWriter(
+                self.spec(spec_id),
+                self.schema(),
+                self.new_manifest_output(),
+                self._snapshot_id,
+                self._compression,
+            )
+
+        def _manifests(self) -> list[ManifestFile]:
+            manifests = []
+            for content in (ManifestContent.DATA, ManifestContent.DELETES):
+                files = [f for f in self._added_data_files if _manifest_kind(f) == content]
+                if files:
+                    with self._writer(content, self.spec_id) as writer:
+                        for data_file in files:
+                            writer.add(_added_entry(self._snapshot_id, data_file))
+                    manifests.append(writer.to_manifest_file())
+            parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
+            found: set[str] = set()
+            for manifest in parent.manifests(self._io) if parent is not None else []:
+                entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+                gone = {id(e) for e in entries if e.data_file in self._deleted_data_files}
+                if not gone:
+                    manifests.append(manifest)
+                    continue
+                found.update(e.data_file.file_path for e in entries if id(e) in gone)
+                with self._writer(manifest.content, manifest.partition_spec_id) as writer:
+                    for entry in entries:
+                        removes = id(entry) in gone
+                        status = (
+                            ManifestEntryStatus.DELETED if removes else ManifestEntryStatus.EXISTING
+                        )
+                        writer.add_entry(
+                            ManifestEntry.from_args(
+                                status=status,
+                                snapshot_id=self._snapshot_id if removes else entry.snapshot_id,
+                                sequence_number=entry.sequence_number,
+                                file_sequence_number=entry.file_sequence_number,
+                                data_file=entry.data_file,
+                            )
+                        )
+                manifests.append(writer.to_manifest_file())
+            missing = {f.file_path for f in self._deleted_data_files} - found
+            if missing:
+                raise ValueError(f"files to remove not in the table: {', '.join(sorted(missing))}")
+            return manifests
+
+        def _existing_manifests(self) -> list[ManifestFile]:
+            raise NotImplementedError  # _manifests decides every manifest itself
+
+        def _deleted_entries(self) -> list[ManifestEntry]:
+            raise NotImplementedError
+
+    def _manifest_kind(data_file: DataFile) -> ManifestContent:
+        if data_file.content == DataFileContent.DATA:
+            return ManifestContent.DATA
+        return ManifestContent.DELETES
+
+    def _added_entry(snapshot_id: int, data_file: DataFile) -> ManifestEntry:
+        return ManifestEntry.from_args(
+            status=ManifestEntryStatus.ADDED,
+            snapshot_id=snapshot_id,
+            sequence_number=None,
+            file_sequence_number=None,
+            data_file=data_file,
+        )
+
+    return RowDelta
