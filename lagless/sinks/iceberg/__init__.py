@@ -64,6 +64,7 @@ from lagless.sinks.iceberg.row_delta import (
     POS,
     commit_row_delta,
     merge_on_read,
+    row_numbers,
     rows_in_place,
     write_delete_file,
 )
@@ -191,9 +192,7 @@ class IcebergSink(FolderTableSink):
                 ident = identifier(table)
                 catalog.create_namespace_if_not_exists(ident[0])
                 made = catalog.create_table_if_not_exists(
-                    ident,
-                    schema=schema,
-                    properties={**NO_RETRIES, WRITE_MODE: mode, MERGE_MODE: MERGE_ON_READ},
+                    ident, schema=schema, properties={**NO_RETRIES, WRITE_MODE: mode}
                 )
                 self._check_location(table, made)
                 self._evolve(table, mode, schema, _grows(target, table))
@@ -335,8 +334,9 @@ class IcebergSink(FolderTableSink):
             return None
 
     def _evolve(self, table: str, mode: WriteMode, schema: pa.Schema, grows: bool) -> None:
-        """The table brought to `schema` (a column per field added) with lagless's properties;
-        a commit that lost to another writer is made again on the table it left."""
+        """The table brought to `schema` (a column per field added) with lagless's properties
+        (upserts merge-on-read, unless the table says otherwise); a commit that lost to
+        another writer is made again on the table it left."""
         from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(COMMIT_ATTEMPTS):
@@ -346,6 +346,8 @@ class IcebergSink(FolderTableSink):
                 with found.transaction() as tx:
                     if found.properties.get(next(iter(NO_RETRIES))) != "0":
                         tx.set_properties(NO_RETRIES)
+                    if MERGE_MODE not in found.properties:  # made before: merge-on-read now
+                        tx.set_properties({MERGE_MODE: MERGE_ON_READ})
                     with tx.update_schema() as update:
                         update.union_by_name(schema)
                 return
@@ -576,7 +578,7 @@ def _held_rows(
     wanted = wanted.cast(pa.schema([scanned.schema.field(name) for name in wanted.column_names]))
     # The join carries only the keys and a row's place: Arrow's join takes no list column.
     places = scanned.select(list(keys)).append_column(
-        "_lagless_place", pa.array(range(scanned.num_rows), pa.int64())
+        "_lagless_place", row_numbers(scanned.num_rows)
     )
     found = places.join(wanted, list(keys), join_type="left semi")
     return scanned.take(found.column("_lagless_place"))
@@ -585,7 +587,7 @@ def _held_rows(
 def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
     """Rows whose key columns lie in the ranges `rows` hold (a superset of its keys: files
     outside them are pruned by their bounds); the keys one by one where a key column is not
-    a number or text, or holds a NULL."""
+    a number, text or bytes, or holds a NULL."""
     from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, LessThanOrEqual
 
     if not rows.num_rows:
@@ -594,7 +596,8 @@ def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
     for name in keys:
         column = rows.column(name)
         kind = column.type
-        if column.null_count or not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+        ranged = pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_binary(kind)
+        if column.null_count or not ranged:
             return _matching(rows, keys)
         low, high = pc.min_max(column).values()
         # mypy reads these predicates' signature from pydantic's fields, not their __init__.
@@ -674,9 +677,7 @@ def _delete_and_append(
     replaced = planned.replaced.select(list(keys))
     replaced = replaced.cast(pa.schema([held.schema.field(k) for k in keys]))
     # The join carries only the keys and a row's place (Arrow's join takes no dictionary).
-    index = held.select(list(keys)).append_column(
-        "_lagless_place", pa.array(range(held.num_rows), pa.int64())
-    )
+    index = held.select(list(keys)).append_column("_lagless_place", row_numbers(held.num_rows))
     found = index.join(replaced, list(keys), join_type="left semi").column("_lagless_place")
     gone = held.select([FILE, POS]).take(found)
     deletes = write_delete_file(table, pa.table({"file_path": gone[FILE], "pos": gone[POS]}))
@@ -692,13 +693,9 @@ def _delete_and_append(
 def _without_keys(rows: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     """`rows` but those whose key `replaced` holds."""
     wanted = replaced.select(list(keys)).cast(pa.schema([rows.schema.field(k) for k in keys]))
-    places = rows.select(list(keys)).append_column(
-        "_lagless_place", pa.array(range(rows.num_rows), pa.int64())
-    )
+    places = rows.select(list(keys)).append_column("_lagless_place", row_numbers(rows.num_rows))
     gone = places.join(wanted, list(keys), join_type="left semi").column("_lagless_place")
-    keep = pc.invert(
-        pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=gone.combine_chunks())
-    )
+    keep = pc.invert(pc.is_in(row_numbers(rows.num_rows), value_set=gone.combine_chunks()))
     return rows.filter(keep)
 
 

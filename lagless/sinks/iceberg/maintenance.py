@@ -36,6 +36,7 @@ from lagless.sinks.iceberg.row_delta import (
     FOLD_SHARE,
     commit_row_delta,
     deleted_positions,
+    row_numbers,
     write_delete_file,
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
@@ -154,8 +155,8 @@ class IcebergMaintenance(StoreMaintenance):
             rows = in_schema(self.storage.read_parquet(_path(each.file_path)), schema)
             gone = deleted.get(each.file_path)
             if gone is not None:
-                places = pa.array(range(rows.num_rows), pa.int64())
-                rows = rows.filter(pc.invert(pc.is_in(places, value_set=gone)))
+                positions = row_numbers(rows.num_rows)
+                rows = rows.filter(pc.invert(pc.is_in(positions, value_set=gone)))
             parts.append(rows)
             expected += each.record_count - (len(gone) if gone is not None else 0)
         rows = pa.concat_tables(parts)
