@@ -1,11 +1,12 @@
-"""A Debezium mirror's change events kept out of Spark's rows: the source's tasks decode them, the
-driver coalesces them, the store upserts one row per key.
+"""A Debezium mirror's change events, or a raw upsert's records, kept out of Spark's rows: the
+source's tasks decode them, the driver coalesces them, the store upserts one row per key.
 
 On Spark's rows a mirror's batch crossed into the JVM three times (the records, the decoded
 rows, the rows shuffled twice for each partition's log time and each key's newest event), and
 a batch cost ~1.4 s whatever its size plus ~50 µs an event on two cores (bench/mirror.py).
 Here the source's task (its executorWriter, `writer`) decodes its events with the envelope's
-rules (cdc/envelope.py) and writes one change file for its pieces; the driver reads a batch's
+rules (cdc/envelope.py; a raw value is the row as read, a null one a tombstone) and writes one
+change file for its pieces; the driver reads a batch's
 files (`read_changes`), gives each record its log time, the columns a TOASTed value left
 UNAVAILABLE their batch's earlier value, and keeps each key's newest event (`coalesce`: the
 rules of importer/rows.py's `shape` and `accepted`, which the Spark path keeps); the store
@@ -34,6 +35,7 @@ import pyarrow.parquet as pq
 from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import Change, Envelope, evolved
 from lagless.exceptions import BadInput, TerminalError
+from lagless.importer.rows import NULL_KEY, VALIDATE
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks.base import DEAD_LETTER_SCHEMA, TOMBSTONE, Target, in_schema
 from lagless.sinks.ledger import TP
@@ -52,19 +54,16 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024
 # A change file's columns beside the record's coordinates and the row's: what the event does.
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
 _INDEX = "_lagless_index"
-# The stage a dead letter of a change event names, as the Spark path's (rows.VALIDATE).
-_VALIDATE = "validate"
 
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
     """The writer's JSON config: the folder the tasks write into, and per topic its table's
-    name, columns and key."""
+    name, columns (none: raw values) and key."""
     tables = {}
     for topic, target in targets.items():
-        assert target.fields is not None
         tables[topic] = {
             "table": target.table,
-            "fields": target.fields.json(),
+            "fields": target.fields.json() if target.fields is not None else None,
             "key_fields": list(target.key_fields),
         }
     return json.dumps({"folder": folder, "tables": tables})
@@ -124,6 +123,9 @@ class ChangeFiles:
         from pyspark.sql.pandas.types import to_arrow_type
 
         topic = batch.column("topic")[0].as_py()
+        table = self.tables.get(topic)
+        if table is not None and table["fields"] is None:
+            return _raw(batch)
         envelope = self._envelope(topic)
         rows, deletes, skips, errors, schemas = [], [], [], [], []
         keys = batch.column("key").to_pylist()
@@ -154,6 +156,21 @@ class ChangeFiles:
         columns[NEW_SCHEMA] = pa.array(schemas, type=pa.string())
         columns[RAW] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
         return pa.RecordBatch.from_pydict(columns)
+
+
+def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A raw upsert's records as rows (rows.shape's columns for raw values): a null value is a
+    tombstone, a null key rejected (NULL_KEY) with the record as read."""
+    error = pc.if_else(pc.is_null(batch.column("key")), pa.scalar(NULL_KEY), pa.scalar(None))
+    columns = {name: batch.column(name) for name in ("topic", "partition", "offset", "key")}
+    columns["value"] = batch.column("value")
+    columns["timestamp"] = millis(batch)
+    columns[TOMBSTONE] = pc.is_null(batch.column("value"))
+    columns[SKIP] = pa.repeat(pa.scalar(False), batch.num_rows)
+    columns[ERROR] = error.cast(pa.string())
+    columns[NEW_SCHEMA] = pa.nulls(batch.num_rows, pa.string())
+    columns[RAW] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
+    return pa.RecordBatch.from_pydict(columns)
 
 
 def clear(folder: str) -> None:
@@ -237,7 +254,8 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     accepted = in_order.filter(
         pc.and_(pc.is_null(in_order.column(ERROR)), pc.invert(in_order.column(SKIP)))
     )
-    accepted = _carried_in_batch(accepted, target)
+    if target.value_format == "debezium":
+        accepted = _carried_in_batch(accepted, target)
     rank = pl.from_arrow(accepted.select([*keys, *RANK]))
     assert isinstance(rank, pl.DataFrame)
     winners = (
@@ -299,7 +317,7 @@ def _dead_letters(changes: pa.Table) -> pa.Table:
     if ERROR not in changes.column_names:
         return DEAD_LETTER_SCHEMA.empty_table()
     rejected = changes.filter(pc.is_valid(changes.column(ERROR)))
-    stage = pa.array([_VALIDATE] * rejected.num_rows, pa.string())
+    stage = pa.array([VALIDATE] * rejected.num_rows, pa.string())
     return in_schema(
         rejected.drop_columns(["value"] if "value" in rejected.column_names else [])
         .append_column("value", rejected.column(RAW))

@@ -243,11 +243,11 @@ class ImportSpec:
         return TaskWriter(ROUTED_WRITER, json.dumps({"routes": routes}), secret)
 
     def changes_writer(self, destinations: list[Destination]) -> TaskWriter | None:
-        """The writer of the source's tasks when they decode a Debezium mirror's change events
+        """The writer of the source's tasks when they decode the records of an upsert
         themselves (importer/change_files.py): every table a mirror of JSON events upserted
-        with hard deletes (soft deletes take Spark's rows), no --max-record-bytes, a store
-        that upserts the driver's rows, executors that see the driver's disk (the change files
-        lie in the checkpoint). Else None."""
+        with hard deletes (soft deletes take Spark's rows) or an upsert of raw values, no
+        --max-record-bytes, a store that upserts the driver's rows, executors that see the
+        driver's disk (the change files lie in the checkpoint). Else None."""
         if self.max_record_bytes is not None or not destinations:
             return None
         if not executors_share_disk(master_url(self.master), self.shared_disk):
@@ -256,11 +256,15 @@ class ImportSpec:
         targets = {}
         for each in destinations:
             target = each.target
+            mirrored = (
+                target.value_format == "debezium"
+                and target.deletes == "hard"
+                and target.fields is not None
+            )
+            raw = target.value_format == "raw" and target.fields is None
             if (
-                target.value_format != "debezium"
-                or target.mode != "upsert"
-                or target.deletes != "hard"
-                or target.fields is None
+                target.mode != "upsert"
+                or not (mirrored or raw)
                 or each.avro is not None
                 or not sink.takes_upsert_rows(target)
             ):

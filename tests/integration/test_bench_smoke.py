@@ -289,3 +289,16 @@ def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> N
     assert between(figures["worst_read_x"], 0.01, 100)
     assert "table health under a continuous import" in printed
     assert (tmp_path / "table_health-delta-upsert.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_iceberg_upsert_times_both_modes_of_the_same_batches() -> None:
+    """No Spark, no broker: the store's own upsert, a few seconds at this size."""
+    figures, printed = run_bench(
+        "iceberg_upsert.py", "--rows", "20000", "--batch", "500", "--batches", "3"
+    )
+    runs = {each["mode"]: each for each in figures["runs"]}
+    assert set(runs) == {"merge-on-read", "copy-on-write"}
+    for each in runs.values():
+        assert between(each["median_s"], 0.0001, 60) and each["bytes_on_disk"] > 0
+    assert between(figures["ratio"], 0.01, 1000)
+    assert "copy-on-write / merge-on-read, median batch" in printed

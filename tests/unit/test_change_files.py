@@ -24,6 +24,7 @@ from lagless.cdc.envelope import KEY_MISSING, NOT_JSON
 from lagless.exceptions import BadInput
 from lagless.importer import change_files
 from lagless.importer.routing import Destination
+from lagless.importer.rows import NULL_KEY
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
@@ -184,6 +185,30 @@ def test_rejected_events_become_dead_letters_with_the_event_as_read(tmp_path):
     ]
 
 
+RAW_TARGET = Target("t", "upsert", "raw")
+
+
+def test_a_raw_upsert_keeps_each_keys_newest_record_a_null_value_deletes_a_null_key_is_rejected(
+    tmp_path,
+):
+    done = coalesced(
+        tmp_path,
+        [
+            records(0, 0, [(b"a", b"1"), (b"b", b"2"), (None, b"lost"), (b"a", b"3")]),
+            records(1, 0, [(b"b", None), (b"c", b"4")], stamps=[9, 9]),
+        ],
+        target=RAW_TARGET,
+    )
+
+    rows = {r["key"]: r for r in done.rows.to_pylist()}
+    assert rows[b"a"]["value"] == b"3" and not rows[b"a"][TOMBSTONE]
+    assert rows[b"b"][TOMBSTONE] and rows[b"b"]["partition"] == 1  # the later log time wins
+    assert rows[b"c"]["value"] == b"4" and rows[b"c"][LOG_TIME] == 9
+    assert done.rows.column_names == list(RAW_TARGET.row_columns)
+    letters = done.rejected.to_pylist()
+    assert [(r["offset"], r["error"], r["value"]) for r in letters] == [(2, NULL_KEY, b"lost")]
+
+
 def test_a_column_added_upstream_is_decoded_and_noted_for_the_driver(tmp_path):
     grown = [*ROW_FIELDS, {"type": "string", "optional": True, "field": "note"}]
     added = event("c", {**ROW, "id": 2, "note": "x"}, lsn=2, row_fields=grown)
@@ -226,6 +251,9 @@ def test_a_task_without_records_writes_an_empty_file(tmp_path):
         ({}, {"deletes": "soft"}, False),
         ({}, {"mode": "append"}, False),  # the change log
         ({}, {"value_format": "json"}, False),
+        ({}, {"value_format": "raw", "fields": None, "key_fields": ()}, True),
+        ({}, {"value_format": "raw", "fields": None, "mode": "append"}, False),
+        ({}, {"value_format": "json", "fields": None, "key_fields": ()}, False),
     ],
 )
 def test_a_mirror_upserting_with_hard_deletes_is_decoded_by_the_tasks(
@@ -247,7 +275,7 @@ def test_a_mirror_upserting_with_hard_deletes_is_decoded_by_the_tasks(
         assert spec.tasks_writer([destination]) == writer
         config = json.loads(writer.config)
         assert config["folder"] == str(tmp_path / "ckpt" / "changes")
-        assert config["tables"][TOPIC]["key_fields"] == ["id"]
+        assert config["tables"][TOPIC]["key_fields"] == list(destination.target.key_fields)
 
 
 def test_nested_columns_go_through_spark_into_sql_stores_only(tmp_path):
