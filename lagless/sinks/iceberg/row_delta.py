@@ -236,6 +236,11 @@ def _row_delta_class() -> Any:
             parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
             found: set[str] = set()
             for manifest in parent.manifests(self._io) if parent is not None else []:
+                if not (manifest.has_added_files() or manifest.has_existing_files()):
+                    continue  # its files all removed by an earlier snapshot: none to carry
+                if not self._deleted_data_files:
+                    manifests.append(manifest)  # nothing removed: no manifest to read
+                    continue
                 entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
                 gone = {id(e) for e in entries if e.data_file in self._deleted_data_files}
                 if not gone:
