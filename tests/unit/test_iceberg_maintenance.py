@@ -178,3 +178,46 @@ def test_a_compaction_is_not_swapped_in_after_an_upsert_deleted_rows_of_its_file
 
     assert values(sink) == {b"k%d" % k: (100 + k if k < 3 else k) for k in range(10)}
     assert not any(os.path.exists(_path(each.file_path)) for each in written)
+
+
+def test_a_table_with_deletes_lagless_cannot_apply_is_neither_compacted_nor_upserted(
+    tmp_path: Path,
+) -> None:
+    """Another writer's equality deletes: merging the files would bring the rows they delete
+    back; the round says why it left the table, an upsert fails in one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record as Partition
+
+    from lagless.sinks.iceberg.row_delta import UnreadDeletes, commit_row_delta
+
+    sink, maintenance = upsert_table(tmp_path)
+    upserted(sink, 1, range(4, 8), tmp_path / "staging")  # two data files: one to merge
+    found = sink._table(UPSERT.table)
+    path = f"{_path(found.location())}/data/equality-deletes.parquet"
+    pq.write_table(pa.table({"key": [b"k1"]}), path)
+    key_id = found.schema().find_field("key").field_id
+    equality = DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Partition(),
+        record_count=1,
+        file_size_in_bytes=os.path.getsize(path),
+        equality_ids=[key_id],
+    )
+    tx = found.transaction()
+    commit_row_delta(tx, {}, added=[equality])
+    tx.commit_transaction()
+    files_before = set(_data_files(sink._table(UPSERT.table)))
+
+    done = Round(UPSERT.table)
+    maintenance.compact(
+        UPSERT.table, Policy(1024 * 1024, 3600, thorough=True), time.monotonic() + 60, done
+    )
+
+    assert done.skipped is not None and "equality deletes" in done.skipped
+    assert set(_data_files(sink._table(UPSERT.table))) == files_before
+    with pytest.raises(UnreadDeletes, match="delete files lagless cannot apply"):
+        upserted(sink, 2, range(2), tmp_path / "staging")

@@ -34,6 +34,7 @@ from lagless.failpoints import failpoint
 from lagless.sinks.base import in_schema
 from lagless.sinks.iceberg.row_delta import (
     FOLD_SHARE,
+    UnreadDeletes,
     commit_row_delta,
     deleted_positions,
     row_numbers,
@@ -106,7 +107,11 @@ class IcebergMaintenance(StoreMaintenance):
             seen = len(found.metadata.snapshots)
             current = _data_files(found)
             deletes = _delete_files(found)
-            deleted = deleted_positions(deletes.values(), self.sink._read_data)
+            try:
+                deleted = deleted_positions(deletes.values(), self.sink._read_data)
+            except UnreadDeletes as exc:
+                done.skipped = str(exc)  # merging its files would bring deleted rows back
+                return seen
             folded = {
                 path
                 for path, f in current.items()
@@ -306,9 +311,9 @@ def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) ->
     named = [(path, places) for path, places in deleted.items() if path in kept]
     if not named:
         return None
-    paths = [path for path, places in named for _ in range(len(places))]
-    places = pa.concat_arrays([places for _, places in named])
-    return write_delete_file(found, pa.table({"file_path": paths, "pos": places}))
+    paths = pa.concat_arrays([pa.repeat(pa.scalar(path), len(places)) for path, places in named])
+    positions = pa.concat_arrays([places for _, places in named])
+    return write_delete_file(found, pa.table({"file_path": paths, "pos": positions}))
 
 
 def _window_start_ms(policy: Policy) -> int:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.exceptions import TerminalError
 from lagless.sinks.base import in_schema
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ _DELETE_SCHEMA = pa.schema(
 Read = Callable[[str, list[str] | None], pa.Table]
 
 
+class UnreadDeletes(TerminalError):
+    """An Iceberg table's delete files are of a kind lagless does not apply."""
+
+
 def row_numbers(count: int) -> pa.Array:
     """0 .. count-1, as int64 (through numpy: a Python range of a million takes ~50 ms)."""
     import numpy as np
@@ -78,6 +83,14 @@ def rows_in_place(
     and POS; the rows position deletes delete are left out."""
     schema = table.schema().as_arrow()
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    if summary is not None and int(summary.get("total-equality-deletes") or 0):
+        raise UnreadDeletes(  # pyiceberg's planning refuses them too
+            f"Iceberg table {'.'.join(table.name())}: the table has delete files lagless "
+            "cannot apply (another writer's equality deletes); compact it with that "
+            "writer's tools first"
+        )
     tasks = list(table.scan(row_filter=row_filter).plan_files())
     delete_files = {d.file_path: d for task in tasks for d in task.delete_files}
     deleted = deleted_positions(delete_files.values(), read)
@@ -114,13 +127,22 @@ def _present(table: Table, data_file: DataFile, wanted: pa.Schema) -> list[str] 
 
 
 def deleted_positions(delete_files: Iterable[DataFile], read: Read) -> dict[str, pa.Array]:
-    """Data file path -> the positions `delete_files` delete in it (distinct, int64)."""
-    from pyiceberg.manifest import DataFileContent
+    """Data file path -> the positions `delete_files` delete in it (distinct, int64).
+    UnreadDeletes: one is not a Parquet position delete file (another writer's equality
+    deletes or deletion vectors, which lagless cannot apply)."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
 
     parts = []
     for delete_file in delete_files:
-        if delete_file.content != DataFileContent.POSITION_DELETES:
-            raise ValueError(f"{delete_file.file_path}: equality deletes are not read here")
+        if (
+            delete_file.content != DataFileContent.POSITION_DELETES
+            or delete_file.file_format != FileFormat.PARQUET
+        ):
+            raise UnreadDeletes(
+                f"the table has delete files lagless cannot apply (another writer's equality "
+                f"deletes or deletion vectors, e.g. {delete_file.file_path}); compact it with "
+                "that writer's tools first"
+            )
         parts.append(read(delete_file.file_path, ["file_path", "pos"]).cast(_DELETE_SCHEMA))
     if not parts:
         return {}
