@@ -630,7 +630,7 @@ def _apply(
     schema = table.schema().as_arrow()
     added = planned.added.select([n for n in schema.names if n in planned.added.column_names])
     if merge_on_read(table):
-        _delete_and_append(tx, table, planned, held, keys, props)
+        _delete_and_append(tx, table, _places(held, planned.replaced, keys), added, props)
         return
     rewritten: list[tuple[Any, pa.Table]] = []
     if planned.replaced.num_rows:
@@ -661,27 +661,24 @@ def _apply(
             swap.append_data_file(data_file)
 
 
-def _delete_and_append(
-    tx: Transaction,
-    table: Table,
-    planned: Any,
-    held: pa.Table,
-    keys: tuple[str, ...],
-    props: dict[str, str],
-) -> None:
-    """One snapshot of a position delete file naming the replaced keys' rows and a data file
-    of the newer rows."""
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-    schema = table.schema().as_arrow()
-    replaced = planned.replaced.select(list(keys))
-    replaced = replaced.cast(pa.schema([held.schema.field(k) for k in keys]))
+def _places(held: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """The places (file_path, pos) of the held rows whose key `replaced` holds."""
+    wanted = replaced.select(list(keys)).cast(pa.schema([held.schema.field(k) for k in keys]))
     # The join carries only the keys and a row's place (Arrow's join takes no dictionary).
     index = held.select(list(keys)).append_column("_lagless_place", row_numbers(held.num_rows))
-    found = index.join(replaced, list(keys), join_type="left semi").column("_lagless_place")
+    found = index.join(wanted, list(keys), join_type="left semi").column("_lagless_place")
     gone = held.select([FILE, POS]).take(found)
-    deletes = write_delete_file(table, pa.table({"file_path": gone[FILE], "pos": gone[POS]}))
-    rows = in_schema(planned.added, schema)
+    return pa.table({"file_path": gone[FILE], "pos": gone[POS]})
+
+
+def _delete_and_append(
+    tx: Transaction, table: Table, places: pa.Table, added: pa.Table, props: dict[str, str]
+) -> None:
+    """One snapshot of a position delete file of `places` and a data file of `added`."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    deletes = write_delete_file(table, places)
+    rows = in_schema(added, table.schema().as_arrow())
     written = (
         _dataframe_to_data_files(tx.table_metadata, rows, table.io, write_uuid=uuid.uuid4())
         if rows.num_rows
