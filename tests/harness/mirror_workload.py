@@ -59,6 +59,9 @@ class Workload:
         self.conn = conn
         self.random = random.Random(seed)
         self.next_id = 1
+        # Numbers the items' key changes: an inserted sku has no digit, so a changed one never
+        # meets another (a bare letter appended did: "ff" + "y" where "ffy" was).
+        self.key_changes = 0
         self.added = False
 
     def create(self) -> None:
@@ -179,8 +182,9 @@ class Workload:
                     self.conn.execute(
                         "UPDATE items SET sku = sku || %s WHERE ctid IN (SELECT ctid FROM items "
                         "ORDER BY random() LIMIT 1)",
-                        (r.choice("xyz"),),
+                        (f"{r.choice('xyz')}{self.key_changes}",),
                     )
+                    self.key_changes += 1
                 else:
                     self.conn.execute(
                         "DELETE FROM items WHERE ctid IN (SELECT ctid FROM items ORDER BY "
