@@ -105,8 +105,7 @@ class IcebergMaintenance(StoreMaintenance):
         with self.sink._catalog_errors():
             found = self.sink._table(table)
             seen = len(found.metadata.snapshots)
-            current = _data_files(found)
-            deletes = _delete_files(found)
+            current, deletes = _files(found)
             try:
                 deleted = deleted_positions(deletes.values(), self.sink._read_data)
             except UnreadDeletes as exc:
@@ -191,10 +190,10 @@ class IcebergMaintenance(StoreMaintenance):
 
         for _ in range(COMMIT_ATTEMPTS):
             found = self.sink._table(table)
-            current = _data_files(found)
+            current, deleting = _files(found)
             if any(each.file_path not in current for each in removed):
                 break
-            if set(_delete_files(found)) != {each.file_path for each in deletes}:
+            if set(deleting) != {each.file_path for each in deletes}:
                 break  # another writer's deletes may name rows of the files rewritten
             tx = found.transaction()
             properties = carried(held_in(found), log_times_in(found))
@@ -264,7 +263,8 @@ class IcebergMaintenance(StoreMaintenance):
             found = self.sink._load(catalog, table) if catalog is not None else None
             if found is None:
                 return None
-            files = [f.file_size_in_bytes for f in _data_files(found).values()]
+            data, deletes = _files(found)
+            files = [f.file_size_in_bytes for f in data.values()]
             on_disk = self.storage.files(_path(found.location()))
             return Health(
                 table=table,
@@ -276,23 +276,28 @@ class IcebergMaintenance(StoreMaintenance):
                 target_file_size=policy.target_file_size,
                 extra={
                     "commits": found.last_sequence_number,
-                    "delete_files": len(_delete_files(found)),
+                    "delete_files": len(deletes),
                 },
             )
 
 
 def _data_files(found: Table) -> dict[str, IcebergFile]:
     """The current snapshot's data files, by path."""
-    from pyiceberg.manifest import DataFileContent
-
-    return {p: f for p, f in _live_files(found).items() if f.content == DataFileContent.DATA}
+    return _files(found)[0]
 
 
 def _delete_files(found: Table) -> dict[str, IcebergFile]:
     """The current snapshot's delete files, by path."""
+    return _files(found)[1]
+
+
+def _files(found: Table) -> tuple[dict[str, IcebergFile], dict[str, IcebergFile]]:
+    """The current snapshot's data files and delete files, by path: its manifests read once."""
     from pyiceberg.manifest import DataFileContent
 
-    return {p: f for p, f in _live_files(found).items() if f.content != DataFileContent.DATA}
+    live = _live_files(found)
+    data = {p: f for p, f in live.items() if f.content == DataFileContent.DATA}
+    return data, {p: f for p, f in live.items() if f.content != DataFileContent.DATA}
 
 
 def _live_files(found: Table) -> dict[str, IcebergFile]:
