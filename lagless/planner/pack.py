@@ -3,7 +3,7 @@
 A Spark task costs about 50 ms of fixed work on a small machine (launch, serialization, a trip
 through a Python worker) whatever it reads. A continuous import's micro-batch of a few thousand
 records over 24 partitions would be 24 such tasks, about 1.5 s on two cores, for under a
-millisecond of reading; packed into one task that reads its pieces in turn it is 0.4 s.
+millisecond of reading; packed into one task that reads its pieces it is 0.4 s.
 Large batches are left as the split planned them: packing only happens when the whole batch
 weighs less than one task's minimum per piece.
 """

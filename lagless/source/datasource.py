@@ -91,7 +91,7 @@ def from_json_offsets(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
 
 
 class RangePartition(InputPartition):
-    """One Spark task: the pieces it reads, in turn."""
+    """One Spark task: the pieces it reads (at once: source/reader.py)."""
 
     def __init__(self, pieces: tuple[OffsetRange, ...]) -> None:
         super().__init__(pieces)
@@ -307,7 +307,7 @@ class _Planning:
                 options.executor_writer_config,
                 options.executor_writer_secret,
             )
-            yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+            yield from write_task(writer, partition.pieces, self._read)
 
     def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
         batches = read_ranges(

@@ -111,17 +111,20 @@ def routed(config: Mapping[str, object], secret: Secret | None = None) -> Routed
 def write_task(
     writer: ExecutorWriter,
     pieces: Sequence[OffsetRange],
-    read_piece: Callable[[OffsetRange], Iterable[pa.RecordBatch]],
+    read: Callable[[Sequence[OffsetRange]], Iterable[pa.RecordBatch]],
 ) -> Iterator[pa.RecordBatch]:
-    """Read the pieces into the writer; yield one receipt row per piece."""
+    """Read the pieces (at once: each batch is of one piece) into the writer; yield one
+    receipt row per piece."""
     counted = [[0, 0] for _ in pieces]
+    piece_of = _PieceOf(pieces)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for piece, counts in zip(pieces, counted, strict=True):
-            for batch in read_piece(piece):
+        for batch in read(pieces):
+            if batch.num_rows:
+                counts = counted[piece_of(batch)]
                 counts[0] += batch.num_rows
                 counts[1] += _payload_bytes(batch)
-                yield batch
+            yield batch
 
     written = writer.write(pieces, batches())
     rows = [
@@ -132,6 +135,26 @@ def write_task(
         [dict(zip(RECEIPT_ARROW_SCHEMA.names, row, strict=True)) for row in rows],
         schema=RECEIPT_ARROW_SCHEMA,
     )
+
+
+class _PieceOf:
+    """Which of a task's pieces a batch is of: the piece of its partition that holds its first
+    offset (the first such, should a task's pieces overlap)."""
+
+    def __init__(self, pieces: Sequence[OffsetRange]) -> None:
+        self._by_partition: dict[tuple[str, int], list[tuple[int, OffsetRange]]] = {}
+        for index, piece in enumerate(pieces):
+            self._by_partition.setdefault(piece.key, []).append((index, piece))
+
+    def __call__(self, batch: pa.RecordBatch) -> int:
+        topic = batch.column("topic")[0].as_py()
+        partition = batch.column("partition")[0].as_py()
+        offset = batch.column("offset")[0].as_py()
+        mine = self._by_partition.get((topic, partition), [])
+        for index, piece in mine:
+            if piece.start <= offset < piece.end:
+                return index
+        raise TerminalError(f"{topic}[{partition}] offset {offset} is in none of the task's ranges")
 
 
 def _where(piece: OffsetRange) -> tuple[str, int, int, int]:

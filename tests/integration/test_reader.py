@@ -22,11 +22,11 @@ def _offsets(batches: list[pa.RecordBatch]) -> list[tuple[int, int]]:
     return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
 
 
-def test_one_task_reads_its_pieces_in_turn_and_nothing_else(broker, kafka, topic_name):
+def test_one_task_reads_its_pieces_and_nothing_else(broker, kafka, topic_name):
     broker.create_topic(topic_name, 3)
     produce_profile(kafka, topic_name, explicit([500, 500, 500]), keys=10)
-    # Each piece's consumer is assigned while the one before drains (two consumers taking
-    # turns): pieces of one partition next to each other, and one already read, too.
+    # The partitions are read at once, a partition's pieces in their order: pieces of one
+    # partition next to each other (one going on where the last ended), and one already read.
     pieces = [
         OffsetRange(topic_name, 2, 100, 130),
         OffsetRange(topic_name, 0, 0, 10),
@@ -36,10 +36,23 @@ def test_one_task_reads_its_pieces_in_turn_and_nothing_else(broker, kafka, topic
         OffsetRange(topic_name, 2, 100, 102),
     ]
 
-    got = _offsets(list(read_ranges(kafka, pieces)))
+    batches = list(read_ranges(kafka, pieces))
 
-    expected = [(p.partition, o) for p in pieces for o in range(p.start, p.end)]
-    assert got == expected
+    for partition in range(3):
+        mine = [o for p, o in _offsets(batches) if p == partition]
+        planned = [p for p in pieces if p.partition == partition]
+        assert mine == [o for p in planned for o in range(p.start, p.end)]
+    assert all(len(set(b.column("partition").to_pylist())) == 1 for b in batches)
+
+
+def test_a_task_reads_more_partitions_than_it_assigns_at_once(broker, kafka, topic_name):
+    broker.create_topic(topic_name, reader.LANES + 3)
+    produce_profile(kafka, topic_name, explicit([40] * (reader.LANES + 3)), keys=10)
+    pieces = [OffsetRange(topic_name, p, 5, 40) for p in range(reader.LANES + 3)]
+
+    got = sorted(_offsets(list(read_ranges(kafka, pieces))))
+
+    assert got == [(p, o) for p in range(reader.LANES + 3) for o in range(5, 40)]
 
 
 def test_the_consumer_is_reused_by_the_next_task_without_stale_records(broker, kafka, topic_name):
@@ -53,8 +66,7 @@ def test_the_consumer_is_reused_by_the_next_task_without_stale_records(broker, k
     next(first)
     first.close()
     list(read_ranges(kafka, [OffsetRange(topic_name, 0, 0, 10), OffsetRange(topic_name, 1, 0, 5)]))
-    pooled = list(next(iter(reader._idle.values())))
-    assert len(pooled) == reader.READ_AHEAD
+    pooled = next(iter(reader._idle.values())).consumer
     got = _offsets(
         list(
             read_ranges(
@@ -64,8 +76,8 @@ def test_the_consumer_is_reused_by_the_next_task_without_stale_records(broker, k
         )
     )
 
-    assert got == [(1, o) for o in range(1500, 1600)] + [(0, o) for o in range(5, 20)]
-    assert sorted(map(id, next(iter(reader._idle.values())))) == sorted(map(id, pooled))
+    assert sorted(got) == [(0, o) for o in range(5, 20)] + [(1, o) for o in range(1500, 1600)]
+    assert next(iter(reader._idle.values())).consumer is pooled
 
 
 def test_batches_stay_within_the_byte_cap_for_large_records(broker, kafka, topic_name):

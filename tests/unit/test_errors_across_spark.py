@@ -172,7 +172,7 @@ def traceback_text(error: BaseException) -> str:
 WORKER_TRACEBACK = """An exception was thrown from the Python worker:
 Traceback (most recent call last):
   File "/lagless/source/datasource.py", line 300, in read
-    yield from write_task(writer, partition.pieces, lambda piece: self._read([piece]))
+    yield from write_task(writer, partition.pieces, self._read)
   File "/lagless/sinks/task_files.py", line 84, in write
     writer.close()
   File "pyarrow/error.pxi", line 92, in pyarrow.lib.check_status

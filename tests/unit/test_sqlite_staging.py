@@ -8,7 +8,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +27,11 @@ from lagless.source.executor_write import write_task
 from lagless.source.schema import ARROW_SCHEMA
 
 TARGET = Target("t", "append", "raw")
+
+
+def read(pieces: Sequence[OffsetRange]) -> list[pa.RecordBatch]:
+    """A task's records as the source reads them: its pieces' batches."""
+    return [batch for piece in pieces for batch in records(piece)]
 
 
 def records(piece: OffsetRange) -> list[pa.RecordBatch]:
@@ -58,7 +63,7 @@ def run_tasks(sink: SqliteSink, tasks: list[list[OffsetRange]]) -> list[str]:
     assert spec is not None
     writer = load_writer(spec.name, spec.config, spec.secret)
     receipts = pa.Table.from_batches(
-        [receipt for pieces in tasks for receipt in write_task(writer, pieces, records)]
+        [receipt for pieces in tasks for receipt in write_task(writer, pieces, read)]
     )
     assert receipts.column("left").null_count == len(receipts)  # raw values: none left
     return receipts.column("file").to_pylist()
@@ -133,8 +138,8 @@ def test_a_task_that_fails_mid_file_leaves_no_file(tmp_path: Path) -> None:
     the driver cannot ingest half a task."""
     staged = StagedFiles(str(tmp_path), ".arrow", lambda p: pa.ipc.new_file(p, FILE_SCHEMA))
 
-    def failing(piece: OffsetRange) -> Iterator[pa.RecordBatch]:
-        yield records(piece)[0]
+    def failing(pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
+        yield records(pieces[0])[0]
         raise RuntimeError("broker gone")
 
     with pytest.raises(RuntimeError, match="broker gone"):
@@ -193,3 +198,24 @@ def test_a_commit_waits_for_another_imports_then_is_transient(tmp_path: Path) ->
     assert sink.ledger(TARGET, [("t", 0)]) == {}
     sink.write_arrow(rows.to_reader(), TARGET, batch)
     assert sink.ledger(TARGET, [("t", 0)]) == {("t", 0): 3}
+
+
+def test_receipts_count_each_piece_whatever_order_its_batches_come_in(tmp_path: Path) -> None:
+    """A task reads its pieces at once (source/reader.py): batches of its pieces interleave,
+    and each piece's receipt counts its own records."""
+    staged = StagedFiles(str(tmp_path), ".arrow", lambda p: pa.ipc.new_file(p, FILE_SCHEMA))
+    pieces = [OffsetRange("t", 0, 0, 6), OffsetRange("t", 1, 3, 5), OffsetRange("t", 0, 6, 9)]
+
+    def interleaved(asked: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
+        first, second, third = (records(piece) for piece in asked)
+        yield from (first[0], second[0], third[0], first[1], third[1], second[1])
+
+    (receipt,) = write_task(staged, pieces, interleaved)
+
+    assert receipt["partition"].to_pylist() == [0, 1, 0]
+    assert receipt["records"].to_pylist() == [6, 2, 3]
+    assert receipt["bytes"].to_pylist() == [payload(records(piece)) for piece in pieces]
+
+
+def payload(batches: list[pa.RecordBatch]) -> int:
+    return sum(len(v or b"") for b in batches for c in ("key", "value") for v in b[c].to_pylist())
