@@ -16,7 +16,7 @@ from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from lagless.exceptions import DataLossError, TerminalError
 from lagless.kafka.config import KafkaConfig
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 # task's memory stays bounded whatever its ranges and record sizes.
 LANES = 16
 LANE_QUEUE_KBYTES = 2 * 1024
+# How long a task asks for a new topic's metadata before it reads without it (_Pooled).
+METADATA_WAIT_S = 2.0
 
 # Idle consumers per configuration in this process. Spark reuses its Python workers between
 # tasks, so a task borrows the consumer (and its broker connections) that the last task left,
@@ -70,7 +72,10 @@ class _Pooled:
 
     def know(self, topics: set[str]) -> None:
         for topic in sorted(topics - self.topics):
-            self.consumer.list_topics(topic, timeout=10)
+            try:
+                self.consumer.list_topics(topic, timeout=METADATA_WAIT_S)
+            except KafkaException:
+                return  # a broker away: the read waits for it within its retry budget
             self.topics.add(topic)
 
 

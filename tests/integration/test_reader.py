@@ -98,6 +98,7 @@ def test_a_task_waits_for_a_broker_away_within_the_budget_and_gives_up_past_it(
     broker.create_topic(topic_name, 1)
     produce_profile(kafka, topic_name, explicit([500]))
     piece = OffsetRange(topic_name, 0, 0, 500)
+    reader._close_idle()  # a new consumer, which knows no topic yet: it asks the broker away
     broker.set_down()
     back = threading.Timer(4.0, broker.set_up)
     back.start()
@@ -109,6 +110,7 @@ def test_a_task_waits_for_a_broker_away_within_the_budget_and_gives_up_past_it(
     assert got == [(0, offset) for offset in range(500)]
     assert time.monotonic() - started > 3.5  # it did wait for the broker
 
+    reader._close_idle()
     broker.set_down()
     with pytest.raises(TransientError) as away:
         list(read_ranges(kafka, [piece], retry_s=2))

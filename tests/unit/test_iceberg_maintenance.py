@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from lagless.sinks import sink_from_url
@@ -21,6 +22,7 @@ from lagless.sinks.iceberg.maintenance import (
     _delete_files,
     _path,
 )
+from lagless.sinks.iceberg.row_delta import FileColumns
 from lagless.sinks.ledger import Batch
 from lagless.sinks.maintenance import Policy, Round
 from tests.unit.test_ledger_stores import PARTITIONS, TARGET, TOPIC, commit, stored
@@ -185,7 +187,6 @@ def test_a_table_with_deletes_lagless_cannot_apply_is_neither_compacted_nor_upse
 ) -> None:
     """Another writer's equality deletes: merging the files would bring the rows they delete
     back; the round says why it left the table, an upsert fails in one line."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record as Partition
@@ -221,3 +222,30 @@ def test_a_table_with_deletes_lagless_cannot_apply_is_neither_compacted_nor_upse
     assert set(_data_files(sink._table(UPSERT.table))) == files_before
     with pytest.raises(UnreadDeletes, match="delete files lagless cannot apply"):
         upserted(sink, 2, range(2), tmp_path / "staging")
+
+
+def test_file_columns_keeps_what_it_read_within_its_bound() -> None:
+    """The key and rank columns of a data file are read once across batches; whole files are
+    read each time; past the bound the least recently read go first."""
+    reads: list[tuple[str, list[str] | None]] = []
+
+    def read(path: str, columns: list[str] | None) -> pa.Table:
+        reads.append((path, columns))
+        return pa.table({"k": pa.array(range(1000), pa.int64())})
+
+    one_file = read("x", None).nbytes
+    reads.clear()
+    kept = FileColumns(read, limit=2 * one_file)
+
+    for _ in range(3):
+        kept("a", ["k"])
+        kept("a", None)
+    assert reads == [("a", ["k"]), ("a", None), ("a", None), ("a", None)]
+
+    reads.clear()
+    kept("b", ["k"])  # a and b kept
+    kept("a", ["k"])  # a read most recently
+    kept("c", ["k"])  # b goes
+    kept("a", ["k"])
+    kept("b", ["k"])
+    assert reads == [("b", ["k"]), ("c", ["k"]), ("b", ["k"])]

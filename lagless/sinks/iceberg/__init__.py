@@ -62,6 +62,7 @@ from lagless.sinks.iceberg.row_delta import (
     MERGE_MODE,
     MERGE_ON_READ,
     POS,
+    FileColumns,
     commit_row_delta,
     merge_on_read,
     row_numbers,
@@ -122,6 +123,7 @@ class IcebergSink(FolderTableSink):
         # Else a REST catalog's.
         self.rest = rest
         self._opened: Catalog | None = None
+        self._file_columns = FileColumns(self._read_file)
 
     @classmethod
     def from_url(cls, url: str) -> IcebergSink:
@@ -403,7 +405,11 @@ class IcebergSink(FolderTableSink):
             self.storage.remove(path)
 
     def _read_data(self, location: str, columns: list[str] | None = None) -> pa.Table:
-        """A data or delete file of a table, by the location its manifest names."""
+        """A data or delete file of a table, by the location its manifest names (the columns
+        read kept for the next batch: FileColumns)."""
+        return self._file_columns(location, columns)
+
+    def _read_file(self, location: str, columns: list[str] | None) -> pa.Table:
         return self.storage.read_parquet(_local_path(location), columns)
 
     def _move(self, path: str, folder: str) -> str:
