@@ -578,16 +578,11 @@ def _held_rows(
     range of each key column (_key_ranges), the keys themselves matched here: an Iceberg
     filter of thousands of keys costs seconds to build and prunes no file (pyiceberg checks a
     set of more than 200 values against no file's bounds)."""
-    scanned = rows_in_place(table, _key_ranges(rows, keys), columns, read)
+    stored = table.schema().as_arrow()
     wanted = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     # As the table stores them (a text key may come back as large_string).
-    wanted = wanted.cast(pa.schema([scanned.schema.field(name) for name in wanted.column_names]))
-    # The join carries only the keys and a row's place: Arrow's join takes no list column.
-    places = scanned.select(list(keys)).append_column(
-        "_lagless_place", row_numbers(scanned.num_rows)
-    )
-    found = places.join(wanted, list(keys), join_type="left semi")
-    return scanned.take(found.column("_lagless_place"))
+    wanted = wanted.cast(pa.schema([stored.field(name) for name in wanted.column_names]))
+    return rows_in_place(table, _key_ranges(rows, keys), wanted, columns, read)
 
 
 def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:

@@ -105,11 +105,17 @@ def merge_on_read(table: Table) -> bool:
 
 
 def rows_in_place(
-    table: Table, row_filter: BooleanExpression, columns: list[str] | None, read: Read
+    table: Table,
+    row_filter: BooleanExpression,
+    keys: pa.Table,
+    columns: list[str] | None,
+    read: Read,
 ) -> pa.Table:
-    """The rows of the current snapshot's data files that `row_filter` does not prune by
-    their bounds (the rows themselves are not filtered), in `columns` (None: all), with FILE
-    and POS; the rows position deletes delete are left out."""
+    """The rows of the current snapshot's data files whose key is a row of `keys` (its columns
+    the key columns, in the table's types), in `columns` (None: all), with FILE and POS; the
+    files `row_filter` prunes by their bounds are not read, and the rows position deletes
+    delete are left out. Each file's rows are matched to the keys before its deletes are
+    applied: a batch's few thousand rows, not the file's million, are checked against them."""
     schema = table.schema().as_arrow()
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     snapshot = table.current_snapshot()
@@ -127,22 +133,33 @@ def rows_in_place(
     for task in tasks:
         path = task.file.file_path
         rows = in_schema(read(path, _present(table, task.file, wanted)), wanted)
-        positions = row_numbers(rows.num_rows)
+        positions = _keyed(rows, keys)
+        gone = deleted.get(path)
+        if gone is not None and len(gone) and len(positions):
+            # The value set is the smaller side: the rows matched, not the file's deletes.
+            hit = gone.filter(pc.is_in(gone, value_set=positions))
+            if len(hit):
+                positions = positions.filter(pc.invert(pc.is_in(positions, value_set=hit)))
+        rows = rows.take(positions)
         # Dictionary-encoded: a path a row would be ~100 MB for a million rows.
         named = pa.DictionaryArray.from_arrays(
             pa.repeat(pa.scalar(0, pa.int32()), rows.num_rows), pa.array([path])
         )
-        rows = rows.append_column(FILE, named)
-        rows = rows.append_column(POS, positions)
-        gone = deleted.get(path)
-        if gone is not None and len(gone):
-            rows = rows.filter(pc.invert(pc.is_in(positions, value_set=gone)))
-        parts.append(rows)
+        parts.append(rows.append_column(FILE, named).append_column(POS, positions))
     if not parts:
         named = pa.field(FILE, pa.dictionary(pa.int32(), pa.string()))
         empty = wanted.append(named).append(pa.field(POS, pa.int64()))
         return empty.empty_table()
     return pa.concat_tables(parts)
+
+
+def _keyed(rows: pa.Table, keys: pa.Table) -> pa.Array:
+    """The positions of the rows whose key is a row of `keys`, in order (int64)."""
+    names = keys.column_names
+    places = rows.select(names).append_column("_lagless_place", row_numbers(rows.num_rows))
+    # A join carries only the keys and a row's place: Arrow's join takes no list column.
+    found = places.join(keys, names, join_type="left semi").column("_lagless_place")
+    return pc.take(found, pc.sort_indices(found)).combine_chunks()
 
 
 def _present(table: Table, data_file: DataFile, wanted: pa.Schema) -> list[str] | None:
