@@ -192,11 +192,13 @@ def deleted_positions(delete_files: Iterable[DataFile], read: Read) -> dict[str,
         parts.append(read(delete_file.file_path, ["file_path", "pos"]).cast(_DELETE_SCHEMA))
     if not parts:
         return {}
-    every = pa.concat_tables(parts)
-    paths = every.column("file_path")
+    # One grouping pass (a filter per data file cost a pass over every delete each).
+    grouped = pa.concat_tables(parts).group_by("file_path").aggregate([("pos", "distinct")])
     return {
-        path.as_py(): pc.unique(every.column("pos").filter(pc.equal(paths, path)))
-        for path in pc.unique(paths)
+        path: positions.values
+        for path, positions in zip(
+            grouped.column("file_path").to_pylist(), grouped.column("pos_distinct"), strict=True
+        )
     }
 
 
