@@ -136,7 +136,7 @@ def read_ranges(
             if batches:
                 patience.progressed()
             elif lanes.reading:
-                patience.check(*lanes.first_waiting())
+                patience.check(*lanes.first_reading())
 
 
 class _Lane:
@@ -177,7 +177,8 @@ class _Lanes:
         """Records the assigned pieces still hold at most."""
         return sum(lane.piece.end - lane.position for lane in self.reading.values())
 
-    def first_waiting(self) -> tuple[OffsetRange, int]:
+    def first_reading(self) -> tuple[OffsetRange, int]:
+        """The piece a task waiting for records names, and where it is."""
         lane = next(iter(self.reading.values()))
         return lane.piece, lane.position
 
