@@ -52,13 +52,28 @@ Convert = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
+class ReadAs:
+    """How a batch of a column's JSON values is read at once (cdc/columnar.py): parsed as JSON
+    `json` ("int", "float", "bool" or "text"; a value of another JSON type fails the reading),
+    then either cast to the column's Arrow type (timestamps scaled from `per_second` units to
+    µs first) or, `each`, each value through the column's `convert` as an event at a time
+    would."""
+
+    json: str
+    each: bool = False
+    per_second: int = 0
+
+
+@dataclass(frozen=True)
 class Column:
-    """A field of the row: its Spark type, and what turns its JSON value into the value Arrow
-    takes for that type (None stays None)."""
+    """A field of the row: its Spark type, what turns its JSON value into the value Arrow
+    takes for that type (None stays None), and how a batch of them may be read at once, the
+    likelier first (none: an event at a time only)."""
 
     name: str
     data_type: DataType
     convert: Convert
+    read_as: tuple[ReadAs, ...] = ()
 
 
 def _same(value: Any) -> Any:
@@ -151,6 +166,24 @@ def _days(value: Any) -> Any:
     return value
 
 
+# Columnar reading (ReadAs): the JSON type each Spark type's values are parsed as.
+_JSON_OF = {
+    "ByteType": "int",
+    "ShortType": "int",
+    "IntegerType": "int",
+    "LongType": "int",
+    "FloatType": "float",
+    "DoubleType": "float",
+    "BooleanType": "bool",
+    "StringType": "text",
+}
+_EACH_TEXT = (ReadAs("text", each=True),)
+
+
+def _timestamp(per_second: int) -> tuple[ReadAs, ...]:
+    return (ReadAs("int", per_second=per_second),)
+
+
 _PRIMITIVES = {
     "int8": "ByteType",
     "int16": "ShortType",
@@ -188,9 +221,10 @@ _TEXTS = (
 )
 
 
-def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert]:
-    """A Connect schema (one field's, as JsonConverter writes it) as a Spark type and the
-    conversion of its JSON values. BadInput for a type lagless cannot store."""
+def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs, ...]]:
+    """A Connect schema (one field's, as JsonConverter writes it) as a Spark type, the
+    conversion of its JSON values and how a batch of them is read at once. BadInput for a
+    type lagless cannot store."""
     from pyspark.sql import types as T
 
     name = schema.get("name")
@@ -200,35 +234,36 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert]:
         scale = int(parameters.get("scale", 0))
         precision = int(parameters.get("connect.decimal.precision", MAX_PRECISION))
         if precision > MAX_PRECISION or scale > precision:
-            return T.StringType(), _decimal_text(scale)
-        return T.DecimalType(precision, scale), _decimal(scale)
+            return T.StringType(), _decimal_text(scale), _EACH_TEXT
+        return T.DecimalType(precision, scale), _decimal(scale), _EACH_TEXT
     if name == "io.debezium.data.VariableScaleDecimal":
-        return T.StringType(), _variable_decimal
+        return T.StringType(), _variable_decimal, ()
     if name in _DATES:
-        return T.DateType(), _days
+        return T.DateType(), _days, (ReadAs("int"),)
     if name in _TIMES:
-        return T.StringType(), _time_of_day(_TIMES[name])
+        return T.StringType(), _time_of_day(_TIMES[name]), (ReadAs("int", each=True),)
     if name in _TIMESTAMPS:
-        return T.TimestampNTZType(), _micros(_TIMESTAMPS[name])
+        return T.TimestampNTZType(), _micros(_TIMESTAMPS[name]), _timestamp(_TIMESTAMPS[name])
     if name == "io.debezium.time.ZonedTimestamp":
-        return T.TimestampType(), _zoned_micros
+        return T.TimestampType(), _zoned_micros, _EACH_TEXT
     if name in _TEXTS:
-        return T.StringType(), _same
+        return T.StringType(), _same, (ReadAs("text"),)
     if kind == "array":
-        item_type, item = column_type(schema["items"])
-        return T.ArrayType(item_type, True), _each(item)
+        item_type, item, _ = column_type(schema["items"])
+        return T.ArrayType(item_type, True), _each(item), ()
     if kind == "map":
-        key_type, key = column_type(schema["keys"])
-        value_type, value = column_type(schema["values"])
-        return T.MapType(key_type, value_type, True), _entries(key, value)
+        key_type, key, _ = column_type(schema["keys"])
+        value_type, value, _ = column_type(schema["values"])
+        return T.MapType(key_type, value_type, True), _entries(key, value), ()
     if kind == "struct":
         columns = struct_columns(schema)
-        return T.StructType(
-            [T.StructField(c.name, c.data_type, True) for c in columns]
-        ), _fields_of(columns)
+        fields = [T.StructField(c.name, c.data_type, True) for c in columns]
+        return T.StructType(fields), _fields_of(columns), ()
     if kind in _PRIMITIVES:
         data_type = getattr(T, _PRIMITIVES[kind])()
-        return data_type, _from_base64 if kind == "bytes" else _same
+        if kind == "bytes":
+            return data_type, _from_base64, _EACH_TEXT
+        return data_type, _same, (ReadAs(_JSON_OF[_PRIMITIVES[kind]]),)
     raise BadInput(f"Kafka Connect type {json.dumps(schema)[:200]} cannot be stored")
 
 
@@ -257,8 +292,8 @@ def struct_columns(schema: dict[str, Any]) -> list[Column]:
     """A Connect struct's fields as columns, in its order."""
     found = []
     for field in schema.get("fields") or []:
-        data_type, convert = column_type(field)
-        found.append(Column(field["field"], data_type, convert))
+        data_type, convert, read_as = column_type(field)
+        found.append(Column(field["field"], data_type, convert, read_as))
     return found
 
 
@@ -268,19 +303,25 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     from pyspark.sql import types as T
 
     convert: Convert = _same
+    read_as: tuple[ReadAs, ...] = ()
     if isinstance(data_type, T.DecimalType):
-        convert = _decimal_guessed(data_type.scale)
+        convert, read_as = _decimal_guessed(data_type.scale), _EACH_TEXT
     elif isinstance(data_type, T.BinaryType):
-        convert = _from_base64
+        convert, read_as = _from_base64, _EACH_TEXT
     elif isinstance(data_type, T.DateType):
-        convert = _days
+        convert, read_as = _days, (ReadAs("int"), *_EACH_TEXT)
     elif isinstance(data_type, T.TimestampType):
-        convert = _zoned_micros
+        # µs (a timestamp without zone, Debezium's default) or ISO text (timestamptz)
+        convert, read_as = _zoned_micros, (*_timestamp(1_000_000), *_EACH_TEXT)
+    elif isinstance(data_type, T.TimestampNTZType):
+        read_as = _timestamp(1_000_000)
     elif isinstance(data_type, T.ArrayType):
         convert = _each(for_spark_type(name, data_type.elementType).convert)
     elif isinstance(data_type, T.StructType):
         convert = _fields_of([for_spark_type(f.name, f.dataType) for f in data_type.fields])
-    return Column(name, data_type, convert)
+    elif type(data_type).__name__ in _JSON_OF:
+        read_as = (ReadAs(_JSON_OF[type(data_type).__name__]),)
+    return Column(name, data_type, convert, read_as)
 
 
 def keeps_unavailable(data_type: DataType) -> bool:

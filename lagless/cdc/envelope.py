@@ -56,8 +56,8 @@ NO_AFTER = "change event without its after row"
 KEY_MISSING = "change event whose Kafka key does not give the key fields"
 REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING)
 
-_SCHEMA_HEAD = b'{"schema":'
-_PAYLOAD = b',"payload":'
+SCHEMA_HEAD = b'{"schema":'
+PAYLOAD_AT = b',"payload":'
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ def split(value: bytes) -> tuple[bytes | None, Any]:
     """(the schema's JSON text or None, the payload parsed). Kafka Connect's JsonConverter
     writes the schema first: only the payload is parsed, the schema's text is the cache key of
     what it means (ValueError when the value is not JSON)."""
-    if value.startswith(_SCHEMA_HEAD) and value.endswith(b"}"):
-        at = value.find(_PAYLOAD)
+    if value.startswith(SCHEMA_HEAD) and value.endswith(b"}"):
+        at = value.find(PAYLOAD_AT)
         if at > 0:
             try:
-                return value[len(_SCHEMA_HEAD) : at], _loads(value[at + len(_PAYLOAD) : -1])
+                return value[len(SCHEMA_HEAD) : at], _loads(value[at + len(PAYLOAD_AT) : -1])
             except ValueError:
                 pass  # a "payload" inside the schema's text: parse the whole value below
     parsed = _loads(value)
@@ -189,7 +189,7 @@ class Envelope:
         if not isinstance(payload, dict) or not isinstance(payload.get("op"), str):
             return Change(error=NOT_AN_EVENT)
         op = payload["op"]
-        columns, new_schema = self._columns(schema)
+        columns, new_schema = self.columns(schema)
         if op == "d":
             return self._delete(key, payload, columns)
         if op not in ("r", "c", "u"):
@@ -231,7 +231,7 @@ class Envelope:
             found[name] = self._given[name].convert(raw)
         return found
 
-    def _columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
+    def columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
         if schema is None:
             return [self._given[name] for name in self.names], None
         known = self._schemas.get(schema)

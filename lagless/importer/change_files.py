@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lagless.cdc import columnar
 from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import Change, Envelope, evolved
 from lagless.exceptions import BadInput, TerminalError
@@ -81,6 +82,8 @@ class ChangeFiles:
         self.folder = folder
         self.tables = tables
         self._envelopes: dict[str, Envelope] = {}
+        # Per topic, the reading each column's values took last (cdc/columnar.py).
+        self._readings: dict[str, dict[str, int]] = {}
 
     def write(
         self, pieces: Sequence[OffsetRange], batches: Iterator[pa.RecordBatch]
@@ -120,6 +123,8 @@ class ChangeFiles:
         return True
 
     def _decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's events decoded: at once where cdc/columnar.py takes the batch (the
+        common one), else an event at a time by the envelope's rules."""
         from pyspark.sql.pandas.types import to_arrow_type
 
         topic = batch.column("topic")[0].as_py()
@@ -127,9 +132,33 @@ class ChangeFiles:
         if table is not None and table["fields"] is None:
             return _raw(batch)
         envelope = self._envelope(topic)
+        row_type = to_arrow_type(envelope.fields, timezone="UTC")
+        keys, values = batch.column("key"), batch.column("value")
+        decoded = columnar.changes(
+            envelope, keys, values, row_type, self._readings.setdefault(topic, {})
+        )
+        if decoded is None:
+            decoded, row_type = self._decode_each(topic, keys.to_pylist(), values.to_pylist())
+        row = decoded.rows.flatten()
+        columns = {name: batch.column(name) for name in ("topic", "partition", "offset", "key")}
+        columns["timestamp"] = millis(batch)
+        columns |= {f.name: row[i] for i, f in enumerate(row_type)}
+        columns[TOMBSTONE] = decoded.delete
+        columns[SKIP] = decoded.skip
+        columns[ERROR] = decoded.error
+        columns[NEW_SCHEMA] = decoded.new_schema or pa.nulls(batch.num_rows, pa.string())
+        columns[RAW] = pc.if_else(pc.is_valid(decoded.error), batch.column("value"), None)
+        return pa.RecordBatch.from_pydict(columns)
+
+    def _decode_each(
+        self, topic: str, keys: list[bytes | None], values: list[bytes | None]
+    ) -> tuple[columnar.Decoded, pa.StructType]:
+        """Envelope.change of each event; a new row schema grows the envelope as the driver
+        will grow the table (the batch's later events are read with it)."""
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        envelope = self._envelopes[topic]
         rows, deletes, skips, errors, schemas = [], [], [], [], []
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
         for key, value in zip(keys, values, strict=True):
             change = envelope.change(key, value)
             schema = change.new_schema
@@ -145,17 +174,14 @@ class ChangeFiles:
             errors.append(change.error)
             schemas.append(schema)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
-        row = pa.array(rows, type=row_type).flatten()
-        error = pa.array(errors, type=pa.string())
-        columns = {name: batch.column(name) for name in ("topic", "partition", "offset", "key")}
-        columns["timestamp"] = millis(batch)
-        columns |= {f.name: row[i] for i, f in enumerate(row_type)}
-        columns[TOMBSTONE] = pa.array(deletes, type=pa.bool_())
-        columns[SKIP] = pa.array(skips, type=pa.bool_())
-        columns[ERROR] = error
-        columns[NEW_SCHEMA] = pa.array(schemas, type=pa.string())
-        columns[RAW] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
-        return pa.RecordBatch.from_pydict(columns)
+        decoded = columnar.Decoded(
+            rows=pa.array(rows, type=row_type),
+            delete=pa.array(deletes, type=pa.bool_()),
+            skip=pa.array(skips, type=pa.bool_()),
+            error=pa.array(errors, type=pa.string()),
+            new_schema=pa.array(schemas, type=pa.string()),
+        )
+        return decoded, row_type
 
 
 def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -48,13 +48,13 @@ def _unscaled_base64(unscaled: int) -> str:
     ],
 )
 def test_primitive_types(kind, spark_type, value, expected):
-    data_type, convert = column_type({"type": kind})
+    data_type, convert, _ = column_type({"type": kind})
     assert data_type == spark_type
     assert convert(value) == expected
 
 
 def test_a_decimal_is_exact_with_its_scale_and_precision():
-    data_type, convert = column_type(_decimal_schema(2, 10))
+    data_type, convert, _ = column_type(_decimal_schema(2, 10))
     assert data_type == T.DecimalType(10, 2)
     assert convert("AJY=") == decimal.Decimal("1.50")  # seen from Debezium: 1.50
     assert convert(_unscaled_base64(-123456)) == decimal.Decimal("-1234.56")
@@ -62,19 +62,19 @@ def test_a_decimal_is_exact_with_its_scale_and_precision():
 
 @given(st.integers(-(10**37), 10**37 - 1), st.integers(0, 20))
 def test_any_decimal_round_trips(unscaled, scale):
-    _, convert = column_type(_decimal_schema(scale, 38))
+    _, convert, _ = column_type(_decimal_schema(scale, 38))
     assert convert(_unscaled_base64(unscaled)) == decimal.Decimal(unscaled).scaleb(-scale)
 
 
 def test_a_decimal_wider_than_spark_keeps_its_exact_text():
-    data_type, convert = column_type(_decimal_schema(2, 60))
+    data_type, convert, _ = column_type(_decimal_schema(2, 60))
     assert data_type == T.StringType()
     assert convert(_unscaled_base64(10**50 + 1)) == str(decimal.Decimal(10**50 + 1).scaleb(-2))
 
 
 def test_a_variable_scale_decimal_is_exact_text():
     schema = {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}
-    data_type, convert = column_type(schema)
+    data_type, convert, _ = column_type(schema)
     assert data_type == T.StringType()
     assert convert({"scale": 3, "value": _unscaled_base64(-1005)}) == "-1.005"
 
@@ -86,7 +86,7 @@ def test_decimal_handling_modes_string_and_double_are_text_and_double():
 
 @pytest.mark.parametrize("name", ["io.debezium.time.Date", "org.apache.kafka.connect.data.Date"])
 def test_a_date_is_days_since_the_epoch(name):
-    data_type, convert = column_type({"type": "int32", "name": name})
+    data_type, convert, _ = column_type({"type": "int32", "name": name})
     assert data_type == T.DateType()
     assert convert(19724) == 19724  # 2024-01-02, as Arrow's date32 takes it
 
@@ -101,13 +101,13 @@ def test_a_date_is_days_since_the_epoch(name):
     ],
 )
 def test_a_time_of_day_is_its_text(name, value):
-    data_type, convert = column_type({"type": "int64", "name": name})
+    data_type, convert, _ = column_type({"type": "int64", "name": name})
     assert data_type == T.StringType()
     assert convert(value) == "12:34:56.789000"
 
 
 def test_a_whole_second_time_has_no_fraction():
-    _, convert = column_type({"type": "int64", "name": "io.debezium.time.MicroTime"})
+    _, convert, _ = column_type({"type": "int64", "name": "io.debezium.time.MicroTime"})
     assert convert(3_600_000_000) == "01:00:00"
 
 
@@ -121,13 +121,15 @@ def test_a_whole_second_time_has_no_fraction():
     ],
 )
 def test_a_timestamp_without_zone_is_local_micros(name, value):
-    data_type, convert = column_type({"type": "int64", "name": name})
+    data_type, convert, _ = column_type({"type": "int64", "name": name})
     assert data_type == T.TimestampNTZType()
     assert convert(value) == 1704164645123000
 
 
 def test_a_zoned_timestamp_is_an_instant():
-    data_type, convert = column_type({"type": "string", "name": "io.debezium.time.ZonedTimestamp"})
+    data_type, convert, _ = column_type(
+        {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}
+    )
     assert data_type == T.TimestampType()
     expected = datetime.datetime(2024, 1, 2, 1, 4, 5, 500000, tzinfo=datetime.UTC)
     micros = int(expected.timestamp()) * 1_000_000 + 500000
@@ -140,14 +142,14 @@ def test_a_zoned_timestamp_is_an_instant():
     ["io.debezium.data.Json", "io.debezium.data.Uuid", "io.debezium.data.Enum"],
 )
 def test_json_uuid_and_enum_are_text(name):
-    data_type, convert = column_type({"type": "string", "name": name})
+    data_type, convert, _ = column_type({"type": "string", "name": name})
     assert data_type == T.StringType()
     assert convert('{"a": 1}') == '{"a": 1}'
 
 
 def test_an_array_converts_each_item():
     schema = {"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}
-    data_type, convert = column_type(schema)
+    data_type, convert, _ = column_type(schema)
     assert data_type == T.ArrayType(T.DateType(), True)
     assert convert([1, None, 3]) == [1, None, 3]
     bytes_array = column_type({"type": "array", "items": {"type": "bytes"}})[1]
@@ -159,7 +161,7 @@ def test_a_struct_converts_each_field():
         "type": "struct",
         "fields": [{"type": "bytes", "field": "wkb"}, {"type": "int32", "field": "srid"}],
     }
-    data_type, convert = column_type(schema)
+    data_type, convert, _ = column_type(schema)
     assert data_type.fieldNames() == ["wkb", "srid"]
     assert convert({"wkb": "AQ==", "srid": None}) == {"wkb": b"\x01", "srid": None}
 
