@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 
 _JSON_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "text": pa.string()}
 _UPSERT_OPS = pa.array(["r", "c", "u"])
+# Base64's alphabet as 6-bit values (255: not base64).
+_BASE64 = np.full(256, 255, np.uint8)
+_BASE64[
+    np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
+] = np.arange(64, dtype=np.uint8)
+# What _decimal_guessed reads as a decimal's text, not base64.
+_DECIMAL_TEXT = r"\.|^[+-]*[0-9]+$"
 # Arrow's JSON reader naming a column whose values are of another JSON type than asked.
 _OTHER_TYPE = re.compile(r"Column\(/after/([^)/]*)\) changed from")
 # The payloads' op, after and source, each a column of the batch's present values.
@@ -232,6 +239,10 @@ def _upserts(
 
 def _converted(parsed: pa.Array, column: Column, read_as: ReadAs, target: pa.DataType) -> pa.Array:
     """A column's JSON values as its Arrow type, as column.convert and pa.array would."""
+    if read_as.decimal and pa.types.is_decimal128(target):
+        decimals = _decimals(parsed, target, guessed=read_as.decimal == "guessed")
+        if decimals is not None:
+            return decimals
     if read_as.each:
         convert = column.convert
         return pa.array([None if v is None else convert(v) for v in parsed.to_pylist()], target)
@@ -240,6 +251,54 @@ def _converted(parsed: pa.Array, column: Column, read_as: ReadAs, target: pa.Dat
     if pa.types.is_date32(target):
         parsed = parsed.cast(pa.int32())
     return parsed.cast(target)
+
+
+def _decimals(texts: pa.Array, target: pa.Decimal128Type, guessed: bool) -> pa.Array | None:
+    """Base64 unscaled values as decimals at once (None: some are not base64 of at most 8
+    bytes, exceed the precision or, `guessed`, read as text: each value's convert decides)."""
+    if target.precision > 18 or len(texts) == 0:
+        return None
+    if guessed and pc.any(pc.match_substring_regex(texts, _DECIMAL_TEXT)).as_py():
+        return None
+    unscaled = _unscaled64(texts.fill_null("AA=="))
+    bound = 10**target.precision  # at most 10**18: within int64, unlike abs(-2**63)
+    if unscaled is None or ((unscaled >= bound) | (unscaled <= -bound)).any():
+        return None
+    two_words = np.empty((len(texts), 2), np.int64)
+    two_words[:, 0], two_words[:, 1] = unscaled, unscaled >> 63  # little-endian 128 bits
+    decimals = pa.Array.from_buffers(target, len(texts), [None, pa.py_buffer(two_words)])
+    return pc.if_else(texts.is_valid(), decimals, pa.scalar(None, target))
+
+
+def _unscaled64(texts: pa.Array) -> np.ndarray | None:
+    """Each text's base64 bytes as a big-endian two's complement integer (Connect's Decimal),
+    when all are base64 of 1 to 8 bytes."""
+    count = len(texts)
+    lengths = pc.binary_length(texts).to_numpy()
+    if (lengths % 4).any() or (lengths > 12).any() or (lengths == 0).any():
+        return None
+    padded = pc.utf8_rpad(texts, width=12, padding="=")
+    offsets = np.frombuffer(padded.buffers()[1], np.int32)[padded.offset :][: count + 1]
+    chars = np.frombuffer(padded.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    chars = chars.reshape(count, 12)
+    padding = chars == ord("=")
+    sextets = _BASE64[chars]
+    sextets[padding] = 0
+    size = lengths // 4 * 3 - (padding.sum(axis=1) - (12 - lengths))
+    if (sextets == 255).any() or (size > 8).any() or (size < 1).any():
+        return None
+    quads = sextets.astype(np.uint64).reshape(count, 3, 4)
+    triples = (
+        (quads[:, :, 0] << 18) | (quads[:, :, 1] << 12) | (quads[:, :, 2] << 6) | quads[:, :, 3]
+    )
+    octets = np.stack([triples >> 16, (triples >> 8) & 255, triples & 255], axis=2)
+    octets = octets.reshape(count, 9)
+    at = np.arange(9, dtype=np.int64)
+    kept = at[None, :] < size[:, None]
+    shift = np.where(kept, 8 * (size[:, None] - 1 - at[None, :]), 0).astype(np.uint64)
+    value = (np.where(kept, octets, 0) << shift).sum(axis=1, dtype=np.uint64).view(np.int64)
+    negative = (octets[:, 0] >= 128) & (size < 8)  # 8 bytes: int64's own sign already
+    return value - np.where(negative, np.left_shift(np.int64(1), 8 * np.minimum(size, 7)), 0)
 
 
 def _micros(parsed: pa.Array, per_second: int) -> pa.Array:

@@ -62,6 +62,10 @@ class ReadAs:
     json: str
     each: bool = False
     per_second: int = 0
+    # Connect's Decimal (base64 of the unscaled integer), "base64"; or --value-schema's
+    # decimal, text where it looks like a number (`_decimal_guessed`), "guessed": decoded at
+    # once where the unscaled values fit 64 bits.
+    decimal: str = ""
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,8 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
         precision = int(parameters.get("connect.decimal.precision", MAX_PRECISION))
         if precision > MAX_PRECISION or scale > precision:
             return T.StringType(), _decimal_text(scale), _EACH_TEXT
-        return T.DecimalType(precision, scale), _decimal(scale), _EACH_TEXT
+        read_as = (ReadAs("text", each=True, decimal="base64"),)
+        return T.DecimalType(precision, scale), _decimal(scale), read_as
     if name == "io.debezium.data.VariableScaleDecimal":
         return T.StringType(), _variable_decimal, ()
     if name in _DATES:
@@ -305,7 +310,8 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     convert: Convert = _same
     read_as: tuple[ReadAs, ...] = ()
     if isinstance(data_type, T.DecimalType):
-        convert, read_as = _decimal_guessed(data_type.scale), _EACH_TEXT
+        convert = _decimal_guessed(data_type.scale)
+        read_as = (ReadAs("text", each=True, decimal="guessed"),)
     elif isinstance(data_type, T.BinaryType):
         convert, read_as = _from_base64, _EACH_TEXT
     elif isinstance(data_type, T.DateType):

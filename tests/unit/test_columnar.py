@@ -251,3 +251,30 @@ def test_a_batch_of_two_schemas_is_read_an_event_at_a_time() -> None:
     decoded = writer._decode(_batch(events))
     assert decoded.column("flag").to_pylist() == [None, True]
     assert decoded.column("_lagless_schema").to_pylist()[1] is not None
+
+
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1) | st.none(), min_size=1, max_size=20),
+    st.booleans(),
+)
+def test_base64_unscaled_values_read_at_once_as_python_reads_them(
+    unscaled: list[int | None], sign_extended: bool
+) -> None:
+    """Connect's Decimal bytes (Java's BigInteger: the fewest bytes, or a byte more) as
+    decimal(18, 2) at once; a value past 18 digits leaves it to each value's convert."""
+    from lagless.cdc.connect_types import _decimal
+
+    def encoded(value: int) -> str:
+        size = max(1, ((value if value >= 0 else ~value).bit_length() + 8) // 8)
+        size = min(8, size + sign_extended)
+        return base64.b64encode(value.to_bytes(size, "big", signed=True)).decode()
+
+    texts = pa.array([None if v is None else encoded(v) for v in unscaled], pa.string())
+    target = pa.decimal128(18, 2)
+    decoded = columnar._decimals(texts, target, guessed=False)
+    if any(v is not None and abs(v) >= 10**18 for v in unscaled):
+        assert decoded is None
+        return
+    convert = _decimal(2)
+    assert decoded is not None
+    assert decoded.to_pylist() == [None if v is None else convert(encoded(v)) for v in unscaled]
