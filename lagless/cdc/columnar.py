@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from lagless.cdc.connect_types import Column, ReadAs
 
 _JSON_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "text": pa.string()}
-_UPSERT_OPS = pa.array(["r", "c", "u"])
+_UPSERT_OPS = ("r", "c", "u")
 # Base64's alphabet as 6-bit values (255: not base64).
 _BASE64 = np.full(256, 255, np.uint8)
 _BASE64[
@@ -99,7 +99,10 @@ def changes(
         if parsed is None:
             return None
         upsert = pc.fill_null(
-            pc.and_(pc.is_in(parsed["op"], value_set=_UPSERT_OPS), pc.is_valid(parsed["after"])),
+            pc.and_(
+                pc.is_in(parsed["op"], value_set=pa.array(_UPSERT_OPS)),
+                pc.is_valid(parsed["after"]),
+            ),
             False,
         )
         rows, missing_key = _upserts(parsed, upsert, readings, envelope, row_type)

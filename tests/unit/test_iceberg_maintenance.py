@@ -152,6 +152,12 @@ def test_an_upsert_deletes_the_rows_it_replaces_by_position_and_compaction_folds
     maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
     assert first <= set(_data_files(sink._table(UPSERT.table)))  # not folded yet
 
+    health = maintenance.health(UPSERT.table, policy)
+    assert health is not None
+    data_bytes = sum(f.file_size_in_bytes for f in _data_files(found).values())
+    # The 2 replaced rows of the first file's 10 are not live: 2 of the 12 rows in the files.
+    assert health.live_bytes == round(data_bytes * 10 / 12)
+
     upserted(sink, 2, range(2, 4), tmp_path / "staging")  # 4 of 10: folded
     done = Round(UPSERT.table)
     maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, done)

@@ -272,7 +272,7 @@ class IcebergMaintenance(StoreMaintenance):
                 small_files=sum(size < policy.target_file_size for size in files),
                 versions=len(found.metadata.snapshots),
                 bytes_on_disk=sum(size for size, _ in on_disk.values()),
-                live_bytes=sum(files),
+                live_bytes=_live_bytes(list(data.values()), list(deletes.values())),
                 target_file_size=policy.target_file_size,
                 extra={
                     "commits": found.last_sequence_number,
@@ -289,6 +289,18 @@ def _data_files(found: Table) -> dict[str, IcebergFile]:
 def _delete_files(found: Table) -> dict[str, IcebergFile]:
     """The current snapshot's delete files, by path."""
     return _files(found)[1]
+
+
+def _live_bytes(data: list[IcebergFile], deletes: list[IcebergFile]) -> int:
+    """The data files' bytes less the share of their rows position deletes remove (each a
+    row; an upsert's replaced rows stay in their file until a round folds them). Equality
+    deletes (another writer's) say no count of rows: their rows are counted live."""
+    from pyiceberg.manifest import DataFileContent
+
+    size = sum(f.file_size_in_bytes for f in data)
+    rows = sum(f.record_count for f in data)
+    deleted = sum(f.record_count for f in deletes if f.content == DataFileContent.POSITION_DELETES)
+    return round(size * (1 - min(deleted, rows) / rows)) if rows else size
 
 
 def _files(found: Table) -> tuple[dict[str, IcebergFile], dict[str, IcebergFile]]:
