@@ -287,8 +287,13 @@ def _unscaled64(texts: pa.Array) -> np.ndarray | None:
     padding = chars == ord("=")
     sextets = _BASE64[chars]
     sextets[padding] = 0
-    size = lengths // 4 * 3 - (padding.sum(axis=1) - (12 - lengths))
-    if (sextets == 255).any() or (size > 8).any() or (size < 1).any():
+    pads = padding.sum(axis=1) - (12 - lengths)
+    size = lengths // 4 * 3 - pads
+    # "=" only as the text's last one or two characters (else Python's b64decode refuses it)
+    inner = np.arange(12)[None, :] < (lengths - pads)[:, None]
+    if (sextets == 255).any() or (padding & inner).any() or (pads > 2).any():
+        return None
+    if (size > 8).any() or (size < 1).any():
         return None
     quads = sextets.astype(np.uint64).reshape(count, 3, 4)
     triples = (

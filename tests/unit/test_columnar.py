@@ -278,3 +278,12 @@ def test_base64_unscaled_values_read_at_once_as_python_reads_them(
     convert = _decimal(2)
     assert decoded is not None
     assert decoded.to_pylist() == [None if v is None else convert(encoded(v)) for v in unscaled]
+
+
+def test_malformed_base64_is_left_to_each_values_convert() -> None:
+    """Padding inside the text, too much of it, or no padding where it is due: Python's
+    b64decode refuses them, so the batch's decimals are not read at once."""
+    for text in ("A=AA", "AB=A", "A===", "AAA"):
+        texts = pa.array([text], pa.string())
+        assert columnar._decimals(texts, pa.decimal128(18, 2), guessed=False) is None
+    assert columnar._decimals(pa.array(["AAE="]), pa.decimal128(18, 2), guessed=False) is not None
