@@ -228,7 +228,7 @@ def _upserts(
             column, read_as = readings[field.name]
             arrays.append(_converted(parsed_columns[field.name], column, read_as, field.type))
         elif field.name in envelope.cdc and count:
-            arrays.append(_cdc_column(parsed, upsert, field.name).cast(field.type))
+            arrays.append(_cdc_column(parsed, upsert, count, field.name).cast(field.type))
         else:
             arrays.append(pa.nulls(count, field.type))
     by_field = dict(zip([f.name for f in row_type], arrays, strict=True))
@@ -250,7 +250,7 @@ def _converted(parsed: pa.Array, column: Column, read_as: ReadAs, target: pa.Dat
         convert = column.convert
         return pa.array([None if v is None else convert(v) for v in parsed.to_pylist()], target)
     if read_as.per_second:
-        parsed = _micros(parsed, read_as.per_second)
+        parsed = _as_micros(parsed, read_as.per_second)
     if pa.types.is_date32(target):
         parsed = parsed.cast(pa.int32())
     return parsed.cast(target)
@@ -309,7 +309,7 @@ def _unscaled64(texts: pa.Array) -> np.ndarray | None:
     return value - np.where(negative, np.left_shift(np.int64(1), 8 * np.minimum(size, 7)), 0)
 
 
-def _micros(parsed: pa.Array, per_second: int) -> pa.Array:
+def _as_micros(parsed: pa.Array, per_second: int) -> pa.Array:
     """Timestamps in `per_second` units as µs (floor division, as Python's //), refusing
     what overflows int64 (OverflowError) as pa.array would."""
     if per_second == 1_000_000:
@@ -321,11 +321,11 @@ def _micros(parsed: pa.Array, per_second: int) -> pa.Array:
     return pa.array(divided, pa.int64(), mask=parsed.is_null().to_numpy(zero_copy_only=False))
 
 
-def _cdc_column(parsed: Parsed, upsert: pa.Array, name: str) -> pa.Array:
-    """The mirror's own column of the upserts (Envelope._cdc_values)."""
+def _cdc_column(parsed: Parsed, upsert: pa.Array, count: int, name: str) -> pa.Array:
+    """The mirror's own column of the `count` upserts (Envelope._cdc_values)."""
     if name == OP:
         return parsed["op"].filter(upsert)
     if name == DELETED:
-        return pa.repeat(pa.scalar(False), pc.sum(upsert).as_py() or 0)
+        return pa.repeat(pa.scalar(False), count)
     ts_ms, lsn = parsed["source"].filter(upsert).flatten()  # null where no source
     return ts_ms if name == SOURCE_TS_MS else lsn

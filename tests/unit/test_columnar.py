@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import decimal
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
 
 from lagless.cdc import columnar
 from lagless.cdc.connect_types import UNAVAILABLE, struct_columns
@@ -223,15 +225,13 @@ def test_upserts_deletes_and_tombstones_are_read_at_once(with_schema: bool) -> N
     events.append((b'{"id":1}', None))
     writer = _writer(names, with_schema, cdc=True)
     envelope = writer._envelope(TOPIC)
-    from pyspark.sql.pandas.types import to_arrow_type
-
     batch = _batch(events)
     row_type = to_arrow_type(envelope.fields, timezone="UTC")
     decoded = columnar.changes(envelope, batch.column("key"), batch.column("value"), row_type)
     assert decoded is not None
     assert decoded.delete.to_pylist() == [False, False, True, True]
     first = decoded.rows[0].as_py()
-    assert first["amount"] == __import__("decimal").Decimal("-123.45")
+    assert first["amount"] == decimal.Decimal("-123.45")
     # Without the schema, --value-schema's timestamp is µs: nothing says these are ns.
     micros = 3 if with_schema else 3999
     assert first["at_nanos"] == datetime.datetime(1970, 1, 1, 0, 0, 0, micros)
