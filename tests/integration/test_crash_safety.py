@@ -457,6 +457,9 @@ def run_import_process(
     env = {k: v for k, v in os.environ.items() if k != "LAGLESS_FAILPOINT"}
     if failpoint:
         env["LAGLESS_FAILPOINT"] = failpoint
+    # A hung import is aborted: its Python stacks (faulthandler) and its JVM's threads (SIGQUIT)
+    # go to its stderr and stdout, which the failure shows.
+    env["PYTHONFAULTHANDLER"] = "1"
     out, err = folder / "import.out", folder / "import.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         process = subprocess.Popen(
@@ -468,12 +471,48 @@ def run_import_process(
         )
         try:
             code = process.wait(timeout=PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"the import ran over {PROCESS_TIMEOUT_S:.0f} s:\n{_stacks(process, out, err)}"
+            )
         finally:
             # A killed import's JVM and Python workers would otherwise outlive it.
             with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     return code, out.read_text(), err.read_text()
+
+
+def _stacks(process: subprocess.Popen[bytes], out: Path, err: Path) -> str:
+    """The hung import's JVM thread dump and Python stacks, and the end of its output."""
+    for pid in _children(process.pid):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGQUIT)  # a JVM prints its threads; the Python workers ignore it
+    time.sleep(3)
+    with suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGABRT)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    tails = [
+        f"--- {path.name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-400:])
+        for path in (err, out)
+    ]
+    return "\n".join(tails)
+
+
+def _children(pid: int) -> list[int]:
+    """Every process under `pid` (from /proc), deepest first."""
+    parents: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, ValueError, IndexError):
+            fields = status.read_text().rsplit(")", 1)[1].split()
+            parents[int(status.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        below = [child for child, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found[::-1]
 
 
 @dataclass(frozen=True)
