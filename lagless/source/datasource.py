@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -53,7 +53,7 @@ from lagless.source.options import (
     TimestampSpec,
     include_headers,
 )
-from lagless.source.reader import read_ranges
+from lagless.source.reader import gathered, read_ranges
 from lagless.source.sampling import sample_bytes_per_record
 from lagless.source.schema import ARROW_SCHEMA, SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from lagless.source.worker_python import check_worker_python
@@ -309,8 +309,14 @@ class _Planning:
             )
             yield from write_task(writer, partition.pieces, self._read)
 
-    def _read(self, pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
-        batches = read_ranges(
+    def _read(
+        self,
+        pieces: Sequence[OffsetRange],
+        each: Callable[[pa.RecordBatch], None] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """The pieces' records gathered into fewer batches (reader.gathered), decoded where
+        the options ask; `each` sees every batch as read, of one piece."""
+        batches: Iterator[pa.RecordBatch] = read_ranges(
             self.options.kafka,
             pieces,
             fail_on_data_loss=self.options.fail_on_data_loss,
@@ -318,6 +324,9 @@ class _Planning:
             retry_s=self.options.retry_s,
             stop=self.stop,
         )
+        if each is not None:
+            batches = _seen_by(batches, each)
+        batches = gathered(batches)
         if not self.options.include_headers:
             batches = (batch.remove_column(_HEADERS) for batch in batches)
         if self.options.decode_json_values is not None:
@@ -325,6 +334,14 @@ class _Planning:
         if self.options.decode_avro_values is not None:
             batches = avro_values.AvroValues.from_option(self.options.decode_avro_values)(batches)
         return batches
+
+
+def _seen_by(
+    batches: Iterator[pa.RecordBatch], each: Callable[[pa.RecordBatch], None]
+) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        each(batch)
+        yield batch
 
 
 # includeHeaders=false (Spark's default): no headers column, as in Spark's schema.

@@ -10,9 +10,9 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 # task's memory stays bounded whatever its ranges and record sizes.
 LANES = 16
 LANE_QUEUE_KBYTES = 2 * 1024
+# Bytes of a topic's records a task hands on at once (gathered).
+GATHER_BYTES = 4 * 1024 * 1024
 # How long a task asks for a new topic's metadata before it reads without it (_Pooled).
 METADATA_WAIT_S = 2.0
 
@@ -139,6 +141,35 @@ def read_ranges(
                 patience.check(*lanes.first_reading())
 
 
+def gathered(
+    batches: Iterable[pa.RecordBatch], limit: int = GATHER_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """read_ranges' batches gathered per topic into batches of about `limit` bytes. A batch
+    of read_ranges is a partition's records of one fetch: a few records when producers send
+    small batches, and what follows has a fixed cost per batch (decoding Debezium events, one
+    task, bench-shaped: ~490 µs an event three at a time, ~3 µs 5,000 at a time)."""
+    pending: dict[str, list[pa.RecordBatch]] = {}
+    sizes: dict[str, int] = {}
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        topic = batch.column("topic")[0].as_py()
+        pending.setdefault(topic, []).append(batch)
+        # Its buffers' size (a slice's whole buffers): `nbytes` took ~10 µs a call.
+        sizes[topic] = sizes.get(topic, 0) + batch.get_total_buffer_size()
+        if sizes[topic] >= limit:
+            yield _one_batch(pending.pop(topic))
+            del sizes[topic]
+    for group in pending.values():
+        yield _one_batch(group)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 class _Lane:
     """A partition's pieces, read in their order, and the offset the current one is at."""
 
@@ -185,14 +216,13 @@ class _Lanes:
     def take(self, messages: list[Message]) -> list[pa.RecordBatch]:
         """The records of `messages` in the assigned pieces, as a batch per piece; the lanes
         moved on by them, and by the end-of-log and offset errors among them."""
-        by_partition: dict[TP, list[Message]] = {}
+        by_partition: dict[Any, list[Message]] = {}
         for message in messages:
-            partition = message.partition()
-            if message.error() is not None and (partition is None or partition < 0):
-                _client_error(message)
-                continue
-            tp = (cast(str, message.topic()), cast(int, partition))
-            by_partition.setdefault(tp, []).append(message)
+            by_partition.setdefault((message.topic(), message.partition()), []).append(message)
+        for tp in [tp for tp in by_partition if tp[1] is None or tp[1] < 0]:
+            for message in by_partition.pop(tp):  # the client's errors, of no partition
+                if message.error() is not None:
+                    _client_error(message)
         batches: list[pa.RecordBatch] = []
         for tp, mine in by_partition.items():
             lane = self.reading.get(tp)
@@ -363,35 +393,26 @@ def _decode(
     """The records of one partition's `messages` from position to the range's end as one
     Arrow batch, and the error events beside them.
 
-    One pass over the messages: this loop is lagless's per-record cost.
+    A pass per field over the messages: this is lagless's per-record cost (comprehensions,
+    ~2x faster than one loop appending to each list).
     """
     end = piece.end
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    millis: list[int] = []
-    kinds: list[int] = []
-    records: list[Message] = []
-    events: list[Message] = []
-    with_headers = False
-    for m in messages:
-        if m.error() is not None:
-            events.append(m)
-            continue
-        offset = _offset(m)
-        if not position <= offset < end:
-            continue
-        records.append(m)
-        offsets.append(offset)
-        keys.append(m.key())
-        values.append(m.value())
-        kind, ms = m.timestamp()
-        kinds.append(TIMESTAMP_TYPE_BY_KIND.get(kind, NO_TIMESTAMP_TYPE))
-        millis.append(ms)
-        with_headers = with_headers or m.headers() is not None
+    records = [m for m in messages if m.error() is None]
+    events = [m for m in messages if m.error() is not None] if len(records) < len(messages) else []
+    offsets = cast(list[int], [m.offset() for m in records])
+    if offsets and not (position <= min(offsets) and max(offsets) < end):
+        inside = [i for i, offset in enumerate(offsets) if position <= offset < end]
+        records = [records[i] for i in inside]
+        offsets = [offsets[i] for i in inside]
     count = len(offsets)
     if not count:
         return None, events
+    keys = [m.key() for m in records]
+    values = [m.value() for m in records]
+    stamps = [m.timestamp() for m in records]
+    kinds = [TIMESTAMP_TYPE_BY_KIND.get(kind, NO_TIMESTAMP_TYPE) for kind, _ in stamps]
+    millis = [ms for _, ms in stamps]
+    with_headers = any(m.headers() is not None for m in records)
     batch = pa.RecordBatch.from_arrays(
         [
             pa.array(keys, pa.binary()),

@@ -8,7 +8,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,12 +26,17 @@ from lagless.sinks.task_files import FILE_SCHEMA, StagedFiles
 from lagless.source.executor_write import write_task
 from lagless.source.schema import ARROW_SCHEMA
 
+Seen = Callable[[pa.RecordBatch], None]
+
 TARGET = Target("t", "append", "raw")
 
 
-def read(pieces: Sequence[OffsetRange]) -> list[pa.RecordBatch]:
-    """A task's records as the source reads them: its pieces' batches."""
-    return [batch for piece in pieces for batch in records(piece)]
+def read(pieces: Sequence[OffsetRange], each: Seen) -> list[pa.RecordBatch]:
+    """A task's records as the source reads them: its pieces' batches, each seen as read."""
+    batches = [batch for piece in pieces for batch in records(piece)]
+    for batch in batches:
+        each(batch)
+    return batches
 
 
 def records(piece: OffsetRange) -> list[pa.RecordBatch]:
@@ -138,8 +143,9 @@ def test_a_task_that_fails_mid_file_leaves_no_file(tmp_path: Path) -> None:
     the driver cannot ingest half a task."""
     staged = StagedFiles(str(tmp_path), ".arrow", lambda p: pa.ipc.new_file(p, FILE_SCHEMA))
 
-    def failing(pieces: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
-        yield records(pieces[0])[0]
+    def failing(pieces: Sequence[OffsetRange], each: Seen) -> Iterator[pa.RecordBatch]:
+        each(first := records(pieces[0])[0])
+        yield first
         raise RuntimeError("broker gone")
 
     with pytest.raises(RuntimeError, match="broker gone"):
@@ -206,9 +212,11 @@ def test_receipts_count_each_piece_whatever_order_its_batches_come_in(tmp_path: 
     staged = StagedFiles(str(tmp_path), ".arrow", lambda p: pa.ipc.new_file(p, FILE_SCHEMA))
     pieces = [OffsetRange("t", 0, 0, 6), OffsetRange("t", 1, 3, 5), OffsetRange("t", 0, 6, 9)]
 
-    def interleaved(asked: Sequence[OffsetRange]) -> Iterator[pa.RecordBatch]:
+    def interleaved(asked: Sequence[OffsetRange], each: Seen) -> Iterator[pa.RecordBatch]:
         first, second, third = (records(piece) for piece in asked)
-        yield from (first[0], second[0], third[0], first[1], third[1], second[1])
+        for batch in (first[0], second[0], third[0], first[1], third[1], second[1]):
+            each(batch)
+            yield batch
 
     (receipt,) = write_task(staged, pieces, interleaved)
 
