@@ -62,6 +62,8 @@ _LONGEST = 50_000
 _SHORT = 999
 _DIGITS = re.compile(rb"[0-9]{1000}")
 _DEEPEST = 1000
+# The fewest values a batch is split into around one that cannot be decoded (JsonValues.decoded).
+UNDECIDED_RUN = 16
 
 
 def decodable(fields_json: str) -> bool:
@@ -110,12 +112,23 @@ class JsonValues:
         log.debug("typed JSON: %d values decoded in the task, %d left to from_json", decoded, left)
 
     def add_column(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        values = batch.column("value")
-        decoded = self.decode(values)
-        if decoded is None:
-            decoded = pa.nulls(len(values), self.type)
+        decoded = self.decoded(batch.column("value"))
         return pa.RecordBatch.from_arrays(
             [*batch.columns, decoded], names=[*batch.schema.names, COLUMN]
+        )
+
+    def decoded(self, values: pa.Array) -> pa.Array:
+        """COLUMN for the values: decoded at once, else in halves around the values that
+        cannot be, down to UNDECIDED_RUN values left to from_json together. A task gathers
+        its reads (reader.gathered): one odd value would otherwise leave thousands."""
+        decoded = self.decode(values)
+        if decoded is not None:
+            return decoded
+        if len(values) <= UNDECIDED_RUN or values.null_count == len(values):
+            return pa.nulls(len(values), self.type)
+        half = len(values) // 2
+        return pa.concat_arrays(
+            [self.decoded(values.slice(0, half)), self.decoded(values.slice(half))]
         )
 
     def decode(self, values: pa.Array) -> pa.Array | None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagless.source.json_values import COLUMN, CORRUPT, JsonValues, decodable
+from lagless.source.json_values import COLUMN, CORRUPT, UNDECIDED_RUN, JsonValues, decodable
 
 
 def schema(**types: str) -> str:
@@ -69,6 +69,23 @@ def test_one_odd_value_leaves_its_whole_batch_to_from_json(odd: bytes) -> None:
     values = pa.array([PLAIN, odd, PLAIN], pa.binary())
     batch = JsonValues(FIELDS).add_column(pa.RecordBatch.from_arrays([values], ["value"]))
     assert batch.column(COLUMN).null_count == 3
+
+
+@pytest.mark.parametrize("odd", [*LEFT_TO_FROM_JSON[:4], b"\xff", b"   "], ids=repr)
+def test_in_a_large_batch_only_a_run_around_an_odd_value_is_left_to_from_json(odd: bytes) -> None:
+    """A task gathers its reads into large batches: the values away from an odd one are
+    still decoded here, each as it is alone."""
+    plain = [PLAIN.replace(b"7", str(i).encode()) for i in range(300)]
+    texts = [*plain[:137], odd, *plain[137:250], None, *plain[250:]]
+    column = JsonValues(FIELDS).decoded(pa.array(texts, pa.binary())).to_pylist()
+    left = [i for i, (text, row) in enumerate(zip(texts, column, strict=True)) if text and not row]
+    assert 137 in left and len(left) <= UNDECIDED_RUN
+    assert column[texts.index(None)] is None
+    alone = JsonValues(FIELDS).decode(pa.array(plain, pa.binary()))
+    assert alone is not None
+    at = [i for i, text in enumerate(texts) if text in plain]  # each plain value's place
+    kept = [row for i, row in zip(at, alone.to_pylist(), strict=True) if i not in left]
+    assert [row for row in column if row] == kept
 
 
 def test_a_batch_of_tombstones_only_is_left_null() -> None:
