@@ -104,6 +104,12 @@ def spark_session(
         .config("spark.sql.shuffle.partitions", str(parallelism or 4))
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.python.worker.reuse", "true")
+        # This process and its Python workers talk to the JVM over Unix sockets, not local TCP
+        # ports: Spark's thread serving a toArrow() dies on a connection that fails its secret
+        # check and leaves the call waiting forever (SocketAuthServer completes its result only
+        # after the check). A client reconnecting to a port that Spark took over (librdkafka's,
+        # to a broker gone) hung an import that way.
+        .config("spark.python.unix.domain.socket.enabled", "true")
     )
     if parallelism:
         builder = builder.config("spark.default.parallelism", str(parallelism))

@@ -158,16 +158,10 @@ def gathered(
         # Its buffers' size (a slice's whole buffers): `nbytes` took ~10 µs a call.
         sizes[topic] = sizes.get(topic, 0) + batch.get_total_buffer_size()
         if sizes[topic] >= limit:
-            yield _one_batch(pending.pop(topic))
+            yield pa.concat_batches(pending.pop(topic))
             del sizes[topic]
     for group in pending.values():
-        yield _one_batch(group)
-
-
-def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        yield pa.concat_batches(group)
 
 
 class _Lane:
