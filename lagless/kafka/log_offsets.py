@@ -18,6 +18,8 @@ OFFSET_EARLIEST_TIME = -2
 BOUNDS_SLICE = 500
 # The kind of spec ListOffsets by time takes (confluent_kafka does not export its class).
 _BY_TIME = type(OffsetSpec.for_timestamp(0))
+# ListOffsets by time: no record at or after the time.
+NO_SUCH_RECORD = -1
 
 
 class LogOffsets:
@@ -111,7 +113,8 @@ class LogOffsets:
         looks no further; this one does not need it)."""
         specs = {tp: OffsetSpec.for_timestamp(ms) for tp, ms in timestamps.items()}
         return {
-            tp: offset if offset >= 0 else None for tp, offset in self._list_specs(specs).items()
+            tp: None if offset == NO_SUCH_RECORD else offset
+            for tp, offset in self._list_specs(specs).items()
         }
 
     def _list(self, partitions: list[TP], spec: OffsetSpec) -> Offsets:
@@ -130,8 +133,10 @@ class LogOffsets:
             for tp, offset in found.items():
                 # An earliest or latest offset is never negative: a broker that stops answering
                 # mid-request can leave librdkafka's "invalid" (-1001) in the answer. Asked again,
-                # as for any failure; only by time does -1 mean an answer ("no such record").
-                if offset < 0 and not isinstance(specs[tp], _BY_TIME):
+                # as for any failure; only by time does -1 mean an answer ("no such record"),
+                # and only -1 (-1001 there too is no answer, not "every record is older").
+                by_time = isinstance(specs[tp], _BY_TIME)
+                if offset < 0 and not (by_time and offset == NO_SUCH_RECORD):
                     raise KafkaException(
                         KafkaError(
                             KafkaError.OFFSET_NOT_AVAILABLE,
