@@ -6,6 +6,7 @@ Not a benchmark itself; the scripts beside it import it (they run from this fold
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -518,6 +519,38 @@ def descendants(pid: int) -> list[int]:
         found.append(current)
         todo.extend(children.get(current, []))
     return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of a process and every process under it (noida-db runs its server as a
+    child; Spark's JVM runs its Python workers), with those that ended and were waited for
+    (the kernel adds them to their parent's)."""
+    if pid is None:
+        return 0.0
+    total = 0
+    for each in descendants(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(n) for n in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int, name: str) -> float:
+    """CPU seconds of a process's threads called `name` (the embedded broker's is rdk:mock)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            if stat[stat.index("(") + 1 : stat.rindex(")")] == name:
+                fields = stat.rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def memory_kib(pid: int) -> tuple[int, int] | None:

@@ -41,7 +41,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import memory_kib
+from benchlib import cpu_seconds, memory_kib, tree_cpu_seconds
 from rich.console import Console
 from rich.table import Table
 
@@ -121,27 +121,11 @@ class Run:
         }
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def timed_get(url: str) -> tuple[float, str]:
     started = time.monotonic()
     with urllib.request.urlopen(url, timeout=30) as response:
         body = response.read().decode()
     return time.monotonic() - started, body
-
-
-def tree_cpu_seconds(pid: int | None) -> float:
-    """CPU seconds of a process and its children (noida-db runs its server as a child)."""
-    if pid is None:
-        return 0.0
-    total = 0.0
-    for each in [pid, *children(pid)]:
-        with contextlib.suppress(OSError):
-            total += cpu_seconds(each)
-    return total
 
 
 def measure(

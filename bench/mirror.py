@@ -19,10 +19,16 @@ A PostgreSQL table of `--rows` rows (wal_level=logical), Debezium's PostgreSQL c
    through Debezium at `--sustain-rate`/s (at most what Debezium streams), its lag.
 
 The ratio columns are lagless's rate over Debezium's in the same phase: lagless is not a
-mirror's bottleneck while it is above 1 (the goal is 3). Events are Kafka Connect's JSON
-without their schema (`--value-schema` gives the columns) so that the embedded broker, which
-keeps ~5 MB per partition, holds the snapshot; the decoding is the same. The load average is
-printed before and after: the machine is shared.
+mirror's bottleneck while it is above 1 (the goal is 3). The bench's processes share the
+machine, so each capacity step also prints the cores each part used: the embedded broker's
+thread (librdkafka's mock serves every request on one thread, and finds a fetch's offset by
+walking the partition's produce batches from the log's start, `rd_kafka_mock_msgset_find`: a
+cost a Kafka broker's offset index does not have), the bench's sender, and lagless's own
+processes (its driver, Spark's JVM and Python workers), with lagless's CPU per 1,000 events
+beside Debezium's own (its process, while it streamed the updates). Events are Kafka Connect's
+JSON without their schema (`--value-schema` gives the columns) so that the embedded broker,
+which keeps ~5 MB per partition, holds the snapshot; the decoding is the same. The load average
+is printed before and after: the machine is shared.
 
     .venv/bin/python bench/mirror.py                       # 1M rows, 200k updates
     .venv/bin/python bench/mirror.py --rows 20000 --updates 5000 --stores sqlite
@@ -40,13 +46,19 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from math import inf
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchlib import s3_server  # noqa: E402
+from bench.benchlib import (  # noqa: E402
+    s3_server,
+    thread_cpu_seconds,
+    tree_cpu_seconds,
+)
 from lagless.broker import EmbeddedBroker  # noqa: E402
 from lagless.importer.job import run_import  # noqa: E402
 from lagless.importer.spec import ImportSpec  # noqa: E402
@@ -68,10 +80,45 @@ STORES = ("sqlite", "delta", "iceberg", "postgresql")
 # The capacity phase's rates, times Debezium's streaming rate; and how far behind is held.
 LADDER = (0.25, 0.5, 1, 2, 3, 4)
 HELD_S = 5.0
+# Debezium's producer sends each of its batches (up to 2,048 events, flushed before the next)
+# as one produce batch per partition, not one every 5 ms (Connect's default linger): the
+# embedded broker answers a fetch with one produce batch per partition, found by walking the
+# partition's batches from the log's start, so the 1M-row snapshot's one-event batches (128
+# partitions) took it 0.7-0.8 of a core and held the stores' bulk imports to ~19,000 events/s;
+# Kafka answers a fetch with many batches, found by its offset index.
+DEBEZIUM_PRODUCER = {"linger.ms": 1000}
 SCHEMALESS = {
     "key.converter.schemas.enable": "false",
     "value.converter.schemas.enable": "false",
 }
+
+
+@dataclass(frozen=True)
+class Meters:
+    """Where the bench's CPU goes: process `bench_pid` runs lagless's driver and the embedded
+    broker's thread, and has Spark's JVM (and its Python workers) under it."""
+
+    bench_pid: int
+
+    def broker(self) -> float:
+        return thread_cpu_seconds(self.bench_pid, "rdk:mock")
+
+    def lagless(self, besides: int | None) -> float:
+        """CPU seconds of the bench's processes but the broker's thread and process `besides`
+        (the sender, Debezium) and its children."""
+        return tree_cpu_seconds(self.bench_pid) - self.broker() - tree_cpu_seconds(besides)
+
+    def bulk(self, phase: str, store: str, spec: ImportSpec, besides: int | None) -> float:
+        """A bulk import's events/s; prints it with the cores the broker and lagless used."""
+        before, began = (self.broker(), self.lagless(besides)), time.monotonic()
+        done = run_import(spec)
+        took = time.monotonic() - began
+        broker, lagless = (self.broker() - before[0], self.lagless(besides) - before[1])
+        print(
+            f"{store}: {phase} {done.records:,} events in {done.seconds:.1f} s; cores: broker "
+            f"{broker / took:.2f}, lagless {lagless / took:.2f}"
+        )
+        return done.records / done.seconds
 
 
 def load() -> str:
@@ -159,7 +206,7 @@ def sustained(
                     sent = due
                 if time.monotonic() - start > 10:
                     found = table_lag(kafka, sink, TABLE, [TOPIC])
-                    lags.append(max(row.source_lag_s or 0.0 for row in found))
+                    lags.append(behind_of(found))
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - start) % 1.0))
         finally:
             done.set()
@@ -176,6 +223,15 @@ def sustained(
         del exc
     helper.join()
     return (max(lags, default=float("nan")), lags[-1] if lags else float("nan"))
+
+
+def behind_of(partitions: Any) -> float:
+    """How far the mirror is behind the database: its partitions' worst; a partition whose lag
+    could not be read (its oldest change not read back in time) counts as not held."""
+    return max(
+        (inf if row.source_lag_s is None else row.source_lag_s for row in partitions),
+        default=0.0,
+    )
 
 
 def update_template(bootstrap: str) -> tuple[bytes, bytes]:
@@ -204,18 +260,31 @@ def replay(
     rates: list[int],
     step_s: float,
     sink: str,
+    meters: Meters,
     found: Any,
+    applied: Any,
 ) -> None:
     """A process of its own: once the mirror has caught up, Debezium's update event sent again
     at each rate for `step_s` (random keys of the table, the time and position of now), the
-    mirror's lag behind the database sampled each second; puts (rate, the highest lag over
-    the step's second half, events sent) on `found`, and stops after a step not held."""
+    mirror's lag behind the database sampled each second; puts a Step on `found`, and stops
+    after a step not held. Puts what the mirror holds of each partition on `applied` each
+    second (`trim_applied`)."""
     from confluent_kafka import Producer
 
     kafka = KafkaConfig(bootstrap)
 
     def behind() -> float:
-        return max(row.source_lag_s or 0.0 for row in table_lag(kafka, sink, TABLE, [TOPIC]))
+        partitions = table_lag(kafka, sink, TABLE, [TOPIC])
+        # Forward only: the mock moves a log's start back to an offset below it, where it then
+        # holds no record (a later store's table holds less than an earlier one's).
+        applied.put(
+            {
+                row.partition: row.held
+                for row in partitions
+                if row.held is not None and row.held > row.log_start
+            }
+        )
+        return behind_of(partitions)
 
     event = json.loads(template[1])
     event["after"]["id"], event["source"]["lsn"] = "@ID@", "@LSN@"
@@ -236,8 +305,10 @@ def replay(
         time.sleep(1)
     chosen = random.Random(7)
     lsn = 10**12  # past Debezium's own positions: they only need to grow
+    me = os.getpid()
     for rate in rates:
         start = time.monotonic()
+        used = (meters.broker(), tree_cpu_seconds(me), meters.lagless(me))
         sent, lags, sample_at = 0, [], start + 1
         while (now := time.monotonic()) - start < step_s:
             ms = int(time.time() * 1000)
@@ -252,34 +323,87 @@ def replay(
                 sample_at += 1
             time.sleep(0.005)
         producer.flush()
+        took = time.monotonic() - start
+        now_used = (meters.broker(), tree_cpu_seconds(me), meters.lagless(me))
+        cores = tuple((after - before) / took for before, after in zip(used, now_used, strict=True))
         highest = max(lags[len(lags) // 2 :], default=float("nan"))
-        found.put((rate, highest, sent))
+        found.put(Step(rate, sent / took, highest, sent, *cores))
         if not highest < HELD_S:
             break
 
 
+@dataclass(frozen=True)
+class Step:
+    """A capacity step: the rate asked for and the rate sent (the sender may fall short on a
+    busy machine), the highest lag over its second half, and the cores each part used."""
+
+    rate: int
+    sent_rate: float
+    lag: float
+    sent: int
+    broker_cores: float
+    sender_cores: float
+    lagless_cores: float
+
+    @property
+    def held(self) -> bool:
+        return self.lag < HELD_S
+
+    @property
+    def lagless_cpu_ms(self) -> float:
+        """lagless's CPU milliseconds per 1,000 events sent."""
+        return self.lagless_cores * 1e6 / self.sent_rate if self.sent_rate else float("nan")
+
+
+def trim_applied(broker: EmbeddedBroker, applied: Any, ended: threading.Event) -> None:
+    """Deletes the records the mirror has applied, as the sender reports them: librdkafka's mock
+    finds a fetch's offset by walking the partition's produce batches from the log's start
+    (`rd_kafka_mock_msgset_find`), so that the broker's thread, not lagless, bounded the
+    capacity steps (0.8 of a core at 1x Debezium's rate, 90% of it there under `perf`) while
+    the log held thousands of one-event batches; a Kafka broker finds an offset by its index.
+    What the mirror has not applied is never deleted, so its lag is read as before."""
+    import queue
+
+    while not ended.is_set():
+        try:
+            held = applied.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        try:
+            for partition, offset in held.items():
+                broker.delete_records(TOPIC, partition, offset)
+        except Exception as exc:  # the steps go on, with the log as the mock keeps it
+            print(f"  records the mirror applied are no longer deleted: {exc}", file=sys.stderr)
+            return
+
+
 def capacity(
-    bootstrap: str,
+    broker: EmbeddedBroker,
     sink: str,
     checkpoint: Path,
     rows: int,
     base_rate: float,
     step_s: float,
-) -> list[tuple[int, float, int]]:
+    meters: Meters,
+) -> list[Step]:
     """A continuous mirror while `replay` sends Debezium's events at LADDER x `base_rate`:
-    (rate, highest lag over the step's second half, events) of each step run."""
+    each step run."""
     import signal
 
+    bootstrap = broker.bootstrap
     context = multiprocessing.get_context("spawn")
-    found = context.Queue()
+    found, applied = context.Queue(), context.Queue()
     rates = [int(base_rate * factor) for factor in LADDER]
     template = update_template(bootstrap)
     sender = context.Process(
-        target=replay, args=(bootstrap, template, rows, rates, step_s, sink, found)
+        target=replay,
+        args=(bootstrap, template, rows, rates, step_s, sink, meters, found, applied),
     )
     sender.start()
 
     ended = threading.Event()
+    trimmer = threading.Thread(target=trim_applied, args=(broker, applied, ended))
+    trimmer.start()
 
     def stop_when_sent() -> None:
         sender.join()
@@ -291,8 +415,8 @@ def capacity(
     kafka = KafkaConfig(bootstrap)
     try:
         # fail_on_data_loss off: the stores before this one had their capacity events too, and
-        # the embedded broker keeps ~5 MB a partition: those it deleted are the same update
-        # event again, of no interest to this store's phase.
+        # the embedded broker keeps ~5 MB a partition and the bench deleted what they applied:
+        # those deleted are the same update event again, of no interest to this store's phase.
         spec = spec_for(
             kafka, sink, checkpoint, mode="continuous", trigger_seconds=0.5, fail_on_data_loss=False
         )
@@ -304,6 +428,7 @@ def capacity(
         ended.set()
         sender.kill()
     watcher.join()
+    trimmer.join()
     steps = []
     while not found.empty():
         steps.append(found.get())
@@ -335,7 +460,8 @@ def main() -> int:
         conn = psycopg.connect(server.url, autocommit=True)
         fill(conn, args.rows)
         with EmbeddedBroker(topics={TOPIC: args.partitions}) as broker:
-            kafka = KafkaConfig(broker.bootstrap)
+            bootstrap, meters = broker.bootstrap, Meters(os.getpid())
+            kafka = KafkaConfig(bootstrap)
             props = properties(
                 SLOT, server.connection, [f"public.{TABLE}"], "bench", str(work / "offsets.dat")
             )
@@ -343,7 +469,7 @@ def main() -> int:
             os.makedirs(work / "debezium", exist_ok=True)
 
             def connector() -> ConnectorProcess:
-                return ConnectorProcess(broker.bootstrap, props, str(work / "debezium"))
+                return ConnectorProcess(bootstrap, props, str(work / "debezium"), DEBEZIUM_PRODUCER)
 
             sinks = {
                 store: sink_for(store, work, server.url.rsplit("/", 1)[0] + "/mirror", s3)
@@ -362,34 +488,43 @@ def main() -> int:
                 debezium = {"snapshot": args.rows / snapshot_s}
                 print(f"Debezium's snapshot: {args.rows:,} rows in {snapshot_s:.1f} s")
                 for store, sink in sinks.items():
-                    done = run_import(spec_for(kafka, sink, work / f"ckpt-{store}"))
-                    results[store]["snapshot"] = done.records / done.seconds
-                    print(f"{store}: snapshot {done.records:,} events in {done.seconds:.1f} s")
+                    spec = spec_for(kafka, sink, work / f"ckpt-{store}")
+                    results[store]["snapshot"] = meters.bulk(
+                        "snapshot", store, spec, running.process.pid
+                    )
                 before, started = running.events, time.monotonic()
+                cpu_before = tree_cpu_seconds(running.process.pid)
                 update(conn, args.rows, args.updates, seed=1)
                 updates_s = timed_events(running, before + args.updates, started)
                 running.wait_quiet()
+                debezium_cpu = tree_cpu_seconds(running.process.pid) - cpu_before
             finally:
                 running.stop()
             debezium["updates"] = args.updates / updates_s
+            debezium["cpu_ms"] = debezium_cpu * 1e6 / args.updates
             print(f"Debezium's updates: {args.updates:,} events in {updates_s:.1f} s")
             for store, sink in sinks.items():
-                done = run_import(spec_for(kafka, sink, work / f"ckpt-{store}"))
-                results[store]["updates"] = done.records / done.seconds
-                print(f"{store}: updates {done.records:,} events in {done.seconds:.1f} s")
+                spec = spec_for(kafka, sink, work / f"ckpt-{store}")
+                results[store]["updates"] = meters.bulk("updates", store, spec, None)
             for store, sink in sinks.items():
                 if args.capacity_seconds:
                     steps = capacity(
-                        broker.bootstrap,
+                        broker,
                         sink,
                         work / f"ckpt-{store}",
                         args.rows,
                         debezium["updates"],
                         args.capacity_seconds,
+                        meters,
                     )
                     results[store]["steps"] = steps
-                    for rate, lag, sent in steps:
-                        print(f"{store}: {rate:,} events/s ({sent:,} sent): {lag:.1f} s behind")
+                    for step in steps:
+                        print(
+                            f"{store}: {step.rate:,} events/s asked, {step.sent_rate:,.0f} sent: "
+                            f"{step.lag:.1f} s behind; cores: broker {step.broker_cores:.2f}, "
+                            f"sender {step.sender_cores:.2f}, lagless {step.lagless_cores:.2f} "
+                            f"({step.lagless_cpu_ms:.0f} ms per 1,000 events)"
+                        )
                 if args.sustain_seconds:
                     running = connector()
                     try:
@@ -439,12 +574,18 @@ def report(args: Any, debezium: dict[str, float], results: dict[str, dict[str, A
             if not steps:  # the mirror or the sender failed first (its line is above)
                 print(f"  {store}: no step ran")
                 continue
-            best = max((rate for rate, lag, _ in steps if lag < HELD_S), default=0)
-            lags = ", ".join(f"{lag:.1f}" for _, lag, _ in steps)
+            best = max((step.sent_rate for step in steps if step.held), default=0)
+            lags = ", ".join(f"{step.lag:.1f}" for step in steps)
+            cpu = ", ".join(f"{step.lagless_cpu_ms:.0f}" for step in steps)
             print(
-                f"  {store}: {best:,} events/s, {best / debezium['updates']:.2f}x "
-                f"(behind by step: {lags} s)"
+                f"  {store}: {best:,.0f} events/s sent, {best / debezium['updates']:.2f}x "
+                f"(behind by step: {lags} s; lagless's CPU by step: {cpu} ms per 1,000 events)"
             )
+        print(
+            f"  Debezium's CPU per 1,000 events as it streamed the updates: "
+            f"{debezium['cpu_ms']:.0f} ms (its process; PostgreSQL's server not counted, nor "
+            "the store's for lagless)"
+        )
     if args.sustain_seconds:
         print(f"\nsustained {args.sustain_rate:,} updates/s for {args.sustain_seconds:.0f} s:")
         for store, rates in results.items():

