@@ -200,7 +200,9 @@ class EmbeddedBroker:
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
         """Move the partition's log start to before_offset, as retention or DeleteRecords would
-        (the mock answers no DeleteRecords request, so this is its own control)."""
+        (the mock answers no DeleteRecords request, so this is its own control). Unlike Kafka,
+        the mock also moves it back to an offset below its start, where the produce batches it
+        deleted are not: callers delete forward (retention.py does)."""
         code = library().rd_kafka_mock_partition_delete_records(
             self._cluster, topic.encode(), partition, before_offset
         )

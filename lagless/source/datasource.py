@@ -28,7 +28,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lagless.exceptions import BadInput, DataLossError, crosses_spark, crossing_spark
+from lagless.exceptions import (
+    BadInput,
+    DataLossError,
+    TransientError,
+    crosses_spark,
+    crossing_spark,
+)
 from lagless.kafka import TP, Offsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.logs import configure_from_environment
@@ -54,7 +60,7 @@ from lagless.source.options import (
     include_headers,
 )
 from lagless.source.reader import gathered, read_ranges
-from lagless.source.sampling import sample_bytes_per_record
+from lagless.source.sampling import SAMPLE_WAIT_S, sample_bytes_per_record
 from lagless.source.schema import ARROW_SCHEMA, SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from lagless.source.worker_python import check_worker_python
 
@@ -371,6 +377,19 @@ class KafkaBatchReader(DataSourceReader):
         return self._planning.read(partition)
 
 
+def _unweighed(ranges: Sequence[OffsetRange]) -> TransientError:
+    """No record of the batch could be read where its partitions start (sampling.py asks for a
+    few seconds), so its size against maxBytesPerBatch is unknown: a broker slow to answer, or
+    one that names a log start it no longer serves (retention deleting meanwhile)."""
+    waiting = [r for r in ranges if r.records]
+    first = waiting[0]
+    return TransientError(
+        f"cannot size the next batch: no record of its {len(waiting)} partitions could be read "
+        f"where they start ({first.topic}[{first.partition}] at offset {first.start}) within "
+        f"{SAMPLE_WAIT_S:.0f} s: the broker was slow to answer, or no longer held them"
+    )
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self._planning = _Planning(options)
@@ -435,12 +454,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = min(max_bytes, options.first_batch_max_bytes)
             latest = fewest_partitions(begun, latest, options.slots)
         ranges = [OffsetRange(t, p, begun[(t, p)], latest[(t, p)]) for t, p in latest]
+        sizes = planning.bytes_per_record(ranges) if max_bytes else None
+        if max_bytes and not sizes and any(r.records for r in ranges):
+            raise _unweighed(ranges)
         end = limit_batch(
             begun,
             latest,
             max_records=options.max_records_per_batch,
             max_bytes=max_bytes,
-            bytes_per_record=planning.bytes_per_record(ranges) if max_bytes else None,
+            bytes_per_record=sizes,
         )
         self._planned_a_batch = self._planned_a_batch or end != begun
         return to_json_offsets(end)

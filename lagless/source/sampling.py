@@ -15,6 +15,8 @@ from lagless.kafka.records import Records
 from lagless.planner.ranges import OffsetRange
 
 SAMPLE_RECORDS = 16
+# How long a sample waits for a partition's records (Records.at's default).
+SAMPLE_WAIT_S = 3.0
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,9 @@ def sample_bytes_per_record(
     records: Records, ranges: Sequence[OffsetRange]
 ) -> dict[tuple[str, int], float]:
     read = records.at(
-        {r.key: r.start for r in ranges}, {r.key: min(SAMPLE_RECORDS, r.records) for r in ranges}
+        {r.key: r.start for r in ranges},
+        {r.key: min(SAMPLE_RECORDS, r.records) for r in ranges},
+        timeout_s=SAMPLE_WAIT_S,
     )
     return {
         tp: sum(r.size_bytes for r in records) / len(records)

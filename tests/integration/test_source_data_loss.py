@@ -4,9 +4,9 @@ driver-side methods called as Spark calls them (no Spark needed), on the embedde
 from __future__ import annotations
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
-from lagless.exceptions import DataLossError
+from lagless.exceptions import DataLossError, TransientError
 from lagless.gen import explicit, produce_profile
 from lagless.source.datasource import KafkaStreamReader, RangePartition
 from lagless.source.options import SourceOptions
@@ -56,3 +56,31 @@ def test_failondataloss_false_reads_a_recreated_log_from_its_start(broker, kafka
     pieces = [piece for task in tasks if isinstance(task, RangePartition) for piece in task.pieces]
     read = sorted(o for p in pieces if p.key == ("t", 0) for o in range(p.start, p.end))
     assert read == list(range(3, 10)) and all(p.key == ("t", 0) for p in pieces)
+
+
+def test_a_batch_no_record_of_which_can_be_read_to_size_it_is_a_transient_error(broker):
+    """maxBytesPerBatch weighs a batch by records read where its partitions start. A broker
+    that names a log start it no longer serves (the embedded one moves its start back below
+    records it deleted; a broker deleting them meanwhile) leaves nothing to weigh: an error
+    saying where (exit 75), not the planner's ValueError (exit 1)."""
+    from confluent_kafka import Producer
+
+    broker.create_topic("t", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for n in range(10):  # a produce batch each: the broker deletes whole batches
+        producer.produce("t", b"%d" % n, partition=0)
+        producer.flush(10)
+    broker.delete_records("t", 0, before_offset=6)
+    broker.delete_records("t", 0, before_offset=2)  # the log starts at 2 again; 2..5 are gone
+    options = {
+        "kafka.bootstrap.servers": broker.bootstrap,
+        "subscribe": "t",
+        "maxBytesPerBatch": "1000000",
+    }
+    stream = KafkaStreamReader(SourceOptions.parse(options))
+
+    with pytest.raises(TransientError, match=r"cannot size the next batch") as raised:
+        stream.latestOffset({"t": {"0": 2}}, ReadMaxBytes(1_000_000))
+    assert "t[0] at offset 2" in str(raised.value)
+    # Where records are there to weigh, the same stream plans the batch.
+    assert stream.latestOffset({"t": {"0": 6}}, ReadMaxBytes(1_000_000)) == {"t": {"0": 10}}
