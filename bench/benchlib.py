@@ -521,10 +521,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _cpu_ticks(stat: str, waited_for: bool = False) -> int:
+    """User + system clock ticks of a /proc stat line; with `waited_for`, those of its children
+    that ended and were waited for too."""
+    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and ')'
+    return sum(int(n) for n in fields[11 : 15 if waited_for else 13])
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_ticks(Path(f"/proc/{pid}/stat").read_text()) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int | None) -> float:
@@ -536,8 +542,7 @@ def tree_cpu_seconds(pid: int | None) -> float:
     total = 0
     for each in descendants(pid):
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(n) for n in fields[11:15])
+            total += _cpu_ticks(Path(f"/proc/{each}/stat").read_text(), waited_for=True)
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -548,8 +553,7 @@ def thread_cpu_seconds(pid: int, name: str) -> float:
         with contextlib.suppress(OSError):
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
             if stat[stat.index("(") + 1 : stat.rindex(")")] == name:
-                fields = stat.rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                total += _cpu_ticks(stat)
     return total / os.sysconf("SC_CLK_TCK")
 
 

@@ -108,17 +108,18 @@ class Meters:
         (the sender, Debezium) and its children."""
         return tree_cpu_seconds(self.bench_pid) - self.broker() - tree_cpu_seconds(besides)
 
-    def bulk(self, phase: str, store: str, spec: ImportSpec, besides: int | None) -> float:
-        """A bulk import's events/s; prints it with the cores the broker and lagless used."""
-        before, began = (self.broker(), self.lagless(besides)), time.monotonic()
-        done = run_import(spec)
-        took = time.monotonic() - began
-        broker, lagless = (self.broker() - before[0], self.lagless(besides) - before[1])
-        print(
-            f"{store}: {phase} {done.records:,} events in {done.seconds:.1f} s; cores: broker "
-            f"{broker / took:.2f}, lagless {lagless / took:.2f}"
-        )
-        return done.records / done.seconds
+
+def bulk(meters: Meters, phase: str, store: str, spec: ImportSpec, besides: int | None) -> float:
+    """A bulk import's events/s; prints it with the cores the broker and lagless used."""
+    before, began = (meters.broker(), meters.lagless(besides)), time.monotonic()
+    done = run_import(spec)
+    took = time.monotonic() - began
+    broker, lagless = (meters.broker() - before[0], meters.lagless(besides) - before[1])
+    print(
+        f"{store}: {phase} {done.records:,} events in {done.seconds:.1f} s; cores: broker "
+        f"{broker / took:.2f}, lagless {lagless / took:.2f}"
+    )
+    return done.records / done.seconds
 
 
 def load() -> str:
@@ -489,8 +490,8 @@ def main() -> int:
                 print(f"Debezium's snapshot: {args.rows:,} rows in {snapshot_s:.1f} s")
                 for store, sink in sinks.items():
                     spec = spec_for(kafka, sink, work / f"ckpt-{store}")
-                    results[store]["snapshot"] = meters.bulk(
-                        "snapshot", store, spec, running.process.pid
+                    results[store]["snapshot"] = bulk(
+                        meters, "snapshot", store, spec, running.process.pid
                     )
                 before, started = running.events, time.monotonic()
                 cpu_before = tree_cpu_seconds(running.process.pid)
@@ -505,7 +506,7 @@ def main() -> int:
             print(f"Debezium's updates: {args.updates:,} events in {updates_s:.1f} s")
             for store, sink in sinks.items():
                 spec = spec_for(kafka, sink, work / f"ckpt-{store}")
-                results[store]["updates"] = meters.bulk("updates", store, spec, None)
+                results[store]["updates"] = bulk(meters, "updates", store, spec, None)
             for store, sink in sinks.items():
                 if args.capacity_seconds:
                     steps = capacity(

@@ -384,7 +384,7 @@ def _unweighed(ranges: Sequence[OffsetRange]) -> TransientError:
     waiting = [r for r in ranges if r.records]
     first = waiting[0]
     return TransientError(
-        f"cannot size the next batch: no record of its {len(waiting)} partitions could be read "
+        f"cannot size the next batch: no record of its {len(waiting)} partition(s) could be read "
         f"where they start ({first.topic}[{first.partition}] at offset {first.start}) within "
         f"{SAMPLE_WAIT_S:.0f} s: the broker was slow to answer, or no longer held them"
     )
