@@ -53,7 +53,12 @@ def table_lag(
     table: str,
     topics: list[str],
     now: float | None = None,
+    check_recreated: bool = True,
 ) -> list[PartitionInTable]:
+    """Each partition's lag in the table; `check_recreated=False` leaves out the recreated-topic
+    check (its `another_topic` None), which reads the table's newest rows and the log at each:
+    a cost for a caller sampling the lag every second (0.2 s of CPU a call on a 1M-row Iceberg
+    mirror here), not part of the lag."""
     sink = sink_from_url(sink_url)
     target = Target(sink.table_name(table), "append", "raw")
     with sink, OffsetReader(kafka) as reader:
@@ -71,10 +76,12 @@ def table_lag(
         # A few: a change's tombstone carries no source time.
         found = reader.records.at(oldest_missing, dict.fromkeys(oldest_missing, 3))
         newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
-        differs = {
-            each.tp: str(each)
-            for each in history_of_another_topic(sink, target, reader.records, held, low, high)
-        }
+        differs: dict[TP, str] = {}
+        if check_recreated:
+            found_recreated = history_of_another_topic(
+                sink, target, reader.records, held, low, high
+            )
+            differs = {each.tp: str(each) for each in found_recreated}
     now = looked_at if now is None else now
     mirror = any(_committed_ms(found.get(tp) or newest.get(tp) or []) for tp in partitions)
     rows = []
