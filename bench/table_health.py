@@ -9,7 +9,10 @@ import's own accounting: `StoreMaintenance.health`, what `lag --sink` shows), an
 full read against the same rows written fresh as one table of the same store (its compacted
 copy, read the same way; the median of up to READS reads of each, in turn). Produce → visible is
 measured by the table's ledger (what it holds, polled every --poll-ms): a record is visible
-from the poll that finds its offset held.
+from the poll that finds its offset held. What the table holds is deleted from the log each
+second (LedgerWatcher.trim), as retention would, sooner: the embedded broker's one thread walks a
+partition's produce batches from its log start for every fetch, and grew to half a core within
+a minute of upserts, taken from the import (the cores it used are printed per run).
 
 Goals (issue 32): data files <= live bytes / target + 16; bytes on disk <= 2x live bytes plus
 the files written within the history window; a full read within 1.3x of the compacted copy's;
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import CliRun, cli_env, import_args, sink_url
+from benchlib import CliRun, cli_env, import_args, sink_url, thread_cpu_seconds
 from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
@@ -170,14 +173,30 @@ class SteadyProducer(threading.Thread):
 
 class LedgerWatcher(threading.Thread):
     """Polls what the table holds (its ledger, as the import reads it); each produced record
-    is visible from the end of the poll that finds its offset held."""
+    is visible from the end of the poll that finds its offset held. Each second, deletes from
+    the log what the table holds (`trim`)."""
 
-    def __init__(self, url: str, producer: SteadyProducer, poll_s: float) -> None:
+    def __init__(
+        self, url: str, producer: SteadyProducer, poll_s: float, broker: EmbeddedBroker
+    ) -> None:
         super().__init__(daemon=True)
-        self.url, self.producer, self.poll_s = url, producer, poll_s
+        self.url, self.producer, self.poll_s, self.broker = url, producer, poll_s, broker
         self.seen: list[tuple[float, float]] = []  # (produced at, visible at)
         self.held: dict[int, int] = {}
+        self.deleted: dict[int, int] = {}
+        self.last_trim = 0.0
         self.stop = threading.Event()
+
+    def trim(self) -> None:
+        """The records the table holds deleted from the log, forward only (the mock moves a
+        log's start back to an offset below it): the import never reads them again."""
+        if time.monotonic() - self.last_trim < 1.0:
+            return
+        self.last_trim = time.monotonic()
+        for partition, top in self.held.items():
+            if top > self.deleted.get(partition, 0):
+                self.broker.delete_records(TOPIC, partition, top)
+                self.deleted[partition] = top
 
     def run(self) -> None:
         partitions = [(TOPIC, p) for p in range(self.producer.partitions)]
@@ -197,6 +216,7 @@ class LedgerWatcher(threading.Thread):
                     done = [sent_at for offset, sent_at in waiting if offset < top]
                     self.producer.sent[p] = [(o, t) for o, t in waiting if o >= top]
                     self.seen.extend((sent_at, visible) for sent_at in done)
+            self.trim()
             time.sleep(max(0.0, self.poll_s - (time.time() - began)))
 
 
@@ -343,6 +363,8 @@ class Run:
     stderr_tail: str = ""
     # The seconds of each maintenance round the import logged.
     rounds: list[float] = field(default_factory=list)
+    # Of a core, over the steady import: the embedded broker's thread (in this process).
+    broker_cores: float | None = None
 
     @property
     def name(self) -> str:
@@ -381,6 +403,7 @@ class Run:
             "maintenance_rounds": len(self.rounds),
             "maintenance_s": round(sum(self.rounds), 1),
             "longest_round_s": max(self.rounds, default=0.0),
+            "broker_cores": self.broker_cores,
             "exit_code": self.exit_code,
             "load": [round(x, 2) for x in os.getloadavg()],
         }
@@ -423,12 +446,13 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
                 ),
                 work / "import.log",
             )
-            watcher = LedgerWatcher(url, producer, args.poll_ms / 1000)
+            watcher = LedgerWatcher(url, producer, args.poll_ms / 1000, broker)
             watcher.start()
             _wait_for_preload(launched, watcher, producer, preload)
             producer.rate = args.upsert_rate if upsert else args.rate
             producer.start()
             started = time.time()
+            broker_cpu = thread_cpu_seconds(os.getpid(), "rdk:mock")
             next_sample = started
             with console.status(run.name) as status:
                 while time.time() - started < args.seconds:
@@ -444,6 +468,8 @@ def run_case(args: argparse.Namespace, store: str, workload: str, every_s: float
                             )
                         next_sample += args.sample_seconds
                     time.sleep(0.2)
+            broker_cpu = thread_cpu_seconds(os.getpid(), "rdk:mock") - broker_cpu
+            run.broker_cores = round(broker_cpu / (time.time() - started), 2)
             producer.stop.set()
             producer.join(timeout=60)
             time.sleep(3)  # the last batches
@@ -560,6 +586,7 @@ def show(reports: list[dict[str, Any]]) -> None:
         "read x",
         "p50 s",
         "p99 s",
+        "broker cores",
     )
     for name in columns:
         table.add_column(name, justify="left" if name == "case" else "right")
@@ -574,8 +601,9 @@ def show(reports: list[dict[str, Any]]) -> None:
             f"{r['worst_read_x']:.2f}",
             str(r["p50_s"]),
             str(r["p99_s"]),
+            str(r["broker_cores"]),
         )
-    Console(width=max(Console().width, 110)).print(table)
+    Console(width=max(Console().width, 125)).print(table)
 
 
 def parse_args() -> argparse.Namespace:
