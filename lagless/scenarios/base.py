@@ -29,6 +29,9 @@ class Scenario(ABC):
     """The consumers' fetch size per partition, told to the doctor."""
     topic = TOPIC
     group = GROUP
+    # Set by run.py once the doctor holds its first sample: a failure that shows as a change
+    # between two samples (001's rewind) waits for it, however slow the doctor was to start.
+    watching: threading.Event
 
     @abstractmethod
     def produce(self, config: KafkaConfig) -> int:

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -74,6 +75,7 @@ def run_scenario(
         sink_url = local_url("sqlite", database)
         failed: list[BaseException] = []
         ready, stop = threading.Event(), threading.Event()
+        scenario.watching = threading.Event()
 
         def group_thread() -> None:
             try:
@@ -100,7 +102,14 @@ def run_scenario(
             membership = KafkaMembership(config)
             try:
                 interval_s = doctor_seconds / DOCTOR_SAMPLES
-                exam = examine(scenario.group, source, membership, doctor_seconds, interval_s)
+                exam = examine(
+                    scenario.group,
+                    source,
+                    membership,
+                    doctor_seconds,
+                    interval_s,
+                    sleep=_telling(scenario.watching),
+                )
             finally:
                 source.close()
                 membership.close()  # its DescribeGroups child process
@@ -147,6 +156,17 @@ def run_scenario(
             f"lag {outcome.lag_after_import} after the import"
         )
     return outcome
+
+
+def _telling(watching: threading.Event) -> Callable[[float], None]:
+    """The doctor's sleep between samples, which sets `watching` first: its first sample is
+    taken by then."""
+
+    def sleep(seconds: float) -> None:
+        watching.set()
+        time.sleep(seconds)
+
+    return sleep
 
 
 def _show_lag(console: Console, config: KafkaConfig, scenario: Scenario, title: str) -> int:

@@ -55,3 +55,32 @@ def test_the_doctor_names_the_reports_cause_and_the_import_cures_it(name: str) -
         assert repeated and int(repeated[1]) > 0, ahead["text"]
     assert body["stored"] == body["produced"] > 0, "the import drained the whole backlog"
     assert body["lag_after_import"] == 0
+
+
+# The doctor made slow to start by a sleep (the one thing faked): under CI's load its first
+# sample came more than 3 s after the group was ready, after the rewind, and 001's demo showed a
+# stall instead. The rewind now waits for the doctor's first sample.
+SLOW_DOCTOR = """
+import sys, time
+import lagless.scenarios.run as run
+
+class SlowToStart(run.KafkaMembership):
+    def __init__(self, *args, **kwargs):
+        time.sleep(6)
+        super().__init__(*args, **kwargs)
+
+run.KafkaMembership = SlowToStart
+from lagless.cli.main import main
+sys.argv = ["lagless", "demo", "--scenario", "001", "--json"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.spark
+def test_the_rewind_shows_however_late_the_doctor_starts_watching() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_DOCTOR], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    kinds = {finding["kind"] for finding in json.loads(done.stdout)["findings"]}
+    assert "rewind" in kinds, (kinds, done.stderr[-3000:])
