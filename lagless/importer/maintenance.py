@@ -34,6 +34,7 @@ SLICE_S = 1.0
 # it) kept 10 s of copies past a 60 s window: 1.1x of bench/table_health.py's bytes goal.
 EXPIRE_EVERY_S = 60.0
 EXPIRIES_PER_WINDOW = 30
+# A window of a few seconds (tests) would otherwise expire after every batch.
 FASTEST_EXPIRY_S = 1.0
 # A table gets a round (compaction only) once this many batches added files to it since its
 # last, however soon: its lowest tier then holds RATIO files, which the round merges, so a
