@@ -1,5 +1,7 @@
 """Named points where a test can have the import killed with SIGKILL, to prove a crash at any
-of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set.
+of them loses and doubles nothing. Inert unless LAGLESS_FAILPOINT=<name>[:<nth time>] is set;
+`<name>:<nth>:<seconds>` kills that long after the point is reached (a batch's commits run
+beside the query, batch_writer.py: Spark records the batch as committed meanwhile).
 
 `describe-group` is in the child process that asks DescribeGroups (kafka/group_describer.py):
 it stands for librdkafka's abort there.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 
 NAMES = (
@@ -37,9 +40,11 @@ def failpoint(name: str) -> None:
     wanted = os.environ.get("LAGLESS_FAILPOINT")
     if not wanted:
         return
-    target, _, nth = wanted.partition(":")
+    target, _, rest = wanted.partition(":")
     if target != name:
         return
+    nth, _, delay_s = rest.partition(":")
     _reached[name] += 1
     if _reached[name] == int(nth or 1):
+        time.sleep(float(delay_s or 0))
         os.kill(os.getpid(), signal.SIGKILL)

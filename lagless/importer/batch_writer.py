@@ -2,6 +2,10 @@
 
 Called by Spark after it journaled the batch's offsets and before it records the batch as
 committed, so everything here may run again for the same batch: every write is idempotent.
+A batch whose tasks decode its records into change files (a mirror, a raw upsert) returns
+once they ran: its commits run on a thread of their own beside the next batch's tasks (one
+batch's reading and the other's store write take a core each), marked in the checkpoint until
+the store holds the batch (checkpoint.py `mark_storing`; job.py reads it again after a crash).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -20,7 +24,7 @@ import pyarrow.compute as pc
 from lagless.exceptions import NewTopics, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer import change_files
-from lagless.importer.checkpoint import batch_end_offsets
+from lagless.importer.checkpoint import batch_end_offsets, mark_storing, unmark_storing
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
 from lagless.importer.group import GroupCommitter
@@ -76,6 +80,17 @@ class Written:
         self.dead.update(dead)
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A batch committed: where it ended, the tables it wrote to, and the seconds its tasks
+    took (reading and decoding its records) where they run before the driver's commits: the
+    rest of its time is the driver's, mostly the store's."""
+
+    end: Offsets
+    tables: list[str]
+    tasks_s: float | None
+
+
 class BatchWriter:
     """foreachBatch: write one micro-batch, each table's part with its own ranges, then report
     it."""
@@ -117,8 +132,13 @@ class BatchWriter:
         # next one refused (job.py).
         self.stop: threading.Event | None = None
         self._done_after_stop = False
-        # The tables the last batch had records for (maintenance counts their batches).
-        self._tables_written: list[str] = []
+        # The store's work of the last batch (its driver's commits), when it runs beside the
+        # next batch's tasks: set by the run (job.py) for this process's writer.
+        self.overlap = False
+        self._store_work: _StoreWork | None = None
+        # A batch's tasks run (a stop waits for them: stopping the query then would interrupt
+        # them, and fail the batch with Spark's error).
+        self.tasks_running = False
         # Batches written by this run; the error of the last failed one, as raised (the query's
         # own error only holds its text).
         self.done = 0
@@ -179,60 +199,143 @@ class BatchWriter:
         return [part for part in parts if part[1].covered] or parts[:1]
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
+        # No batch commits after one the store lacks (its ledger would skip the gap): a failed
+        # batch fails every later call. Its tasks may run beside the batch before's commits.
+        self._raise_a_store_failure(wait=self.stop is not None and self.stop.is_set())
         if self.stop is not None and self.stop.is_set() and self._done_after_stop:
             # Nothing of this batch is written: the checkpoint replays it on the next run.
             log.info("batch %d: not started, a stop was asked for", batch_id)
             raise Stopped(0, "a stop request")
         started = time.monotonic()
         try:
-            self._write(records, batch_id)
+            finish = self._write(records, batch_id)
         except BaseException as exc:
-            self.failure = exc
-            if isinstance(exc, NewTopics):
-                log.info("batch %d: %s", batch_id, exc)
-            else:
-                log.error("batch %d failed", batch_id, exc_info=True)
+            self.drain()
+            if self._store_work is None:  # else the batch before's failure is the run's
+                self._failed(batch_id, exc)
+            raise
+        self._raise_a_store_failure(wait=True)
+        self._store_work = None
+        if self.overlap and self.changes_decoded:
+            self._finish_beside_the_next(finish, batch_id, started)
+        else:
+            self._finish(finish, batch_id, started)
+
+    def _finish_beside_the_next(
+        self, finish: Callable[[], Finished], batch_id: int, started: float
+    ) -> None:
+        """The batch's commits on a thread of their own: Spark records the batch, plans the
+        next and runs its tasks meanwhile. The checkpoint's mark says so until the store holds
+        the batch: a run that ends before has it read again (job.py)."""
+        checkpoint = self.spec.checkpoint
+        mark_storing(checkpoint, batch_id)
+
+        def commit() -> None:
+            self._finish(finish, batch_id, started)
+            unmark_storing(checkpoint, batch_id)
+
+        self._store_work = _StoreWork(batch_id, commit)
+        self._store_work.start()
+
+    def _failed(self, batch_id: int, exc: BaseException) -> None:
+        self.failure = exc
+        if isinstance(exc, NewTopics):
+            log.info("batch %d: %s", batch_id, exc)
+        else:
+            log.error("batch %d failed", batch_id, exc_info=True)
+
+    def _finish(self, finish: Callable[[], Finished], batch_id: int, started: float) -> None:
+        """The batch's commits (when they overlap the next batch's tasks: on a thread of its
+        own, whose failure fails the next batch, or the run's end), then its report and the
+        maintenance due between batches."""
+        try:
+            finished = finish()
+        except BaseException as exc:
+            self._failed(batch_id, exc)
             raise
         self.done += 1
         self._done_after_stop = self.stop is not None and self.stop.is_set()
+        took = time.monotonic() - started
         log.info(
-            "batch %d: %d records, %d bytes, up to offsets %s, in %.2f s",
+            "batch %d: %d records, %d bytes, up to offsets %s, in %.2f s%s",
             batch_id,
             self.summary.last_records,
             self.summary.last_bytes,
-            _offsets_text(self.last_end),
-            time.monotonic() - started,
+            _offsets_text(finished.end),
+            took,
+            _phases_text(finished.tasks_s, took),
         )
         if self.maintenance is not None and not self._done_after_stop:
-            self.maintenance.between_batches(self._tables_written)
+            self.maintenance.between_batches(finished.tables)
 
-    def _write(self, records: DataFrame, batch_id: int) -> None:
+    def _raise_a_store_failure(self, *, wait: bool) -> None:
+        """The failure of the batch before's commits (ended, or waited for), raised again by
+        every later call."""
+        work = self._store_work
+        if work is None:
+            return
+        if wait:
+            work.join()
+        if work.error is not None:
+            raise work.error
+
+    def drain(self) -> None:
+        """Until the last batch's commits end (the run's end, a stop, a failure): its failure
+        is the writer's `failure`, logged already; the next call raises it again."""
+        work = self._store_work
+        if work is not None:
+            work.join()
+            if work.error is None:
+                self._store_work = None
+
+    def _write(self, records: DataFrame, batch_id: int) -> Callable[[], Finished]:
+        """The batch's tasks run; what is left (the driver's commits, the group's, the report)
+        is returned, to run now or beside the next batch's tasks."""
         batch, end = self.batch(batch_id)
         parts = self.parts(batch)
         start = self._batch_start(batch_id)
         self.last_end = end
-        self._tables_written = [d.target.table for d, part in parts if part.covered]
-        read_before = Counter(self.summary.by_partition)
+        tasks_s = None
+        tables_written = [d.target.table for d, part in parts if part.covered]
+        store: Callable[[], Written]
         if self.changes_decoded:
-            written = self._upsert_changes(records, parts, end)
-        elif self.task_written is not None:
-            written = self._commit_task_files(self.task_written, records, parts)
+            tasks_started = time.monotonic()
+            collected = self._run_change_tasks(records)
+            tasks_s = time.monotonic() - tasks_started
+            spark = records.sparkSession
+
+            def store() -> Written:
+                return self._upsert_changes(spark, collected, parts, end)
         else:
-            written = self._write_tables(records, parts, end)
-        self.summary.add_batch(
-            {tp: n for tp, n in written.by_partition.items() if n},
-            written.bytes,
-            written.written,
-            {reason: n for reason, n in written.dead.items() if n},
-            written.already,
-        )
-        if not self.spec.fail_on_data_loss:
-            self._count_skipped(batch_id, start, end, self.summary.by_partition - read_before)
-        if self.committer is not None:
-            self.committer.commit(end)
-            failpoint("after-group-commit")
-        self.summary.behind = self.remaining_lag(end)
-        self.collector.batch(self.summary, self.summary.behind)
+            if self.task_written is not None:
+                done = self._commit_task_files(self.task_written, records, parts)
+            else:
+                done = self._write_tables(records, parts, end)
+
+            def store() -> Written:
+                return done
+
+        def finish() -> Finished:
+            read_before = Counter(self.summary.by_partition)
+            written = store()
+            self.summary.add_batch(
+                {tp: n for tp, n in written.by_partition.items() if n},
+                written.bytes,
+                written.written,
+                {reason: n for reason, n in written.dead.items() if n},
+                written.already,
+            )
+            if not self.spec.fail_on_data_loss:
+                read = self.summary.by_partition - read_before
+                self._count_skipped(batch_id, start, end, read)
+            if self.committer is not None:
+                self.committer.commit(end)
+                failpoint("after-group-commit")
+            self.summary.behind = self.remaining_lag(end)
+            self.collector.batch(self.summary, self.summary.behind)
+            return Finished(end, tables_written, tasks_s)
+
+        return finish
 
     def _count_skipped(
         self, batch_id: int, start: Offsets, end: Offsets, read: Counter[TP]
@@ -307,21 +410,33 @@ class BatchWriter:
         size = pc.sum(collected.column("bytes")).as_py() or 0
         written.add(by_partition, size, rows, dead, already=replay)
 
-    def _upsert_changes(
-        self, receipts: DataFrame, parts: list[tuple[Destination, Batch]], end: Offsets
-    ) -> Written:
-        """A Debezium mirror's batch whose change events the source's tasks decoded into files
-        (change_files.py; `receipts` names them): each table's part coalesced here and upserted
-        with its own ranges, one table after another."""
+    def _run_change_tasks(self, receipts: DataFrame) -> pa.Table:
+        """A Debezium mirror's (or a raw upsert's) batch: the source's tasks decode its change
+        events into files (change_files.py); `receipts` names them, a row per piece."""
         folder = self.spec.changes_folder
-        change_files.clear(folder)  # what a crashed attempt wrote
+        if self._store_work is None:
+            change_files.clear(folder)  # what a crashed attempt wrote; no batch reads it now
         failpoint("before-write")
-        collected = receipts.toArrow()  # runs the tasks: a row per piece, not per record
+        self.tasks_running = True
+        try:
+            return receipts.toArrow()  # runs the tasks: a row per piece, not per record
+        finally:
+            self.tasks_running = False
+
+    def _upsert_changes(
+        self,
+        spark: SparkSession,
+        collected: pa.Table,
+        parts: list[tuple[Destination, Batch]],
+        end: Offsets,
+    ) -> Written:
+        """The change files of a batch's tasks: each table's part coalesced here and upserted
+        with its own ranges, one table after another; then the files are removed."""
         written = Written()
         for destination, batch, mine in _each_table(collected, parts):
             partitions = sorted(destination.ranges_of(end))
-            self._upsert_part(receipts.sparkSession, mine, destination, batch, partitions, written)
-        change_files.clear(folder)
+            self._upsert_part(spark, mine, destination, batch, partitions, written)
+        change_files.remove(collected.column("file").to_pylist())
         return written
 
     def _upsert_part(
@@ -565,6 +680,30 @@ def ledger_log_times(checked: Checked) -> dict[TP, int]:
         if each.target.mode == "upsert":
             found.update(checked.sink.log_times(each.target, each.partitions))
     return found
+
+
+class _StoreWork(threading.Thread):
+    """A batch's commits, beside the next batch's tasks. Not a daemon: an interpreter that
+    ends waits for the commit under way (a store's commit is atomic; a kill -9 is replayed)."""
+
+    def __init__(self, batch_id: int, work: Callable[[], None]) -> None:
+        super().__init__(name=f"lagless-store-batch-{batch_id}")
+        self.work = work
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:  # logged by the writer; raised where the next batch waits
+            self.error = exc
+
+
+def _phases_text(tasks_s: float | None, took: float) -> str:
+    """Where a batch's time went, when its tasks ran before the driver's commits: an operator
+    asking why a mirror falls behind learns whether reading or the store is slow."""
+    if tasks_s is None:
+        return ""
+    return f" (tasks {tasks_s:.2f} s, driver {max(0.0, took - tasks_s):.2f} s)"
 
 
 def _offsets_text(offsets: Offsets) -> str:

@@ -21,6 +21,7 @@ replaces it), and the batch's rows commit with its ranges in one step of the sto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -200,8 +201,16 @@ def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def clear(folder: str) -> None:
-    """Before a batch's tasks run and after it committed: what a crashed attempt left."""
+    """Before a batch's tasks run when no other batch's files are read: what a crashed attempt
+    left."""
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove(files: list[str]) -> None:
+    """A batch's files, once it committed (the next batch's tasks may write beside them)."""
+    for path in set(files):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def read_changes(files: list[str]) -> pa.Table:

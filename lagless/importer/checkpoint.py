@@ -14,6 +14,7 @@ a table that lost it (sinks/ledger.py's `lacking`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -171,6 +172,10 @@ def write_fit(checkpoint: str, fit: Fit) -> None:
     os.replace(partial, where)
 
 
+# Batches whose store commits run after Spark recorded them committed (mark_storing).
+STORING = "storing"
+
+
 def write_first_start(checkpoint: str, start: Offsets) -> None:
     """Where the query's first batch starts, kept until a batch is committed (the batch's own
     start is not in Spark's journal): `committed_ranges` reads it."""
@@ -195,6 +200,45 @@ def committed_ranges(checkpoint: str) -> dict[TP, tuple[int, int]]:
     if start is None:  # not known: from the end of the oldest batch on
         start = batch_end_offsets(checkpoint, done[0])
     return {tp: (min(start.get(tp, offset), offset), offset) for tp, offset in end.items()}
+
+
+def newest_committed(checkpoint: str) -> tuple[int, Offsets | None, Offsets] | None:
+    """The newest batch Spark recorded as committed: its id, where it started (None: not
+    known) and where it ended; None for a checkpoint without one."""
+    done = _batch_ids(os.path.join(checkpoint, "commits"))
+    if not done:
+        return None
+    newest = done[-1]
+    return newest, _batch_start(checkpoint, newest), batch_end_offsets(checkpoint, newest)
+
+
+def mark_storing(checkpoint: str, batch_id: int) -> None:
+    """The store commits `batch_id` after Spark records it as committed (batch_writer.py's
+    overlap): a run that ends between the two leaves this mark, and the next one reads the
+    batch again (importer/job.py)."""
+    folder = os.path.join(checkpoint, STORING)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, str(batch_id)), "w", encoding="utf-8"):
+        pass
+
+
+def unmark_storing(checkpoint: str, batch_id: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(checkpoint, STORING, str(batch_id)))
+
+
+def marked_storing(checkpoint: str) -> list[int]:
+    """Batches whose store commits had not ended when their run did, oldest first."""
+    return _batch_ids(os.path.join(checkpoint, STORING))
+
+
+def uncommit(checkpoint: str, batch_id: int) -> None:
+    """Spark's record that `batch_id` (its newest) was committed, removed: its next run reads
+    the batch again from its journaled offsets, as after a crash before the record."""
+    commits = os.path.join(checkpoint, "commits")
+    for name in (str(batch_id), f".{batch_id}.crc"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(commits, name))
 
 
 def _batch_start(checkpoint: str, batch_id: int) -> Offsets | None:

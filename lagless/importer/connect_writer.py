@@ -159,6 +159,12 @@ class ConnectWriter:
             self.summary,
         )
 
+    # Nothing runs beside the query here (BatchWriter's overlap).
+    tasks_running = False
+
+    def drain(self) -> None:
+        """Nothing runs beside the query here: the server's writer commits each batch in it."""
+
     def refresh(self) -> None:
         if self.stop is not None and self.stop.is_set():
             StopFile(Path(self.channel, STOP)).set()

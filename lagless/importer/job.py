@@ -35,6 +35,10 @@ from lagless.importer.batch_writer import BatchWriter
 from lagless.importer.checkpoint import (
     committed_ranges,
     last_end_offsets,
+    marked_storing,
+    newest_committed,
+    uncommit,
+    unmark_storing,
     write_first_start,
     write_fit,
 )
@@ -55,7 +59,7 @@ from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopFile, StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
-from lagless.sinks.ledger import lacking, reconcile
+from lagless.sinks.ledger import lacking, lacks_only, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
 from lagless.source.executor_write import ROUTED_WRITER
 from lagless.source.options import LOG_TO, STOP_FILE
@@ -206,8 +210,37 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
+    replay_a_batch_the_tables_lack(spec.checkpoint, destinations, lost)
+    for each in destinations:
         refuse_a_recreated_topic(checked, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost)
+
+
+def replay_a_batch_the_tables_lack(
+    checkpoint: str, destinations: list[Destination], lost: set[tuple[str, int]]
+) -> None:
+    """The store commits a batch beside the next batch's tasks (batch_writer.py), after Spark
+    recorded it as committed, and marks it in the checkpoint meanwhile: a run that ended
+    between the two left tables that hold everything before that batch and not all of it.
+    Spark's record of the batch is removed, so that the query reads it again from its journaled
+    offsets, into each table only what its ledger lacks. Without the mark, a table that lacks
+    what the checkpoint committed is refused (refuse_a_table_behind)."""
+    marked = marked_storing(checkpoint)
+    newest = newest_committed(checkpoint)
+    batch_id, start, end = newest or (-1, None, {})
+    if batch_id in marked and start is not None:
+        topics = {topic for each in destinations for topic in each.topics}
+        ends = {tp: offset for tp, offset in end.items() if tp[0] in topics and tp not in lost}
+        held = {tp: offset for each in destinations for tp, offset in each.held.items()}
+        if lacks_only(held, start, ends):
+            uncommit(checkpoint, batch_id)
+            log.warning(
+                "the tables lack batch %d, which Spark had recorded as committed (the last run "
+                "ended while the store committed it): it is read again",
+                batch_id,
+            )
+    for batch_id in marked:
+        unmark_storing(checkpoint, batch_id)
 
 
 def refuse_a_recreated_topic(
@@ -270,7 +303,7 @@ def _writer(
         if spec.dead_letter_topic
         else None
     )
-    return BatchWriter(
+    writer = BatchWriter(
         spec,
         checked,
         collector,
@@ -279,6 +312,8 @@ def _writer(
         dead_letter_topic,
         start.first_start,
     )
+    writer.overlap = True
+    return writer
 
 
 def run_query(
@@ -312,6 +347,7 @@ def run_query(
                 _await(query, stop, writer, stop_file)
             finally:
                 _stop(query)
+                writer.drain()  # the last batch's commits, when they run beside the query
                 writer.refresh()
                 stop_file.clear()  # asked and answered; a restarted query starts afresh
             failure = None if stop.is_set() else writer.failure or query.exception()
@@ -459,7 +495,7 @@ def _await(
 
     done_at_stop: int | None = None
     # A source that fails while planning leaves the query active but stalled: poll its error.
-    while query.isActive and query.exception() is None:
+    while query.isActive and query.exception() is None and writer.failure is None:
         writer.refresh()
         if stop.is_set():
             if done_at_stop is None:
@@ -469,7 +505,9 @@ def _await(
             if stop.insisted:
                 log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
                 return
-            if writer.done > done_at_stop or not query.status.get("isTriggerActive", False):
+            if writer.done > done_at_stop and not writer.tasks_running:
+                return  # the next batch's tasks, when they ran beside its commits, ended too
+            if not query.status.get("isTriggerActive", False):
                 return
         try:
             query.awaitTermination(0.2)

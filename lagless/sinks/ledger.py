@@ -169,6 +169,21 @@ def lacking(held: Mapping[TP, int], committed: Mapping[TP, Range]) -> Lacking | 
     return None
 
 
+def lacks_only(held: Mapping[TP, int], start: Mapping[TP, int], end: Mapping[TP, int]) -> bool:
+    """Whether the tables hold every offset below a batch (from `start` to `end` per
+    partition; a partition missing from `start` from 0) and not all of the batch's."""
+    lacks = False
+    for tp, until in end.items():
+        since = start.get(tp, 0)
+        if until <= since:
+            continue
+        top = held.get(tp, 0)
+        if top < since:
+            return False
+        lacks = lacks or top < until
+    return lacks
+
+
 @dataclass(frozen=True)
 class HeldRecord:
     """A record as a table row keeps it and as the log has it: what tells one topic's record

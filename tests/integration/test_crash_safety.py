@@ -1039,3 +1039,40 @@ def test_kill_9_between_two_tables_commits_then_a_rerun_lands_every_record_once_
 
     for topic in topics:
         assert stored(url, topic, columns) == rows(topic), topic
+
+
+@pytest.mark.parametrize("sink", ["sqlite", pytest.param("delta", marks=pytest.mark.matrix)])
+def test_kill_9_while_the_store_commits_a_batch_spark_recorded_then_the_rerun_reads_it_again(
+    sink, request, broker, kafka, topic_name, tmp_path, spark, caplog
+):
+    """An upsert whose tasks decode the records (importer/change_files.py) commits each batch
+    to the store beside the next batch's tasks, after Spark recorded it as committed. Killed
+    there (4 s after the store's commit began: Spark has recorded the batch), the table lacks
+    a batch the checkpoint calls committed; the checkpoint's mark says why, the rerun reads
+    that batch again, and the table ends as a clean run's."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([RECORDS_PER_PARTITION] * PARTITIONS), keys=12)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    url = sink_url(sink, tmp_path, request)
+    spec = small_batches(kafka, topic_name, url, tmp_path, write="upsert", value_format="raw")
+    checkpoint = Path(spec.checkpoint)
+
+    code, _, stderr = run_import_process(cli_args(spec), tmp_path, "mid-write:2:4")
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    # Batch 1's store commit was under way, and Spark had recorded batch 1 as committed.
+    assert (checkpoint / "commits" / "1").exists() and (checkpoint / "storing" / "1").exists()
+
+    def newest_per_key(batch_records: list[Record]) -> list[tuple[Any, ...]]:
+        return sorted((p, o, k) for p, o, k, *_ in clean_run(batch_records, "upsert").target)
+
+    columns = ("partition", "offset", "key")
+    held = stored(url, topic_name, columns)
+    assert held == newest_per_key(in_batches(records, spec.checkpoint, 0, 1, topic_name))
+
+    with caplog.at_level(logging.WARNING, "lagless.importer.job"):
+        rerun(spec, spark)
+
+    assert "the tables lack batch 1, which Spark had recorded as committed" in caplog.text
+    assert stored(url, topic_name, columns) == newest_per_key(records)
+    assert not list((checkpoint / "storing").iterdir())

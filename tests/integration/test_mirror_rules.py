@@ -4,6 +4,8 @@ refuses a mirror but keeps the change log, `--cdc-columns` and `--deletes soft`.
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +143,7 @@ def test_soft_deletes_keep_the_row_flagged_with_the_mirrors_own_columns(
     ],
 )
 def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_events(
-    broker, kafka, tmp_path, spark, store, request
+    broker, kafka, tmp_path, spark, store, request, caplog
 ):
     """Hard deletes, the default: the source's tasks decode the events (change_files.py),
     small batches so that a key's events span several. Events a mirror cannot apply go to
@@ -171,7 +173,11 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
     checked = check(spec)
     with checked.sink, checked.reader:
         assert spec.changes_writer(checked.destinations) is not None  # the tasks decode
-    summary = run_import(spec, spark=spark)
+    with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
+        summary = run_import(spec, spark=spark)
+    # Each batch's line says where its time went: its tasks, or the driver's store commits.
+    line = r"batch \d+: .* in [\d.]+ s \(tasks [\d.]+ s, driver [\d.]+ s\)"
+    assert len(re.findall(line, caplog.text)) == summary.batches >= 4
     columns = ["id", "name", "n", "_op", "_lsn"]
     assert mirror_rows(sink, table, columns) == [
         ("1", "a", "9", "u", "3"),

@@ -15,6 +15,7 @@ from lagless.sinks.ledger import (
     Verdict,
     batch_ranges,
     lacking,
+    lacks_only,
     reconcile,
     recreated,
     verdict,
@@ -91,6 +92,17 @@ def test_a_table_that_lost_what_the_checkpoint_committed_is_named() -> None:
     assert lacking({}, committed) == Lacking(A, 40, 0)  # deleted
     assert lacking({A: 25}, committed) == Lacking(A, 40, 25)  # rolled back
     assert lacking({}, {}) is None  # a new checkpoint
+
+
+def test_tables_that_lack_only_a_batch_are_told_from_tables_that_lack_more() -> None:
+    start, end = {A: 10, B: 5}, {A: 20, B: 5}  # B: the batch read nothing of it
+    assert lacks_only({A: 10, B: 5}, start, end)  # the batch's commit never came
+    assert lacks_only({A: 10}, start, end)
+    assert not lacks_only({A: 20, B: 5}, start, end)  # it came
+    assert not lacks_only({A: 9, B: 5}, start, end)  # less than what came before the batch
+    assert not lacks_only({}, start, end)  # deleted
+    assert lacks_only({}, {}, {A: 3})  # the first batch of a partition new to the query
+    assert not lacks_only({A: 3}, {}, {})  # a batch of nothing
 
 
 @given(
