@@ -82,13 +82,14 @@ class Written:
 
 @dataclass(frozen=True)
 class Finished:
-    """A batch committed: where it ended, the tables it wrote to, and the seconds its tasks
-    took (reading and decoding its records) where they run before the driver's commits: the
-    rest of its time is the driver's, mostly the store's."""
+    """A batch committed: where it ended, the tables it wrote to, the seconds its tasks took
+    (reading and decoding its records) where they ran before the driver's commits, and the
+    seconds of the driver's work after them (mostly the store's commit)."""
 
     end: Offsets
     tables: list[str]
     tasks_s: float | None
+    driver_s: float
 
 
 class BatchWriter:
@@ -136,6 +137,7 @@ class BatchWriter:
         # next batch's tasks: set by the run (job.py) for this process's writer.
         self.overlap = False
         self._store_work: _StoreWork | None = None
+        self._last_finished: Finished | None = None
         # A batch's tasks run (a stop waits for them: stopping the query then would interrupt
         # them, and fail the batch with Spark's error).
         self.tasks_running = False
@@ -216,10 +218,17 @@ class BatchWriter:
             raise
         self._raise_a_store_failure(wait=True)
         self._store_work = None
-        if self.overlap and self.changes_decoded:
+        if self._overlaps():
             self._finish_beside_the_next(finish, batch_id, started)
         else:
             self._finish(finish, batch_id, started)
+
+    def _overlaps(self) -> bool:
+        if not (self.overlap and self.changes_decoded):
+            return False
+        last = self._last_finished
+        tasks_s, driver_s = (last.tasks_s or 0.0, last.driver_s) if last else (0.0, 0.0)
+        return commits_beside_tasks(self.spec.mode, tasks_s, driver_s, self.spec.trigger_seconds)
 
     def _finish_beside_the_next(
         self, finish: Callable[[], Finished], batch_id: int, started: float
@@ -255,6 +264,7 @@ class BatchWriter:
             raise
         self.done += 1
         self._done_after_stop = self.stop is not None and self.stop.is_set()
+        self._last_finished = finished
         took = time.monotonic() - started
         log.info(
             "batch %d: %d records, %d bytes, up to offsets %s, in %.2f s%s",
@@ -263,7 +273,7 @@ class BatchWriter:
             self.summary.last_bytes,
             _offsets_text(finished.end),
             took,
-            _phases_text(finished.tasks_s, took),
+            _phases_text(finished),
         )
         if self.maintenance is not None and not self._done_after_stop:
             self.maintenance.between_batches(finished.tables)
@@ -316,6 +326,7 @@ class BatchWriter:
                 return done
 
         def finish() -> Finished:
+            driver_started = time.monotonic()
             read_before = Counter(self.summary.by_partition)
             written = store()
             self.summary.add_batch(
@@ -333,7 +344,7 @@ class BatchWriter:
                 failpoint("after-group-commit")
             self.summary.behind = self.remaining_lag(end)
             self.collector.batch(self.summary, self.summary.behind)
-            return Finished(end, tables_written, tasks_s)
+            return Finished(end, tables_written, tasks_s, time.monotonic() - driver_started)
 
         return finish
 
@@ -682,6 +693,17 @@ def ledger_log_times(checked: Checked) -> dict[TP, int]:
     return found
 
 
+def commits_beside_tasks(mode: str, tasks_s: float, driver_s: float, trigger_s: float) -> bool:
+    """Whether a batch's commits run beside the next batch's tasks, by the last batch's time:
+    in bulk, always; in a continuous import, once a batch takes over two triggers (it fell
+    behind) and its tasks a third of it or more. Not otherwise: each batch has a fixed cost
+    (Delta's MERGE rewrites the table's files), which overlapping pays more often, and when
+    the store's commit is most of a batch, little runs beside it."""
+    if mode == "bulk":
+        return True
+    return tasks_s + driver_s > 2 * trigger_s and 2 * tasks_s >= driver_s
+
+
 class _StoreWork(threading.Thread):
     """A batch's commits, beside the next batch's tasks. Not a daemon: an interpreter that
     ends waits for the commit under way (a store's commit is atomic; a kill -9 is replayed)."""
@@ -698,12 +720,12 @@ class _StoreWork(threading.Thread):
             self.error = exc
 
 
-def _phases_text(tasks_s: float | None, took: float) -> str:
+def _phases_text(finished: Finished) -> str:
     """Where a batch's time went, when its tasks ran before the driver's commits: an operator
     asking why a mirror falls behind learns whether reading or the store is slow."""
-    if tasks_s is None:
+    if finished.tasks_s is None:
         return ""
-    return f" (tasks {tasks_s:.2f} s, driver {max(0.0, took - tasks_s):.2f} s)"
+    return f" (tasks {finished.tasks_s:.2f} s, driver {finished.driver_s:.2f} s)"
 
 
 def _offsets_text(offsets: Offsets) -> str:
