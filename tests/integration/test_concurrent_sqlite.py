@@ -33,6 +33,15 @@ def produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
+def staging_folders(staging: Path) -> int:
+    """The imports staging now. An import removes the table's staging folder when it leaves
+    it empty, between the test's look for it and its listing."""
+    try:
+        return len(os.listdir(staging))
+    except FileNotFoundError:
+        return 0
+
+
 def test_three_imports_at_once_into_one_sqlite_table_all_finish_with_every_record_once(
     broker, tmp_path: Path
 ) -> None:
@@ -53,32 +62,38 @@ def test_three_imports_at_once_into_one_sqlite_table_all_finish_with_every_recor
     lock_path = f"{tmp_path}/d.db-lagless.lock"
     lock = open(lock_path, "a")  # noqa: SIM115 - held while the imports start
     fcntl.flock(lock, fcntl.LOCK_EX)
-    for more in (
-        ["--topic", "orders", "--checkpoint", str(tmp_path / "a")],
-        ["--topic", "orders", "--checkpoint", str(tmp_path / "b")],
-        ["--topic", "refunds", "--checkpoint", str(tmp_path / "c")],
-    ):
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "lagless", "import", *args, *more],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+    try:
+        for more in (
+            ["--topic", "orders", "--checkpoint", str(tmp_path / "a")],
+            ["--topic", "orders", "--checkpoint", str(tmp_path / "b")],
+            ["--topic", "refunds", "--checkpoint", str(tmp_path / "c")],
+        ):
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "lagless", "import", *args, *more],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
             )
-        )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and started[-1].poll() is None:
-            staging_now = len(os.listdir(staging)) if staging.is_dir() else 0
-            most_at_once = max(most_at_once, staging_now)
-            if staging_now == len(started):
-                break  # each import so far is staging a batch
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and started[-1].poll() is None:
+                staging_now = staging_folders(staging)
+                most_at_once = max(most_at_once, staging_now)
+                if staging_now == len(started):
+                    break  # each import so far is staging a batch
+                time.sleep(0.02)
+        os.remove(lock_path)  # as an import lets go: its waiters then lock a file of their own
+        lock.close()
+        while any(process.poll() is None for process in started):
+            most_at_once = max(most_at_once, staging_folders(staging))
             time.sleep(0.02)
-    os.remove(lock_path)  # as an import lets go: its waiters then lock a file of their own
-    lock.close()
-    while any(process.poll() is None for process in started):
-        most_at_once = max(most_at_once, len(os.listdir(staging)) if staging.is_dir() else 0)
-        time.sleep(0.02)
-    finished = [process.communicate() for process in started]
+        finished = [process.communicate() for process in started]
+    finally:  # a failed look leaves none of them importing into the next tests' machine
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
     assert [process.returncode for process in started] == [0, 0, 0], [e for _, e in finished]
     assert most_at_once == 3  # all three staged at once, each in a folder of its own
