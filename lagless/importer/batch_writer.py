@@ -42,6 +42,7 @@ from lagless.importer.rows import (
 from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
+from lagless.signals import StopRequest
 from lagless.sinks.base import TaskWrittenSink
 from lagless.sinks.base import Written as Committed
 from lagless.sinks.ledger import Batch, batch_ranges
@@ -291,12 +292,16 @@ class BatchWriter:
 
     def drain(self) -> None:
         """Until the last batch's commits end (the run's end, a stop, a failure): its failure
-        is the writer's `failure`, logged already; the next call raises it again."""
+        is the writer's `failure`, logged already; the next call raises it again. A second
+        signal ends the wait (a store away may hold a commit for its whole retry budget): the
+        commit is abandoned with the process, as by a kill, and its batch read again."""
         work = self._store_work
-        if work is not None:
-            work.join()
-            if work.error is None:
-                self._store_work = None
+        if work is None:
+            return
+        while work.is_alive() and not (isinstance(self.stop, StopRequest) and self.stop.insisted):
+            work.join(0.2)
+        if not work.is_alive() and work.error is None:
+            self._store_work = None
 
     def _write(self, records: DataFrame, batch_id: int) -> Callable[[], Finished]:
         """The batch's tasks run; what is left (the driver's commits, the group's, the report)
@@ -705,11 +710,12 @@ def commits_beside_tasks(mode: str, tasks_s: float, driver_s: float, trigger_s: 
 
 
 class _StoreWork(threading.Thread):
-    """A batch's commits, beside the next batch's tasks. Not a daemon: an interpreter that
-    ends waits for the commit under way (a store's commit is atomic; a kill -9 is replayed)."""
+    """A batch's commits, beside the next batch's tasks. The run waits for it (drain), unless
+    a second signal asks to stop at once: the process then ends without it, as after a kill
+    (a store's commit is atomic, and the checkpoint's mark has the batch read again)."""
 
     def __init__(self, batch_id: int, work: Callable[[], None]) -> None:
-        super().__init__(name=f"lagless-store-batch-{batch_id}")
+        super().__init__(name=f"lagless-store-batch-{batch_id}", daemon=True)
         self.work = work
         self.error: BaseException | None = None
 

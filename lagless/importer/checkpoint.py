@@ -188,11 +188,16 @@ def write_first_start(checkpoint: str, start: Offsets) -> None:
     os.replace(partial, where)
 
 
-def committed_ranges(checkpoint: str) -> dict[TP, tuple[int, int]]:
-    """Per partition, the offsets the checkpoint's committed batches read: from the start of
-    the oldest one whose start is known (the first batch's, kept by write_first_start, or the
-    end of the batch before it) to the end of the newest. {} for a new checkpoint."""
-    done = _batch_ids(os.path.join(checkpoint, "commits"))
+def committed_ranges(checkpoint: str, before: int | None = None) -> dict[TP, tuple[int, int]]:
+    """Per partition, the offsets the checkpoint's committed batches (those below `before`,
+    when given) read: from the start of the oldest one whose start is known (the first
+    batch's, kept by write_first_start, or the end of the batch before it) to the end of the
+    newest. {} for a new checkpoint."""
+    done = [
+        batch
+        for batch in _batch_ids(os.path.join(checkpoint, "commits"))
+        if before is None or batch < before
+    ]
     if not done:
         return {}
     end = batch_end_offsets(checkpoint, done[-1])

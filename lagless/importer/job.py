@@ -210,37 +210,44 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
-    replay_a_batch_the_tables_lack(spec.checkpoint, destinations, lost)
+    replayed = a_batch_the_tables_lack(spec.checkpoint, destinations, lost)
     for each in destinations:
         refuse_a_recreated_topic(checked, each, low, high)
-        refuse_a_table_behind(spec.checkpoint, each, lost)
+        refuse_a_table_behind(spec.checkpoint, each, lost, replayed)
+    replay(spec.checkpoint, replayed)
 
 
-def replay_a_batch_the_tables_lack(
+def a_batch_the_tables_lack(
     checkpoint: str, destinations: list[Destination], lost: set[tuple[str, int]]
-) -> None:
+) -> int | None:
     """The store commits a batch beside the next batch's tasks (batch_writer.py), after Spark
     recorded it as committed, and marks it in the checkpoint meanwhile: a run that ended
     between the two left tables that hold everything before that batch and not all of it.
-    Spark's record of the batch is removed, so that the query reads it again from its journaled
-    offsets, into each table only what its ledger lacks. Without the mark, a table that lacks
-    what the checkpoint committed is refused (refuse_a_table_behind)."""
-    marked = marked_storing(checkpoint)
-    newest = newest_committed(checkpoint)
-    batch_id, start, end = newest or (-1, None, {})
-    if batch_id in marked and start is not None:
-        topics = {topic for each in destinations for topic in each.topics}
-        ends = {tp: offset for tp, offset in end.items() if tp[0] in topics and tp not in lost}
-        held = {tp: offset for each in destinations for tp, offset in each.held.items()}
-        if lacks_only(held, start, ends):
-            uncommit(checkpoint, batch_id)
-            log.warning(
-                "the tables lack batch %d, which Spark had recorded as committed (the last run "
-                "ended while the store committed it): it is read again",
-                batch_id,
-            )
-    for batch_id in marked:
-        unmark_storing(checkpoint, batch_id)
+    That batch, to be read again (`replay`, once every check passed); None when there is none.
+    Without the mark, a table that lacks what the checkpoint committed is refused
+    (refuse_a_table_behind)."""
+    batch_id, start, end = newest_committed(checkpoint) or (-1, None, {})
+    if start is None or batch_id not in marked_storing(checkpoint):
+        return None
+    topics = {topic for each in destinations for topic in each.topics}
+    ends = {tp: offset for tp, offset in end.items() if tp[0] in topics and tp not in lost}
+    held = {tp: offset for each in destinations for tp, offset in each.held.items()}
+    return batch_id if lacks_only(held, start, ends) else None
+
+
+def replay(checkpoint: str, batch_id: int | None) -> None:
+    """Spark's record of `batch_id` removed, so that the query reads it again from its
+    journaled offsets, into each table only what its ledger lacks; the marks of batches whose
+    commits ended with their run cleared."""
+    if batch_id is not None:
+        uncommit(checkpoint, batch_id)
+        log.warning(
+            "the tables lack batch %d, which Spark had recorded as committed (the last run "
+            "ended while the store committed it): it is read again",
+            batch_id,
+        )
+    for marked in marked_storing(checkpoint):
+        unmark_storing(checkpoint, marked)
 
 
 def refuse_a_recreated_topic(
@@ -441,16 +448,20 @@ def ended(
 
 
 def refuse_a_table_behind(
-    checkpoint: str, destination: Destination, lost: set[tuple[str, int]]
+    checkpoint: str,
+    destination: Destination,
+    lost: set[tuple[str, int]],
+    replayed: int | None = None,
 ) -> None:
     """BadInput, before anything is written, when a table no longer holds what the
     checkpoint's committed batches read of its topics (it was deleted, emptied or rolled back
     since): the query would resume past the gap and leave it unfilled, with nothing said.
     Partitions whose checkpoint offsets the log lost (`lost`: a recreated topic, read again
-    from its start under --skip-lost-offsets) are another log's: not compared."""
+    from its start under --skip-lost-offsets) are another log's: not compared. A batch to be
+    read again (`replayed`, a_batch_the_tables_lack) is not asked of the table."""
     committed = {
         tp: r
-        for tp, r in committed_ranges(checkpoint).items()
+        for tp, r in committed_ranges(checkpoint, before=replayed).items()
         if tp not in lost and tp[0] in destination.topics
     }
     gap = lacking(destination.held, committed)
