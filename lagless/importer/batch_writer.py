@@ -281,27 +281,30 @@ class BatchWriter:
 
     def _raise_a_store_failure(self, *, wait: bool) -> None:
         """The failure of the batch before's commits (ended, or waited for), raised again by
-        every later call."""
+        every later call. Stopped when a second signal ended the wait: this batch is not
+        committed after one the store may lack, and the checkpoint replays both."""
         work = self._store_work
         if work is None:
             return
-        if wait:
-            work.join()
+        if wait and not self._waited_for(work):
+            raise Stopped(0, "a second signal")
         if work.error is not None:
             raise work.error
 
     def drain(self) -> None:
         """Until the last batch's commits end (the run's end, a stop, a failure): its failure
-        is the writer's `failure`, logged already; the next call raises it again. A second
-        signal ends the wait (a store away may hold a commit for its whole retry budget): the
-        commit is abandoned with the process, as by a kill, and its batch read again."""
+        is the writer's `failure`, logged already; the next call raises it again."""
         work = self._store_work
-        if work is None:
-            return
+        if work is not None and self._waited_for(work) and work.error is None:
+            self._store_work = None
+
+    def _waited_for(self, work: _StoreWork) -> bool:
+        """Whether a batch's commits ended. A second signal ends the wait (a store away may
+        hold a commit for its whole retry budget): the commit is abandoned with the process,
+        as by a kill, and the checkpoint's mark has its batch read again."""
         while work.is_alive() and not (isinstance(self.stop, StopRequest) and self.stop.insisted):
             work.join(0.2)
-        if not work.is_alive() and work.error is None:
-            self._store_work = None
+        return not work.is_alive()
 
     def _write(self, records: DataFrame, batch_id: int) -> Callable[[], Finished]:
         """The batch's tasks run; what is left (the driver's commits, the group's, the report)

@@ -7,6 +7,9 @@ import signal
 import threading
 import time
 
+import pytest
+
+from lagless.exceptions import Stopped
 from lagless.importer.batch_writer import BatchWriter, _StoreWork, commits_beside_tasks
 from lagless.signals import StopRequest
 
@@ -59,5 +62,20 @@ def test_a_second_signal_ends_the_wait_for_a_commit_a_store_away_holds() -> None
     try:
         assert time.monotonic() - began < 5  # not the commit's 30 s
         assert writer._store_work is not None and writer._store_work.daemon  # left to the exit
+    finally:
+        release.set()
+
+
+def test_a_second_signal_stops_the_next_batch_waiting_for_the_commit_before() -> None:
+    """Spark's query.stop waits for the batch in flight: one whose call waited for the commit
+    before, a store away, held the process for Spark's 60 s stop timeout (seen from the CLI)."""
+    stop, release = StopRequest(), threading.Event()
+    writer = _writer_with_commit_under_way(stop, release)
+    threading.Timer(0.3, lambda: (stop.record(signal.SIGINT), stop.record(signal.SIGINT))).start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(Stopped, match="a second signal"):
+            writer._raise_a_store_failure(wait=True)
+        assert time.monotonic() - began < 5
     finally:
         release.set()
