@@ -37,6 +37,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "import", help="import a Kafka topic into a store with Spark", description=__doc__
     )
+    _add_what_to_read(parser)
+    _add_where_to_write(parser)
+    _add_how_values_are_read(parser)
+    _add_batches(parser)
+    _add_running(parser)
+    _add_spark(parser)
+    parser.set_defaults(func=handle)
+
+
+def _add_what_to_read(parser: argparse.ArgumentParser) -> None:
+    """The topics, and where in them to start and end."""
     add_kafka_arguments(parser)
     parser.add_argument(
         "--topic",
@@ -53,6 +64,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "continuous import runs (Spark's subscribePattern); each into the table --table names "
         "for it (default: '{topic}')",
     )
+    parser.add_argument(
+        "--starting-timestamp",
+        type=epoch_ms,
+        metavar="MS",
+        help="start at each partition's first record at or after MS milliseconds since the "
+        "epoch (Spark's startingTimestamp); a checkpoint to resume from overrides it",
+    )
+    parser.add_argument(
+        "--ending-timestamp",
+        type=epoch_ms,
+        metavar="MS",
+        help="bulk mode: stop before each partition's first record at or after MS "
+        "milliseconds since the epoch (Spark's endingTimestamp)",
+    )
+    parser.add_argument(
+        "--skip-lost-offsets",
+        action="store_true",
+        help="skip offsets deleted by retention instead of failing",
+    )
+
+
+def _add_where_to_write(parser: argparse.ArgumentParser) -> None:
+    """The store, its tables, and the checkpoint that resumes a run."""
     parser.add_argument(
         "--sink",
         required=True,
@@ -82,13 +116,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "key, replaced only by a newer record (default: append; upsert with --value-format "
         "debezium, where append keeps the change log itself, a row per event)",
     )
-    parser.add_argument(
-        "--mode",
-        choices=("bulk", "continuous"),
-        default="bulk",
-        help="bulk: drain up to the end offsets seen at start, then stop; continuous: follow "
-        "the topic until SIGINT/SIGTERM (default: %(default)s)",
-    )
+
+
+def _add_how_values_are_read(parser: argparse.ArgumentParser) -> None:
+    """The values' format, columns and keys, and where the records that do not fit go."""
     parser.add_argument(
         "--value-format",
         "--format",
@@ -133,6 +164,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gives them (its text for one field, a JSON object for several)",
     )
     parser.add_argument(
+        "--max-record-bytes",
+        type=at_least_one,
+        metavar="N",
+        help="dead-letter values larger than this many bytes",
+    )
+    parser.add_argument(
+        "--dead-letter-topic",
+        type=not_empty,
+        metavar="TOPIC",
+        help="also send rejected records to this existing topic, error context in headers",
+    )
+
+
+def _add_batches(parser: argparse.ArgumentParser) -> None:
+    """How the run is cut into batches, and the tables kept healthy between them."""
+    parser.add_argument(
+        "--mode",
+        choices=("bulk", "continuous"),
+        default="bulk",
+        help="bulk: drain up to the end offsets seen at start, then stop; continuous: follow "
+        "the topic until SIGINT/SIGTERM (default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-records-per-batch",
         type=at_least_one,
         metavar="N",
@@ -144,32 +198,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="at most about N bytes per micro-batch (default: 1 GiB where the executors write: "
         "Parquet, Delta, PostgreSQL; 256 MiB for SQLite)",
-    )
-    parser.add_argument(
-        "--starting-timestamp",
-        type=epoch_ms,
-        metavar="MS",
-        help="start at each partition's first record at or after MS milliseconds since the "
-        "epoch (Spark's startingTimestamp); a checkpoint to resume from overrides it",
-    )
-    parser.add_argument(
-        "--ending-timestamp",
-        type=epoch_ms,
-        metavar="MS",
-        help="bulk mode: stop before each partition's first record at or after MS "
-        "milliseconds since the epoch (Spark's endingTimestamp)",
-    )
-    parser.add_argument(
-        "--max-record-bytes",
-        type=at_least_one,
-        metavar="N",
-        help="dead-letter values larger than this many bytes",
-    )
-    parser.add_argument(
-        "--dead-letter-topic",
-        type=not_empty,
-        metavar="TOPIC",
-        help="also send rejected records to this existing topic, error context in headers",
     )
     parser.add_argument(
         "--slots",
@@ -195,6 +223,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compaction of a table as soon as 4 batches wrote to it; 0: none (default: %(default)g; "
         "docs/maintenance.md)",
     )
+
+
+def _add_running(parser: argparse.ArgumentParser) -> None:
+    """How the run meets a broker or store that is away, and what it prints."""
     parser.add_argument(
         "--retry-seconds",
         type=seconds_or_zero,
@@ -205,16 +237,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: %(default).0f)",
     )
     parser.add_argument(
-        "--skip-lost-offsets",
-        action="store_true",
-        help="skip offsets deleted by retention instead of failing",
-    )
-    parser.add_argument(
         "--group",
         type=not_empty,
         metavar="GROUP",
         help="also commit progress to this Kafka consumer group (for lag tools)",
     )
+    parser.add_argument(
+        "--explain", action="store_true", help="print the next batch's plan; import nothing"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary (or the plan) as JSON"
+    )
+
+
+def _add_spark(parser: argparse.ArgumentParser) -> None:
+    """The Spark application that runs the import."""
     parser.add_argument(
         "--master",
         metavar="URL",
@@ -236,13 +273,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "on this machine, a shared mount): SQLite's staging and local Parquet, Delta and "
         "Iceberg folders are refused on a cluster without it",
     )
-    parser.add_argument(
-        "--explain", action="store_true", help="print the next batch's plan; import nothing"
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print the summary (or the plan) as JSON"
-    )
-    parser.set_defaults(func=handle)
 
 
 def spec_from_args(args: argparse.Namespace) -> ImportSpec:
