@@ -10,7 +10,9 @@ import os
 import time
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lagless.sinks import sink_from_url
@@ -22,7 +24,7 @@ from lagless.sinks.iceberg.maintenance import (
     _delete_files,
     _path,
 )
-from lagless.sinks.iceberg.row_delta import FileColumns
+from lagless.sinks.iceberg.row_delta import FileColumns, referenced_data_file
 from lagless.sinks.ledger import Batch
 from lagless.sinks.maintenance import Policy, Round
 from tests.unit.test_ledger_stores import PARTITIONS, TARGET, TOPIC, commit, stored
@@ -169,6 +171,87 @@ def test_an_upsert_deletes_the_rows_it_replaces_by_position_and_compaction_folds
         b"k%d" % k: (100 + k if k < 2 else 200 + k - 2 if k < 4 else k) for k in range(10)
     }
     assert sink.ledger(UPSERT, PARTITIONS) == {(TOPIC, 0): 300}
+
+
+def referenced(sink: IcebergSink) -> list[str]:
+    """The data file each delete file of the table names ('None': several)."""
+    return sorted(
+        str(referenced_data_file(f)) for f in _delete_files(sink._table(UPSERT.table)).values()
+    )
+
+
+def natively_read(sink: IcebergSink) -> dict[bytes, int]:
+    """The table through polars' native reader: it reads delete files of one data file only."""
+    rows = pl.scan_iceberg(sink._table(UPSERT.table), reader_override="native").collect()
+    return dict(zip(rows["key"].to_list(), rows["offset"].to_list(), strict=True))
+
+
+@pytest.mark.filterwarnings("ignore:Iceberg scan planning")  # polars plans through pyiceberg
+def test_each_delete_file_names_one_data_file_and_a_round_merges_a_file_s_into_one(
+    tmp_path: Path,
+) -> None:
+    """A batch writes a delete file per data file it replaced rows of; a round merges the
+    delete files of a data file that has several and leaves one that has one; a delete file of
+    several data files (an earlier lagless merged a round's into one) is written again, one per
+    data file. Readers see the same rows throughout, polars' native reader included."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record as Partition
+
+    from lagless.sinks.iceberg.row_delta import commit_row_delta
+
+    sink = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    assert isinstance(sink, IcebergSink)
+    sink.prepare(UPSERT)
+    upserted(sink, 0, range(40), tmp_path / "staging")
+    (first,) = _data_files(sink._table(UPSERT.table))
+    upserted(sink, 1, range(5), tmp_path / "staging")  # 5 of the first file's 40 rows
+    (second,) = set(_data_files(sink._table(UPSERT.table))) - {first}
+    upserted(sink, 2, range(4, 6), tmp_path / "staging")  # k4 of the second file, k5 of the first
+    expected = {b"k%d" % k: (100 + k if k < 4 else 196 + k if k < 6 else k) for k in range(40)}
+
+    assert referenced(sink) == sorted([first, first, second])
+    assert values(sink) == natively_read(sink) == expected
+    nothing_small = Policy(target_file_size=1, keep_history_s=3600)  # and no file folded
+    done = Round(UPSERT.table)
+    maintenance = IcebergMaintenance(sink)
+    maintenance.compact(UPSERT.table, nothing_small, time.monotonic() + 60, done)
+    assert done.merged_deletes == 2  # the first file's two; the second's one stays
+    assert referenced(sink) == sorted([first, second])
+    assert values(sink) == natively_read(sink) == expected
+    assert maintenance_is_idle(maintenance, nothing_small)
+
+    # An earlier lagless's delete file of both data files, in place of their own.
+    found = sink._table(UPSERT.table)
+    olds = list(_delete_files(found).values())
+    places = pa.concat_tables(
+        sink._read_data(f.file_path, ["file_path", "pos"]) for f in olds
+    ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    path = f"{_path(found.location())}/data/both-deletes.parquet"
+    pq.write_table(places, path)
+    both = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Partition(),
+        record_count=places.num_rows,
+        file_size_in_bytes=os.path.getsize(path),
+    )
+    tx = found.transaction()
+    commit_row_delta(tx, {}, added=[both], removed=olds)
+    tx.commit_transaction()
+    assert referenced(sink) == ["None"]
+    assert values(sink) == expected
+
+    maintenance.compact(UPSERT.table, nothing_small, time.monotonic() + 60, Round(UPSERT.table))
+    assert referenced(sink) == sorted([first, second])
+    assert values(sink) == natively_read(sink) == expected
+
+
+def maintenance_is_idle(maintenance: IcebergMaintenance, policy: Policy) -> bool:
+    """A round with nothing to merge commits nothing."""
+    snapshots = len(maintenance.sink._table(UPSERT.table).metadata.snapshots)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    return len(maintenance.sink._table(UPSERT.table).metadata.snapshots) == snapshots
 
 
 def test_a_compaction_is_not_swapped_in_after_an_upsert_deleted_rows_of_its_files(

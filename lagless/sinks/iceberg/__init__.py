@@ -67,7 +67,7 @@ from lagless.sinks.iceberg.row_delta import (
     merge_on_read,
     row_numbers,
     rows_in_place,
-    write_delete_file,
+    write_delete_files,
 )
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
@@ -675,17 +675,18 @@ def _places(held: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Tab
 def _delete_and_append(
     tx: Transaction, table: Table, places: pa.Table, added: pa.Table, props: dict[str, str]
 ) -> None:
-    """One snapshot of a position delete file of `places` and a data file of `added`."""
+    """One snapshot of position delete files of `places` (one per data file) and a data file
+    of `added`."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    deletes = write_delete_file(table, places)
+    deletes = write_delete_files(table, places)
     rows = in_schema(added, table.schema().as_arrow())
     written = (
         _dataframe_to_data_files(tx.table_metadata, rows, table.io, write_uuid=uuid.uuid4())
         if rows.num_rows
         else []
     )
-    commit_row_delta(tx, props, added=[*written, *([deletes] if deletes else [])])
+    commit_row_delta(tx, props, added=[*written, *deletes])
 
 
 def _without_keys(rows: pa.Table, replaced: pa.Table, keys: tuple[str, ...]) -> pa.Table:

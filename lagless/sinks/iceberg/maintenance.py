@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -37,8 +38,9 @@ from lagless.sinks.iceberg.row_delta import (
     UnreadDeletes,
     commit_row_delta,
     deleted_positions,
+    referenced_data_file,
     row_numbers,
-    write_delete_file,
+    write_delete_files,
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
@@ -129,20 +131,24 @@ class IcebergMaintenance(StoreMaintenance):
                 files = [current[each.path] for each in group]
                 written += self._rewrite(found, files, deleted)
                 chosen += files
-            if not chosen and len(deletes) <= 1:
+            rewritten = {f.file_path for f in chosen}
+            stale = _stale_deletes(deletes, rewritten, set(current))
+            if not chosen and not stale:
                 return seen
-            # Every delete file goes; what they delete in the files kept, into one.
-            kept = set(current) - {f.file_path for f in chosen}
-            merged = _kept_deletes(found, deleted, kept)
-            added = [*written, *([merged] if merged is not None else [])]
+            # What the stale delete files delete in the files kept, one file per data file.
+            restated = set(current) - rewritten
+            if all(referenced_data_file(f) is not None for f in stale):
+                restated &= {referenced_data_file(f) for f in stale}
+            merged = _kept_deletes(found, deleted, restated)
             failpoint("mid-compaction")  # the merged files written, not in any snapshot
-            if not self._commit(table, chosen, list(deletes.values()), added):
+            seen_deletes = list(deletes.values())
+            if not self._commit(table, chosen, seen_deletes, [*written, *merged], stale):
                 done.skipped = "another writer committed meanwhile; planned again next round"
                 return seen
         done.compacted_files += len(chosen)
         done.written_files += len(written)
         done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
-        done.merged_deletes += len(deletes)
+        done.merged_deletes += len(stale)
         return seen
 
     def _rewrite(
@@ -181,11 +187,13 @@ class IcebergMaintenance(StoreMaintenance):
         removed: list[IcebergFile],
         deletes: list[IcebergFile],
         added: list[IcebergFile],
+        replaced_deletes: list[IcebergFile] | None = None,
     ) -> bool:
-        """One snapshot that swaps `removed` and the delete files `deletes` for `added`. A
-        commit another writer beat is built again on the table it left while that writer
-        removed none of `removed` and added or removed no delete file (appends pass); else the
-        written files are removed and False."""
+        """One snapshot that swaps `removed` and the delete files `replaced_deletes` (default:
+        all of `deletes`, those the round saw) for `added`. A commit another writer beat is
+        built again on the table it left while that writer removed none of `removed` and added
+        or removed no delete file (appends pass); else the written files are removed and
+        False."""
         from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(COMMIT_ATTEMPTS):
@@ -197,7 +205,8 @@ class IcebergMaintenance(StoreMaintenance):
                 break  # another writer's deletes may name rows of the files rewritten
             tx = found.transaction()
             properties = carried(held_in(found), log_times_in(found))
-            gone = [current[each.file_path] for each in removed] + deletes
+            replaced = deletes if replaced_deletes is None else replaced_deletes
+            gone = [current[each.file_path] for each in removed] + replaced
             commit_row_delta(tx, properties, added=added, removed=gone)
             try:
                 tx.commit_transaction()
@@ -323,14 +332,32 @@ def _live_files(found: Table) -> dict[str, IcebergFile]:
     }
 
 
-def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) -> IcebergFile | None:
-    """One position delete file of what `deleted` deletes in the data files `kept`."""
+def _stale_deletes(
+    deletes: dict[str, IcebergFile], rewritten: set[str], current: set[str]
+) -> list[IcebergFile]:
+    """The delete files a round replaces: all, when one names several data files (an earlier
+    lagless's: written again one per data file); else those of data files the round rewrites
+    (their deletes applied) or that are gone, and those of a data file that has more than one
+    (merged into one: a batch adds one to each file it replaced rows of)."""
+    named = {path: referenced_data_file(f) for path, f in deletes.items()}
+    if None in named.values():
+        return list(deletes.values())
+    per_file = Counter(named.values())
+    return [
+        f
+        for path, f in deletes.items()
+        if (data := named[path]) in rewritten or data not in current or per_file[data] > 1
+    ]
+
+
+def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) -> list[IcebergFile]:
+    """Position delete files of what `deleted` deletes in the data files `kept`, one each."""
     named = [(path, places) for path, places in deleted.items() if path in kept]
     if not named:
-        return None
+        return []
     paths = pa.concat_arrays([pa.repeat(pa.scalar(path), len(places)) for path, places in named])
     positions = pa.concat_arrays([places for _, places in named])
-    return write_delete_file(found, pa.table({"file_path": paths, "pos": positions}))
+    return write_delete_files(found, pa.table({"file_path": paths, "pos": positions}))
 
 
 def _window_start_ms(policy: Policy) -> int:

@@ -1,8 +1,11 @@
-"""Merge-on-read for Iceberg: a batch's replaced rows are named in a position delete file
+"""Merge-on-read for Iceberg: a batch's replaced rows are named in position delete files
 (Iceberg v2: a data file's path and a row's place in it) and its newer rows appended, in one
 snapshot; the batch rewrites no data file. Compaction (maintenance.py) folds the deletes into
-the data files they name once a file has lost FOLD_SHARE of its rows, and merges each round's
-delete files into one.
+the data files they name once a file has lost FOLD_SHARE of its rows, and merges the delete
+files of each data file into one. A delete file names the rows of one data file only (Iceberg's
+`write.delete.granularity=file`): a reader then reads only its own file's deletes, and polars'
+native reader refuses any other kind (it falls back to pyiceberg's, which builds each file's row
+numbers in Python, apache/iceberg-python#1271).
 
 A copy-on-write upsert rewrites every data file holding a replaced key: with updates to random
 keys that is the whole table each batch (a 1M-row table: 2-3 s a batch, and a copy of the table
@@ -40,6 +43,8 @@ MERGE_ON_READ = "merge-on-read"
 # they are this share of its rows: Iceberg's own rewrite_data_files default
 # (`delete-ratio-threshold`). Below it a read pays for the deleted rows; above, a rewrite.
 FOLD_SHARE = 0.3
+# The field id Iceberg reserves for a position delete file's file_path column.
+FILE_PATH_ID = 2147483546
 # Each row's data file and position in it, beside the columns read (rows_in_place).
 FILE = "_lagless_file"
 POS = "_lagless_pos"
@@ -202,35 +207,50 @@ def deleted_positions(delete_files: Iterable[DataFile], read: Read) -> dict[str,
     }
 
 
-def write_delete_file(table: Table, places: pa.Table) -> DataFile | None:
-    """A position delete file of `places` (file_path, pos), sorted as the spec asks, in the
-    table's data folder; None when there is no place."""
+def write_delete_files(table: Table, places: pa.Table) -> list[DataFile]:
+    """Position delete files of `places` (file_path, pos), one per data file they name, in the
+    table's data folder."""
+    if not places.num_rows:
+        return []
+    rows = places.cast(_DELETE_SCHEMA)
+    paths = rows.column("file_path")
+    return [
+        _write_delete_file(table, path, rows.filter(pc.equal(paths, path)))
+        for path in pc.unique(paths).to_pylist()
+    ]
+
+
+def _write_delete_file(table: Table, data_file: str, places: pa.Table) -> DataFile:
+    """A position delete file of `places`, all in `data_file`, sorted as the spec asks."""
     import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    if not places.num_rows:
-        return None
-    rows = places.cast(_DELETE_SCHEMA).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    rows = places.sort_by([("pos", "ascending")])
     location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.parquet")
     output = table.io.new_output(location)
     with output.create(overwrite=True) as stream:
         pq.write_table(rows, stream)
-    size = len(output.to_input_file())
-    paths = rows.column("file_path")
-    low, high = pc.min_max(paths).values()
-    bounds = {} if low != high else {2147483546: low.as_py().encode()}
+    # The one data file named, as the bounds of the file_path column: readers index it by them.
+    bounds = {FILE_PATH_ID: data_file.encode()}
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=location,
         file_format=FileFormat.PARQUET,
         partition=Record(),
         record_count=rows.num_rows,
-        file_size_in_bytes=size,
-        # One data file named: readers index the file by it (the spec's referenced file).
+        file_size_in_bytes=len(output.to_input_file()),
         lower_bounds=bounds,
         upper_bounds=bounds,
     )
+
+
+def referenced_data_file(delete_file: DataFile) -> str | None:
+    """The one data file whose rows a position delete file deletes, by its file_path bounds;
+    None for a file of several (an earlier lagless merged a round's deletes into one)."""
+    low = (delete_file.lower_bounds or {}).get(FILE_PATH_ID)
+    high = (delete_file.upper_bounds or {}).get(FILE_PATH_ID)
+    return low.decode() if low is not None and low == high else None
 
 
 def commit_row_delta(
