@@ -232,81 +232,14 @@ class SourceOptions:
         (`spark.read`); a BadInput naming the option for anything the source cannot honour.
         batch=None checks what any query needs (at load(), before Spark says which it is)."""
         lowered = _known(options)
-        query = "batch" if batch else "streaming"
-        refused = () if batch is None else STREAM_ONLY if batch else BATCH_ONLY
-        for name in refused:
-            if name.lower() in lowered:
-                raise BadInput(f"option {name} is not supported in {query} queries")
-        kafka_opts = {
-            k[len(KAFKA_PREFIX) :]: v
-            for k, v in options.items()
-            if k.lower().startswith(KAFKA_PREFIX)
-        }
-        bootstrap = kafka_opts.pop("bootstrap.servers", "")
-        if not bootstrap:
-            raise BadInput("option kafka.bootstrap.servers is required")
-        given = [name for name in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN) if name.lower() in lowered]
-        if len(given) != 1:
-            raise BadInput(
-                f"exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN} must "
-                f"be specified (given: {', '.join(given) or 'none'})"
-            )
-        topics = tuple(t.strip() for t in _raw(lowered, SUBSCRIBE, "").split(",") if t.strip())
-        if given == [SUBSCRIBE] and not topics:
-            raise BadInput(f"option {SUBSCRIBE}: no topics to subscribe to")
-        pattern = _raw(lowered, SUBSCRIBE_PATTERN)
-        if given == [SUBSCRIBE_PATTERN] and not (pattern or "").strip():
-            raise BadInput(f"option {SUBSCRIBE_PATTERN}: the pattern to subscribe is empty")
-        assigned = _raw(lowered, ASSIGN)
-        if given == [ASSIGN] and not (assigned or "").strip():
-            raise BadInput(f"option {ASSIGN}: no topic partitions to assign")
-        assign = _assign(assigned) if assigned else None
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise BadInput(
-                    f"option {SUBSCRIBE_PATTERN} {pattern!r} is not a regular expression: {exc}"
-                ) from None
-        given_start = _raw(lowered, STARTING_OFFSETS)
-        # Unset: a batch query starts at the earliest offsets (the field's default), a stream
-        # at the latest, as in Spark.
-        starting: OffsetsSpec = cls.starting if batch else "latest"
-        if given_start is not None:
-            starting = _offsets_spec(given_start, STARTING_OFFSETS)
-        given_end = _raw(lowered, ENDING_OFFSETS)
-        ending = cls.ending if given_end is None else _offsets_spec(given_end, ENDING_OFFSETS)
-        if starting == "latest" and batch:
-            raise BadInput(f"option {STARTING_OFFSETS} cannot be latest in batch queries")
-        if isinstance(starting, dict) and batch and _names(starting, LATEST):
-            raise BadInput(f"option {STARTING_OFFSETS} cannot use -1 (latest) in batch queries")
-        if ending == "earliest" or (isinstance(ending, dict) and _names(ending, EARLIEST)):
-            raise BadInput(f"option {ENDING_OFFSETS} cannot be earliest (-2)")
-        if batch and isinstance(starting, dict) and isinstance(ending, dict):
-            _check_start_before_end(starting, ending)
-        max_records = _positive(lowered, MAX_RECORDS_PER_BATCH)
-        per_trigger = _positive(lowered, MAX_OFFSETS_PER_TRIGGER)
-        min_per_trigger = _positive(lowered, MIN_OFFSETS_PER_TRIGGER)
-        for name, maximum in (
-            (MAX_OFFSETS_PER_TRIGGER, per_trigger),
-            (MAX_RECORDS_PER_BATCH, max_records),
-        ):
-            if min_per_trigger is not None and maximum is not None and min_per_trigger > maximum:
-                raise BadInput(
-                    f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is higher than "
-                    f"{name} ({maximum})"
-                )
+        _refuse_other_query_options(lowered, batch)
+        bootstrap, kafka_opts = _kafka_options(options)
+        topics, pattern, assign = _subscription(lowered)
+        starting, ending = _offsets(lowered, batch)
+        max_records, per_trigger, min_per_trigger = _trigger_limits(lowered)
         for name in (FETCH_OFFSET_NUM_RETRIES, FETCH_OFFSET_RETRY_INTERVAL_MS):
             _whole(lowered, name)
-        strategy = _raw(
-            lowered, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, cls.starting_timestamp_strategy
-        )
-        strategy = strategy.strip().lower()
-        if strategy not in ("latest", "error"):
-            raise BadInput(
-                f"option {STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY} must be latest or error, "
-                f"not {strategy!r}"
-            )
+        strategy = _timestamp_strategy(lowered)
         poll_ms = _positive(lowered, POLL_TIMEOUT_MS) or _positive(
             lowered, KAFKA_CONSUMER_POLL_TIMEOUT_MS
         )
@@ -363,6 +296,109 @@ class SourceOptions:
             decode_json_values=_json_fields(lowered),
             decode_avro_values=_avro_values(lowered),
         )
+
+
+def _refuse_other_query_options(lowered: Mapping[str, str], batch: bool | None) -> None:
+    """A BadInput for an option of the other kind of query (endingOffsets in a stream, ...)."""
+    query = "batch" if batch else "streaming"
+    refused = () if batch is None else STREAM_ONLY if batch else BATCH_ONLY
+    for name in refused:
+        if name.lower() in lowered:
+            raise BadInput(f"option {name} is not supported in {query} queries")
+
+
+def _kafka_options(options: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """kafka.bootstrap.servers, which is required, and the other kafka.* settings."""
+    kafka_opts = {
+        k[len(KAFKA_PREFIX) :]: v for k, v in options.items() if k.lower().startswith(KAFKA_PREFIX)
+    }
+    bootstrap = kafka_opts.pop("bootstrap.servers", "")
+    if not bootstrap:
+        raise BadInput("option kafka.bootstrap.servers is required")
+    return bootstrap, kafka_opts
+
+
+def _subscription(
+    lowered: Mapping[str, str],
+) -> tuple[tuple[str, ...], str | None, dict[str, tuple[int, ...]] | None]:
+    """The topics read: by subscribe, subscribePattern or assign, exactly one of them."""
+    given = [name for name in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN) if name.lower() in lowered]
+    if len(given) != 1:
+        raise BadInput(
+            f"exactly one of the options {SUBSCRIBE}, {SUBSCRIBE_PATTERN} and {ASSIGN} must "
+            f"be specified (given: {', '.join(given) or 'none'})"
+        )
+    topics = tuple(t.strip() for t in _raw(lowered, SUBSCRIBE, "").split(",") if t.strip())
+    if given == [SUBSCRIBE] and not topics:
+        raise BadInput(f"option {SUBSCRIBE}: no topics to subscribe to")
+    pattern = _raw(lowered, SUBSCRIBE_PATTERN)
+    if given == [SUBSCRIBE_PATTERN] and not (pattern or "").strip():
+        raise BadInput(f"option {SUBSCRIBE_PATTERN}: the pattern to subscribe is empty")
+    assigned = _raw(lowered, ASSIGN)
+    if given == [ASSIGN] and not (assigned or "").strip():
+        raise BadInput(f"option {ASSIGN}: no topic partitions to assign")
+    assign = _assign(assigned) if assigned else None
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadInput(
+                f"option {SUBSCRIBE_PATTERN} {pattern!r} is not a regular expression: {exc}"
+            ) from None
+    return topics, pattern, assign
+
+
+def _offsets(lowered: Mapping[str, str], batch: bool | None) -> tuple[OffsetsSpec, OffsetsSpec]:
+    """startingOffsets and endingOffsets, refused where Spark refuses them."""
+    given_start = _raw(lowered, STARTING_OFFSETS)
+    # Unset: a batch query starts at the earliest offsets (the field's default), a stream
+    # at the latest, as in Spark.
+    starting: OffsetsSpec = SourceOptions.starting if batch else "latest"
+    if given_start is not None:
+        starting = _offsets_spec(given_start, STARTING_OFFSETS)
+    given_end = _raw(lowered, ENDING_OFFSETS)
+    ending = SourceOptions.ending if given_end is None else _offsets_spec(given_end, ENDING_OFFSETS)
+    if starting == "latest" and batch:
+        raise BadInput(f"option {STARTING_OFFSETS} cannot be latest in batch queries")
+    if isinstance(starting, dict) and batch and _names(starting, LATEST):
+        raise BadInput(f"option {STARTING_OFFSETS} cannot use -1 (latest) in batch queries")
+    if ending == "earliest" or (isinstance(ending, dict) and _names(ending, EARLIEST)):
+        raise BadInput(f"option {ENDING_OFFSETS} cannot be earliest (-2)")
+    if batch and isinstance(starting, dict) and isinstance(ending, dict):
+        _check_start_before_end(starting, ending)
+    return starting, ending
+
+
+def _trigger_limits(lowered: Mapping[str, str]) -> tuple[int | None, int | None, int | None]:
+    """maxRecordsPerBatch, maxOffsetsPerTrigger and minOffsetsPerTrigger, the minimum not
+    above either maximum."""
+    max_records = _positive(lowered, MAX_RECORDS_PER_BATCH)
+    per_trigger = _positive(lowered, MAX_OFFSETS_PER_TRIGGER)
+    min_per_trigger = _positive(lowered, MIN_OFFSETS_PER_TRIGGER)
+    for name, maximum in (
+        (MAX_OFFSETS_PER_TRIGGER, per_trigger),
+        (MAX_RECORDS_PER_BATCH, max_records),
+    ):
+        if min_per_trigger is not None and maximum is not None and min_per_trigger > maximum:
+            raise BadInput(
+                f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) is higher than "
+                f"{name} ({maximum})"
+            )
+    return max_records, per_trigger, min_per_trigger
+
+
+def _timestamp_strategy(lowered: Mapping[str, str]) -> str:
+    """startingOffsetsByTimestampStrategy: latest or error."""
+    strategy = _raw(
+        lowered, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, SourceOptions.starting_timestamp_strategy
+    )
+    strategy = strategy.strip().lower()
+    if strategy not in ("latest", "error"):
+        raise BadInput(
+            f"option {STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY} must be latest or error, "
+            f"not {strategy!r}"
+        )
+    return strategy
 
 
 def include_headers(options: Mapping[str, str]) -> bool:
