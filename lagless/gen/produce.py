@@ -243,54 +243,28 @@ def produce_profile(
     with reader:
         before = _watermarks(reader.log, partitions)
         rng = random.Random(seed)
-        poison_found: list[tuple[int, int, RecordKind]] = []
-        newest: dict[int, dict[str, tuple[int, bytes | None]]] = {}
-        value_bytes = 0
-        tombstones = 0
-        done = 0
+        written = _Written()
         started = time.perf_counter()
         for p, count in enumerate(profile.counts):
-            value = shape.values(p, profile.record_bytes[p])
-            base = p * keys
-            key_bytes = [shape.key(base + j) for j in range(min(keys, count))]
-            by_key: dict[int, tuple[int, bytes | None]] = {}
-            seqs = [0] * len(key_bytes)
-            draws = shape.draws(rng, len(key_bytes), count) if count else []
-            for i, (j, tombstone) in enumerate(draws):
-                kind = poison_at.get(done + i)
-                seq = seqs[j]
-                body: bytes | None = None if tombstone else value(base + j, seq)
-                key: bytes | None = key_bytes[j]
-                if kind is None:
-                    seqs[j] = seq + 1
-                    by_key[j] = (i, body)
-                    tombstones += tombstone
-                else:
-                    assert body is not None  # poisonable shapes make no tombstones
-                    poison_found.append((p, before[p][1] + i, kind))
-                    if kind is RecordKind.INVALID_UTF8:
-                        seqs[j] = seq + 1
-                        body = _INVALID_UTF8_PREFIX + body
-                    elif kind is RecordKind.INVALID_JSON:
-                        seqs[j] = seq + 1
-                        body = body[:-2]
-                    else:
-                        key = None
-                        body = _null_key_value(p, profile.record_bytes[p])
-                value_bytes += len(body) if body is not None else 0
-                produce(producer, topic, value=body, key=key, partition=p)
-                if not (i + 1) % POLL_EVERY:
-                    producer.poll(0)
-                    if on_progress:
-                        on_progress(done + i + 1)
-            done += count
-            if by_key:
-                newest[p] = {key_bytes[j].decode(): last for j, last in by_key.items()}
+            _produce_partition(
+                producer,
+                topic,
+                p,
+                count,
+                start=before[p][1],
+                record_bytes=profile.record_bytes[p],
+                keys=keys,
+                shape=shape,
+                rng=rng,
+                poison_at=poison_at,
+                written=written,
+                on_progress=on_progress,
+            )
         if producer.flush(FLUSH_TIMEOUT_S):
             raise TerminalError(f"records still unsent to {topic!r} after {FLUSH_TIMEOUT_S:.0f} s")
         seconds = time.perf_counter() - started
         if on_progress:
-            on_progress(done)
+            on_progress(written.done)
         if delivery_errors.first is not None:
             raise TerminalError(
                 f"{delivery_errors.count} records failed to reach {topic!r}: "
@@ -298,27 +272,116 @@ def produce_profile(
             )
         after = _watermarks(reader.log, partitions)
     offsets = {p: (before[p][1], before[p][1] + count) for p, count in enumerate(profile.counts)}
+    _check_nobody_else_wrote(topic, offsets, after)
+    return ProducedSummary(
+        topic=topic,
+        keys_per_partition=keys,
+        offsets=offsets,
+        kinds=_kinds(written),
+        value_bytes=written.value_bytes,
+        seconds=seconds,
+        retained_from={p: after[p][0] for p in offsets},
+        poison=written.poison,
+        _newest=written.newest,
+    )
+
+
+@dataclass
+class _Written:
+    """What the partitions produced so far hold: the summary's counts, poison and newest
+    values (per partition, per key: the index of its last GOOD record or tombstone)."""
+
+    poison: list[tuple[int, int, RecordKind]] = field(default_factory=list)
+    newest: dict[int, dict[str, tuple[int, bytes | None]]] = field(default_factory=dict)
+    value_bytes: int = 0
+    tombstones: int = 0
+    done: int = 0
+
+
+def _produce_partition(
+    producer: Producer,
+    topic: str,
+    p: int,
+    count: int,
+    *,
+    start: int,
+    record_bytes: int,
+    keys: int,
+    shape: RecordShape,
+    rng: random.Random,
+    poison_at: dict[int, RecordKind],
+    written: _Written,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    """Partition p's `count` records, landing from offset `start`: which key each is, its value
+    or a tombstone, and the poison `poison_at` (numbered over all partitions) puts there."""
+    done = written.done
+    value = shape.values(p, record_bytes)
+    base = p * keys
+    key_bytes = [shape.key(base + j) for j in range(min(keys, count))]
+    by_key: dict[int, tuple[int, bytes | None]] = {}
+    seqs = [0] * len(key_bytes)
+    draws = shape.draws(rng, len(key_bytes), count) if count else []
+    # Counted in locals and added to `written` once: an attribute update a record slows the loop.
+    value_bytes = 0
+    tombstones = 0
+    for i, (j, tombstone) in enumerate(draws):
+        kind = poison_at.get(done + i)
+        seq = seqs[j]
+        body: bytes | None = None if tombstone else value(base + j, seq)
+        key: bytes | None = key_bytes[j]
+        if kind is None:
+            seqs[j] = seq + 1
+            by_key[j] = (i, body)
+            tombstones += tombstone
+        else:
+            assert body is not None  # poisonable shapes make no tombstones
+            written.poison.append((p, start + i, kind))
+            if kind is RecordKind.INVALID_UTF8:
+                seqs[j] = seq + 1
+                body = _INVALID_UTF8_PREFIX + body
+            elif kind is RecordKind.INVALID_JSON:
+                seqs[j] = seq + 1
+                body = body[:-2]
+            else:
+                key = None
+                body = _null_key_value(p, record_bytes)
+        value_bytes += len(body) if body is not None else 0
+        produce(producer, topic, value=body, key=key, partition=p)
+        if not (i + 1) % POLL_EVERY:
+            producer.poll(0)
+            if on_progress:
+                on_progress(done + i + 1)
+    written.value_bytes += value_bytes
+    written.tombstones += tombstones
+    written.done += count
+    if by_key:
+        written.newest[p] = {key_bytes[j].decode(): last for j, last in by_key.items()}
+
+
+def _check_nobody_else_wrote(
+    topic: str, offsets: dict[int, tuple[int, int]], after: list[tuple[int, int]]
+) -> None:
+    """TerminalError unless each partition's high watermark is where this run's records end:
+    the offsets in the summary are only exact if no other producer wrote meanwhile."""
     moved = [p for p in offsets if after[p][1] != offsets[p][1]]
     if moved:
         raise TerminalError(
             f"high watermarks of {topic!r} partitions {moved} are not where this run left them: "
             "another producer wrote to the topic meanwhile"
         )
+
+
+def _kinds(written: _Written) -> Counter[RecordKind]:
+    """How many records of each kind were written: those neither poison nor tombstones GOOD."""
     kinds: Counter[RecordKind] = Counter(
-        {RecordKind.GOOD: done - len(poison_found) - tombstones, RecordKind.TOMBSTONE: tombstones}
+        {
+            RecordKind.GOOD: written.done - len(written.poison) - written.tombstones,
+            RecordKind.TOMBSTONE: written.tombstones,
+        }
     )
-    kinds.update(kind for _, _, kind in poison_found)
-    return ProducedSummary(
-        topic=topic,
-        keys_per_partition=keys,
-        offsets=offsets,
-        kinds=kinds,
-        value_bytes=value_bytes,
-        seconds=seconds,
-        retained_from={p: after[p][0] for p in offsets},
-        poison=poison_found,
-        _newest=newest,
-    )
+    kinds.update(kind for _, _, kind in written.poison)
+    return kinds
 
 
 def iter_kinds(summary: ProducedSummary) -> Iterator[tuple[RecordKind, int]]:
