@@ -33,7 +33,7 @@ from lagless.sinks.base import in_schema
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
+    from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
     from pyiceberg.table import Table, Transaction
 
 # Iceberg's table property for row-level updates (Spark's MERGE reads it the same way).
@@ -277,23 +277,8 @@ def commit_row_delta(
 @functools.cache
 def _row_delta_class() -> Any:
     """RowDelta, defined once pyiceberg is imported (the sinks import it lazily)."""
-    from pyiceberg.manifest import (
-        DataFileContent,
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-        ManifestWriter,
-        ManifestWriterV2,
-    )
+    from pyiceberg.manifest import ManifestContent, ManifestWriter
     from pyiceberg.table.update.snapshot import _SnapshotProducer
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
 
     class RowDelta(_SnapshotProducer[Any]):
         """A snapshot of added and removed data and delete files, each in manifests of its
@@ -306,7 +291,7 @@ def _row_delta_class() -> Any:
         def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
             if content == ManifestContent.DATA:
                 return self.new_manifest_writer(self.spec(spec_id))
-            return DeleteManifestWriter(
+            return _delete_manifest_writer_class()(
                 self.spec(spec_id),
                 self.schema(),
                 self.new_manifest_output(),
@@ -315,6 +300,15 @@ def _row_delta_class() -> Any:
             )
 
         def _manifests(self) -> list[ManifestFile]:
+            added = self._added_manifests()
+            carried, found = self._carried_manifests()
+            missing = {f.file_path for f in self._deleted_data_files} - found
+            if missing:
+                raise ValueError(f"files to remove not in the table: {', '.join(sorted(missing))}")
+            return added + carried
+
+        def _added_manifests(self) -> list[ManifestFile]:
+            """The added files, a manifest for the data files and one for the delete files."""
             manifests = []
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 files = [f for f in self._added_data_files if _manifest_kind(f) == content]
@@ -323,6 +317,12 @@ def _row_delta_class() -> Any:
                         for data_file in files:
                             writer.add(_added_entry(self._snapshot_id, data_file))
                     manifests.append(writer.to_manifest_file())
+            return manifests
+
+        def _carried_manifests(self) -> tuple[list[ManifestFile], set[str]]:
+            """The parent snapshot's manifests, each as it is or written again with the removed
+            files it lists marked deleted; and the paths of the removed files found in them."""
+            manifests = []
             parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
             found: set[str] = set()
             for manifest in parent.manifests(self._io) if parent is not None else []:
@@ -339,24 +339,9 @@ def _row_delta_class() -> Any:
                 found.update(e.data_file.file_path for e in entries if id(e) in gone)
                 with self._writer(manifest.content, manifest.partition_spec_id) as writer:
                     for entry in entries:
-                        removes = id(entry) in gone
-                        status = (
-                            ManifestEntryStatus.DELETED if removes else ManifestEntryStatus.EXISTING
-                        )
-                        writer.add_entry(
-                            ManifestEntry.from_args(
-                                status=status,
-                                snapshot_id=self._snapshot_id if removes else entry.snapshot_id,
-                                sequence_number=entry.sequence_number,
-                                file_sequence_number=entry.file_sequence_number,
-                                data_file=entry.data_file,
-                            )
-                        )
+                        writer.add_entry(_kept_entry(entry, id(entry) in gone, self._snapshot_id))
                 manifests.append(writer.to_manifest_file())
-            missing = {f.file_path for f in self._deleted_data_files} - found
-            if missing:
-                raise ValueError(f"files to remove not in the table: {', '.join(sorted(missing))}")
-            return manifests
+            return manifests, found
 
         def _existing_manifests(self) -> list[ManifestFile]:
             raise NotImplementedError  # _manifests decides every manifest itself
@@ -364,18 +349,54 @@ def _row_delta_class() -> Any:
         def _deleted_entries(self) -> list[ManifestEntry]:
             raise NotImplementedError
 
-    def _manifest_kind(data_file: DataFile) -> ManifestContent:
-        if data_file.content == DataFileContent.DATA:
-            return ManifestContent.DATA
-        return ManifestContent.DELETES
-
-    def _added_entry(snapshot_id: int, data_file: DataFile) -> ManifestEntry:
-        return ManifestEntry.from_args(
-            status=ManifestEntryStatus.ADDED,
-            snapshot_id=snapshot_id,
-            sequence_number=None,
-            file_sequence_number=None,
-            data_file=data_file,
-        )
-
     return RowDelta
+
+
+@functools.cache
+def _delete_manifest_writer_class() -> Any:
+    """A writer of manifests of delete files (pyiceberg's V2 writer writes data manifests)."""
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    return DeleteManifestWriter
+
+
+def _manifest_kind(data_file: DataFile) -> ManifestContent:
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    if data_file.content == DataFileContent.DATA:
+        return ManifestContent.DATA
+    return ManifestContent.DELETES
+
+
+def _added_entry(snapshot_id: int, data_file: DataFile) -> ManifestEntry:
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    return ManifestEntry.from_args(
+        status=ManifestEntryStatus.ADDED,
+        snapshot_id=snapshot_id,
+        sequence_number=None,
+        file_sequence_number=None,
+        data_file=data_file,
+    )
+
+
+def _kept_entry(entry: ManifestEntry, removes: bool, snapshot_id: int) -> ManifestEntry:
+    """`entry` as a manifest written again lists it: deleted by this snapshot, or existing."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    status = ManifestEntryStatus.DELETED if removes else ManifestEntryStatus.EXISTING
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=snapshot_id if removes else entry.snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=entry.data_file,
+    )
