@@ -18,7 +18,7 @@ from lagless.exceptions import TerminalError
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
-from lagless.lag.doctor import DEFAULT_FETCH_BYTES, Finding, diagnose, examine, render
+from lagless.lag.doctor import DEFAULT_FETCH_BYTES, Examination, Finding, diagnose, examine, render
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource
 from lagless.lag.report import History, build_report, collect, committed_records
@@ -73,66 +73,9 @@ def run_scenario(
         )
         database = os.path.join(out, f"scenario-{scenario.name}.db")
         sink_url = local_url("sqlite", database)
-        failed: list[BaseException] = []
-        ready, stop = threading.Event(), threading.Event()
-        scenario.watching = threading.Event()
-
-        def group_thread() -> None:
-            try:
-                scenario.misbehave(config, sink_url, ready, stop)
-            except BaseException as exc:  # reported by the main thread
-                failed.append(exc)
-                ready.set()
-
-        thread = threading.Thread(target=group_thread, name=f"group-{scenario.name}")
-        thread.start()
-        try:
-            if not ready.wait(READY_TIMEOUT_S) or failed:
-                raise TerminalError(f"scenario {scenario.name}'s group did not start: {failed}")
-            console.print(
-                f"lagless doctor --group {scenario.group} --seconds {doctor_seconds:g}"
-                + (
-                    f" --fetch-bytes {scenario.fetch_bytes}"
-                    if scenario.fetch_bytes != DEFAULT_FETCH_BYTES
-                    else ""
-                )
-                + " (watching while the group goes on)"
-            )
-            source = KafkaOffsetSource(config, scenario.group, scenario.topic)
-            membership = KafkaMembership(config)
-            try:
-                interval_s = doctor_seconds / DOCTOR_SAMPLES
-                exam = examine(
-                    scenario.group,
-                    source,
-                    membership,
-                    doctor_seconds,
-                    interval_s,
-                    sleep=_telling(scenario.watching),
-                )
-            finally:
-                source.close()
-                membership.close()  # its DescribeGroups child process
-            # The lag over the same samples and window as the doctor's: one verdict, the same
-            # word in the table and in the doctor's status line (the field report's own table
-            # watched one second and called partitions STALL that the doctor saw move).
-            console.print(
-                f"lagless lag --group {scenario.group} --window {doctor_seconds:g} "
-                "(the doctor's samples)"
-            )
-            console.print(rich_table(exam.report, time.time()))
-        finally:
-            stop.set()
-            thread.join()
-        if failed:
-            raise TerminalError(f"scenario {scenario.name}'s group failed: {failed[0]}")
-        outcome.findings = diagnose(exam, scenario.fetch_bytes)
+        exam = _examine_misbehaving_group(scenario, console, config, sink_url, doctor_seconds)
+        outcome.findings = _findings(scenario, exam, config, sink_url)
         outcome.status = exam.report.status.name
-        seen_outside = scenario.broker_findings(config, sink_url)
-        if seen_outside:
-            # The group itself may look healthy (004's does): not next to a finding that it isn't.
-            outcome.findings = [f for f in outcome.findings if f.kind != "healthy"]
-        outcome.findings += seen_outside
         console.print(render(exam, outcome.findings))
         console.rule("the cure")
         console.print(scenario.cure)
@@ -156,6 +99,86 @@ def run_scenario(
             f"lag {outcome.lag_after_import} after the import"
         )
     return outcome
+
+
+def _examine_misbehaving_group(
+    scenario: Scenario, console: Console, config: KafkaConfig, sink_url: str, doctor_seconds: float
+) -> Examination:
+    """The doctor's examination, while the scenario's group misbehaves in a thread of its own;
+    a TerminalError when the group does not start or fails."""
+    failed: list[BaseException] = []
+    ready, stop = threading.Event(), threading.Event()
+    scenario.watching = threading.Event()
+
+    def group_thread() -> None:
+        try:
+            scenario.misbehave(config, sink_url, ready, stop)
+        except BaseException as exc:  # reported by the main thread
+            failed.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=group_thread, name=f"group-{scenario.name}")
+    thread.start()
+    try:
+        if not ready.wait(READY_TIMEOUT_S) or failed:
+            raise TerminalError(f"scenario {scenario.name}'s group did not start: {failed}")
+        exam = _examine(scenario, console, config, doctor_seconds)
+    finally:
+        stop.set()
+        thread.join()
+    if failed:
+        raise TerminalError(f"scenario {scenario.name}'s group failed: {failed[0]}")
+    return exam
+
+
+def _examine(
+    scenario: Scenario, console: Console, config: KafkaConfig, doctor_seconds: float
+) -> Examination:
+    """What `lagless doctor` looks at over `doctor_seconds`, and the lag over its samples."""
+    console.print(
+        f"lagless doctor --group {scenario.group} --seconds {doctor_seconds:g}"
+        + (
+            f" --fetch-bytes {scenario.fetch_bytes}"
+            if scenario.fetch_bytes != DEFAULT_FETCH_BYTES
+            else ""
+        )
+        + " (watching while the group goes on)"
+    )
+    source = KafkaOffsetSource(config, scenario.group, scenario.topic)
+    membership = KafkaMembership(config)
+    try:
+        interval_s = doctor_seconds / DOCTOR_SAMPLES
+        exam = examine(
+            scenario.group,
+            source,
+            membership,
+            doctor_seconds,
+            interval_s,
+            sleep=_telling(scenario.watching),
+        )
+    finally:
+        source.close()
+        membership.close()  # its DescribeGroups child process
+    # The lag over the same samples and window as the doctor's: one verdict, the same
+    # word in the table and in the doctor's status line (the field report's own table
+    # watched one second and called partitions STALL that the doctor saw move).
+    console.print(
+        f"lagless lag --group {scenario.group} --window {doctor_seconds:g} (the doctor's samples)"
+    )
+    console.print(rich_table(exam.report, time.time()))
+    return exam
+
+
+def _findings(
+    scenario: Scenario, exam: Examination, config: KafkaConfig, sink_url: str
+) -> list[Finding]:
+    """The doctor's findings, and those only the broker shows (the scenario's own)."""
+    findings = diagnose(exam, scenario.fetch_bytes)
+    seen_outside = scenario.broker_findings(config, sink_url)
+    if seen_outside:
+        # The group itself may look healthy (004's does): not next to a finding that it isn't.
+        findings = [f for f in findings if f.kind != "healthy"]
+    return findings + seen_outside
 
 
 def _telling(watching: threading.Event) -> Callable[[float], None]:
