@@ -275,19 +275,24 @@ def readers(url: str) -> tuple[str, ...]:
     return ("polars", "pyiceberg") if url.startswith("iceberg:") else ("",)
 
 
-def read_table(url: str, table: str, work: Path, reader: str = "") -> tuple[Any, float]:
-    """The whole table through `reader` (its store's own by default), and the seconds it took."""
+def read_table(
+    url: str, table: str, work: Path, reader: str = "", snapshot: int | None = None
+) -> tuple[Any, float]:
+    """The whole table through `reader` (its store's own by default; an Iceberg table at
+    `snapshot`, else its current one), and the seconds it took."""
     began = time.monotonic()
-    rows = _read(url, table, work, reader)
+    rows = _read(url, table, work, reader, snapshot)
     return rows, time.monotonic() - began
 
 
 def read_both(url: str, work: Path) -> dict[str, tuple[float, float]]:
     """By reader: the median seconds of READS full reads of the table and of its compacted
     copy (the same rows written fresh as one table of the store), read in turn; LONG_READS of
-    each when the table's first read took LONG_READ_S or longer. Every reader must count the
-    rows the store's own reader does: one that lost or doubled rows would be fast for nothing."""
-    rows, _ = read_table(url, TOPIC, work)
+    each when the table's first read took LONG_READ_S or longer. Iceberg's readers read the
+    snapshot the copy holds, and each must count its rows: one that lost or doubled rows would
+    be fast for nothing (Delta and Parquet, one reader each, are read as they grow)."""
+    snapshot = _current_snapshot(work) if url.startswith("iceberg:") else None
+    rows, _ = read_table(url, TOPIC, work, snapshot=snapshot)
     scratch = work / "scratch"
     write_compacted(url, rows, scratch)
     medians = {}
@@ -295,8 +300,8 @@ def read_both(url: str, work: Path) -> dict[str, tuple[float, float]]:
         table: list[float] = []
         copy: list[float] = []
         while len(table) < (READS if not table or table[0] < LONG_READ_S else LONG_READS):
-            read, seconds = read_table(url, TOPIC, work, reader)
-            if len(read) != rows.num_rows:
+            read, seconds = read_table(url, TOPIC, work, reader, snapshot)
+            if snapshot is not None and len(read) != rows.num_rows:
                 raise AssertionError(
                     f"{reader} read {len(read)} rows, the store's own reader {rows.num_rows}"
                 )
@@ -329,7 +334,24 @@ def table_folder(url: str, work: Path) -> Path:
     return work / "lake" / ("default" if url.startswith("iceberg:") else "") / TOPIC
 
 
-def _read(url: str, table: str, work: Path, reader: str = "") -> Any:
+def _iceberg_catalog(work: Path) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        "lagless", uri=f"sqlite:///{work}/lake/catalog.db", warehouse=f"file://{work}/lake"
+    )
+
+
+def _current_snapshot(work: Path) -> int | None:
+    catalog = _iceberg_catalog(work)
+    try:
+        current = catalog.load_table(f"default.{TOPIC}").current_snapshot()
+        return None if current is None else current.snapshot_id
+    finally:
+        catalog.engine.dispose()
+
+
+def _read(url: str, table: str, work: Path, reader: str = "", snapshot: int | None = None) -> Any:
     import pyarrow.dataset as ds
 
     folder = str(work / "lake" / table)
@@ -338,11 +360,7 @@ def _read(url: str, table: str, work: Path, reader: str = "") -> Any:
 
         return DeltaTable(folder).to_pyarrow_table()
     if url.startswith("iceberg:"):
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        catalog = SqlCatalog(
-            "lagless", uri=f"sqlite:///{work}/lake/catalog.db", warehouse=f"file://{work}/lake"
-        )
+        catalog = _iceberg_catalog(work)
         try:
             found = catalog.load_table(f"default.{table}")
             if reader == "polars":
@@ -350,12 +368,12 @@ def _read(url: str, table: str, work: Path, reader: str = "") -> Any:
 
                 import polars as pl
 
-                with (
-                    warnings.catch_warnings()
-                ):  # its scan planned by pyiceberg: the read is polars'
+                # Its scan is planned by pyiceberg (a warning says so); the read is polars'.
+                with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    return pl.scan_iceberg(found, reader_override="native").collect()
-            return found.scan().to_arrow()
+                    scan = pl.scan_iceberg(found, snapshot_id=snapshot, reader_override="native")
+                    return scan.collect()
+            return found.scan(snapshot_id=snapshot).to_arrow()
         finally:
             catalog.engine.dispose()
     return ds.dataset(folder, format="parquet", partitioning="hive").to_table()
