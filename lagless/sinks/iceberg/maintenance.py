@@ -132,13 +132,9 @@ class IcebergMaintenance(StoreMaintenance):
                 written += self._rewrite(found, files, deleted)
                 chosen += files
             rewritten = {f.file_path for f in chosen}
-            stale = _stale_deletes(deletes, rewritten, set(current))
+            stale, restated = _stale_deletes(deletes, rewritten, set(current))
             if not chosen and not stale:
                 return seen
-            # What the stale delete files delete in the files kept, one file per data file.
-            restated = set(current) - rewritten
-            if all(referenced_data_file(f) is not None for f in stale):
-                restated &= {referenced_data_file(f) for f in stale}
             merged = _kept_deletes(found, deleted, restated)
             failpoint("mid-compaction")  # the merged files written, not in any snapshot
             seen_deletes = list(deletes.values())
@@ -334,20 +330,23 @@ def _live_files(found: Table) -> dict[str, IcebergFile]:
 
 def _stale_deletes(
     deletes: dict[str, IcebergFile], rewritten: set[str], current: set[str]
-) -> list[IcebergFile]:
-    """The delete files a round replaces: all, when one names several data files (an earlier
-    lagless's: written again one per data file); else those of data files the round rewrites
-    (their deletes applied) or that are gone, and those of a data file that has more than one
-    (merged into one: a batch adds one to each file it replaced rows of)."""
+) -> tuple[list[IcebergFile], set[str]]:
+    """The delete files a round replaces, and the data files it keeps whose deletes it writes
+    again, one delete file each. All of them when a delete file names several data files (an
+    earlier lagless's); else those of data files the round rewrites (their deletes applied) or
+    that are gone, and those of a data file that has more than one (merged into one: a batch
+    adds one to each file it replaced rows of)."""
+    kept = current - rewritten
     named = {path: referenced_data_file(f) for path, f in deletes.items()}
     if None in named.values():
-        return list(deletes.values())
+        return list(deletes.values()), kept
     per_file = Counter(named.values())
-    return [
-        f
-        for path, f in deletes.items()
-        if (data := named[path]) in rewritten or data not in current or per_file[data] > 1
-    ]
+    stale = {
+        path: data
+        for path, data in named.items()
+        if data in rewritten or data not in current or per_file[data] > 1
+    }
+    return [deletes[path] for path in stale], kept & set(stale.values())
 
 
 def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) -> list[IcebergFile]:
