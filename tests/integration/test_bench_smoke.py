@@ -303,7 +303,9 @@ def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> N
     assert figures["visible"] > 0 and between(figures["p99_s"], 0.0, 60)
     last = figures["last"]
     assert last["live_bytes"] > 0 and last["bytes_on_disk"] >= last["live_bytes"]
+    # Timed after the run on hard-linked versions: through polars, then deltalake itself.
     assert between(figures["worst_read_x"], 0.01, 100)
+    assert between(figures["worst_own_read_x"], 0.01, 100)
     assert between(figures["broker_cores"], 0.0, 2.0)  # its thread, in the bench's process
     assert "table health under a continuous import" in printed and "broker cores" in printed
     assert (tmp_path / "table_health-delta-upsert.png").read_bytes().startswith(PNG_MAGIC)

@@ -40,9 +40,13 @@ if TYPE_CHECKING:
 MERGE_MODE = "write.merge.mode"
 MERGE_ON_READ = "merge-on-read"
 # Compaction folds a data file's deletes into it (rewrites it without the deleted rows) once
-# they are this share of its rows: Iceberg's own rewrite_data_files default
-# (`delete-ratio-threshold`). Below it a read pays for the deleted rows; above, a rewrite.
-FOLD_SHARE = 0.3
+# they are this share of its rows. Below it a read pays for the deleted rows; above, a rewrite:
+# each replaced row costs about 1 / FOLD_SHARE rows rewritten. Iceberg's rewrite_data_files
+# waits for 0.3 (`delete-ratio-threshold`), for a job run now and then; a continuous import
+# folds between batches. bench/table_health.py (3,000 upserts/s into a 1M-row table, 90 s),
+# worst full read against the compacted copy's, and p99 produce → visible: 0.3: 1.48x, 1.53 s;
+# 0.15: 1.36x, 1.56 s; 0.1: 1.36x, 1.78 s; 0.05: 1.25x, 1.71 s.
+FOLD_SHARE = 0.05
 # The field id Iceberg reserves for a position delete file's file_path column.
 FILE_PATH_ID = 2147483546
 # Each row's data file and position in it, beside the columns read (rows_in_place).
