@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from lagless.broker import EmbeddedBroker
 from lagless.kafka.config import KafkaConfig
 from lagless.sinks import Target, sink_from_url
 from lagless.sinks.maintenance import Health, Policy
+from lagless.sinks.parquet import RETIRED
 
 TOPIC = "health"
 GOALS = {"files_over": 16, "bytes_x": 2.0, "read_x": 1.3, "p99_s": 2.0}
@@ -468,11 +470,12 @@ def sample(url: str, work: Path, policy: Policy, started: float, into: Path) -> 
         return None
     pinned = pin(url, work, into)
     window_from = time.time() - policy.keep_history_s
-    window = sum(
-        entry.stat().st_size
-        for entry in table_folder(url, work).rglob("*")
-        if entry.is_file() and entry.stat().st_mtime >= window_from
-    )
+    kept = _kept_for_the_window(url, work, window_from)
+    window = 0
+    for entry in table_folder(url, work).rglob("*"):
+        with contextlib.suppress(FileNotFoundError):  # removed by expiry as it is listed
+            if entry.is_file() and (entry.stat().st_mtime >= window_from or entry in kept):
+                window += entry.stat().st_size
     return Sample(
         time.time() - started,
         found.data_files,
@@ -483,6 +486,44 @@ def sample(url: str, work: Path, policy: Policy, started: float, into: Path) -> 
         window,
         pinned,
     )
+
+
+def _kept_for_the_window(url: str, work: Path, window_from: float) -> set[Path]:
+    """Files written before the history window that expiry must keep: those the version of
+    the window's start reads (a Delta upsert table's whole previous copy), and a Parquet
+    table's folders merged away within the window. Files written within it count by their
+    time; without this, the window's bytes missed the one copy of the table each version in
+    it may still read, and a Delta upsert table's bytes came out at 1.03 of the goal."""
+    folder = table_folder(url, work)
+    if url.startswith("delta:"):
+        from deltalake import DeltaTable
+
+        delta = DeltaTable(str(folder))
+        try:
+            delta.load_as_version(datetime.fromtimestamp(window_from, tz=UTC))
+        except Exception:  # the table is younger than the window: every file is in it
+            return set()
+        return set(map(_local, delta.file_uris()))
+    if url.startswith("iceberg:"):
+        catalog = _iceberg_catalog(work)
+        try:
+            table = catalog.load_table(f"default.{TOPIC}")
+        finally:
+            catalog.engine.dispose()
+        then = table.snapshot_as_of_timestamp(int(window_from * 1000))
+        if then is None:
+            return set()
+        kept = set()
+        for task in table.scan(snapshot_id=then.snapshot_id).plan_files():
+            kept.add(_local(task.file.file_path))
+            kept.update(_local(d.file_path) for d in task.delete_files)
+        return kept
+    return {
+        path
+        for retired in folder.glob(f"{RETIRED}*")
+        if int(retired.name[len(RETIRED) :].split(".", 1)[0]) >= window_from * 1000
+        for path in retired.rglob("*")
+    }
 
 
 def time_samples(samples: list[Sample], scratch: Path) -> None:
