@@ -302,16 +302,9 @@ def pin(url: str, work: Path, into: Path) -> Pinned:
         version = delta.version()
         keep = [*(folder / "_delta_log").iterdir(), *map(_local, delta.file_uris())]
     elif url.startswith("iceberg:"):
-        catalog = _iceberg_catalog(work)
-        try:
-            table = catalog.load_table(f"default.{TOPIC}")
-        finally:
-            catalog.engine.dispose()
+        table = _iceberg_table(work)
         version = table.metadata_location
-        keep = [*(folder / "metadata").iterdir()]
-        for task in table.scan().plan_files():
-            keep.append(_local(task.file.file_path))
-            keep.extend(_local(d.file_path) for d in task.delete_files)
+        keep = [*(folder / "metadata").iterdir(), *_snapshot_files(table, None)]
     else:
         keep = [
             path
@@ -324,6 +317,23 @@ def pin(url: str, work: Path, into: Path) -> Pinned:
         with contextlib.suppress(FileNotFoundError):  # a log's temporary file, gone
             os.link(path, kept)
     return Pinned(url, folder, into, version)
+
+
+def _iceberg_table(work: Path) -> Any:
+    catalog = _iceberg_catalog(work)
+    try:
+        return catalog.load_table(f"default.{TOPIC}")
+    finally:
+        catalog.engine.dispose()
+
+
+def _snapshot_files(table: Any, snapshot_id: int | None) -> list[Path]:
+    """The data and delete files an Iceberg snapshot reads (the current one: None)."""
+    found = []
+    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        found.append(_local(task.file.file_path))
+        found.extend(_local(d.file_path) for d in task.delete_files)
+    return found
 
 
 def _local(uri: str) -> Path:
@@ -505,19 +515,9 @@ def _kept_for_the_window(url: str, work: Path, window_from: float) -> set[Path]:
             return set()
         return set(map(_local, delta.file_uris()))
     if url.startswith("iceberg:"):
-        catalog = _iceberg_catalog(work)
-        try:
-            table = catalog.load_table(f"default.{TOPIC}")
-        finally:
-            catalog.engine.dispose()
+        table = _iceberg_table(work)
         then = table.snapshot_as_of_timestamp(int(window_from * 1000))
-        if then is None:
-            return set()
-        kept = set()
-        for task in table.scan(snapshot_id=then.snapshot_id).plan_files():
-            kept.add(_local(task.file.file_path))
-            kept.update(_local(d.file_path) for d in task.delete_files)
-        return kept
+        return set() if then is None else set(_snapshot_files(table, then.snapshot_id))
     return {
         path
         for retired in folder.glob(f"{RETIRED}*")
