@@ -19,10 +19,10 @@ log start for every fetch, and grew to half a core within a minute of upserts, t
 import (the cores it used are printed per run).
 
 Goals (issue 32): data files <= live bytes / target + 16; bytes on disk <= 2x live bytes plus
-the files written within the history window; a full read within 1.3x of the compacted copy's;
-produce → visible p99 within 2 s (as without maintenance: `--without` runs each case again with
-`--maintain-every 0`, right after, on the same machine). Prints a table, one JSON line per run
-and, with --png-dir, a chart per run.
+what the history window keeps (`_kept_for_the_window`); a full read within 1.3x of the
+compacted copy's; produce → visible p99 within 2 s (as without maintenance: `--without` runs
+each case again with `--maintain-every 0`, right after, on the same machine). Prints a table,
+one JSON line per run and, with --png-dir, a chart per run.
 
     .venv/bin/python bench/table_health.py --png-dir bench/results
     small: --stores delta --workloads append --seconds 20 --keys 2000 --rate 200 --upsert-rate 200
