@@ -361,9 +361,8 @@ def readers(url: str) -> tuple[str, ...]:
 def time_reads(pinned: Pinned, scratch: Path) -> dict[str, tuple[float, float]]:
     """By reader: the median seconds of READS full reads of the pinned version and of its
     compacted copy (the same rows written fresh as one table of the store), read in turn. Each
-    reader must count
-    the rows the store's own reader found: one that lost or doubled rows would be fast for
-    nothing."""
+    reader must count the rows the store's own reader found: one that lost or doubled rows
+    would be fast for nothing."""
     if pinned.url.startswith("iceberg:"):
         _put_back(pinned)
     rows = _read(pinned)
@@ -484,8 +483,9 @@ def sample(url: str, work: Path, policy: Policy, started: float, into: Path) -> 
     window = 0
     for entry in table_folder(url, work).rglob("*"):
         with contextlib.suppress(FileNotFoundError):  # removed by expiry as it is listed
-            if entry.is_file() and (entry.stat().st_mtime >= window_from or entry in kept):
-                window += entry.stat().st_size
+            status = entry.stat()
+            if entry.is_file() and (status.st_mtime >= window_from or entry in kept):
+                window += status.st_size
     return Sample(
         time.time() - started,
         found.data_files,
@@ -508,11 +508,9 @@ def _kept_for_the_window(url: str, work: Path, window_from: float) -> set[Path]:
     if url.startswith("delta:"):
         from deltalake import DeltaTable
 
+        # A table younger than the window loads its first version, whose files are in it.
         delta = DeltaTable(str(folder))
-        try:
-            delta.load_as_version(datetime.fromtimestamp(window_from, tz=UTC))
-        except Exception:  # the table is younger than the window: every file is in it
-            return set()
+        delta.load_as_version(datetime.fromtimestamp(window_from, tz=UTC))
         return set(map(_local, delta.file_uris()))
     if url.startswith("iceberg:"):
         table = _iceberg_table(work)
@@ -532,8 +530,8 @@ def time_samples(samples: list[Sample], scratch: Path) -> None:
     for done, found in enumerate(samples):
         with console.status(f"timing the reads of sample {done + 1} of {len(samples)}"):
             timed = time_reads(found.pinned, scratch)
-        found.read_s, found.compacted_read_s = timed[readers(found.pinned.url)[0]]
-        own = readers(found.pinned.url)[1:]
+        first, *own = readers(found.pinned.url)
+        found.read_s, found.compacted_read_s = timed[first]
         found.own_read_s, found.own_compacted_read_s = timed[own[0]] if own else (None, None)
 
 
