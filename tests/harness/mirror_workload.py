@@ -18,10 +18,11 @@ import datetime
 import decimal
 import json
 import random
-import sqlite3
 import string
 import uuid
 from typing import Any
+
+from tests.harness import sqlite_elsewhere
 
 ORDERS = """CREATE TABLE orders (
     id integer PRIMARY KEY,
@@ -277,8 +278,8 @@ def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any
     scheme, _, rest = sink_url.partition(":///")
     if scheme == "sqlite":
         quoted = ", ".join(f'"{c}"' for c in columns)
-        with sqlite3.connect(rest) as conn:
-            rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
+        # From another process: the import may be running in this one (sqlite_elsewhere.py).
+        rows = sqlite_elsewhere.rows(rest, f'SELECT {quoted} FROM "{table}"')
     elif scheme == "delta":
         from deltalake import DeltaTable
 

@@ -13,18 +13,18 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import closing, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import adbc_driver_sqlite.dbapi as adbc_sqlite
 import polars as pl
 import psycopg
 import pyarrow.parquet as pq
@@ -43,6 +43,7 @@ from lagless.kafka.config import KafkaConfig
 from lagless.progress import Collector, Summary
 from lagless.sinks.base import WriteMode
 from lagless.sinks.url import parse_local
+from tests.harness import sqlite_elsewhere
 from tests.harness.s3 import committed_parquet_files, reader_filesystem, reader_options
 
 pytestmark = pytest.mark.spark
@@ -207,16 +208,7 @@ def stored(sink_url: str, table: str, columns: tuple[str, ...]) -> list[tuple[An
     names = ", ".join(f'"{c}"' for c in columns)
     select = f'SELECT {names} FROM "{table}"'
     if sink_url.startswith("sqlite:"):
-        # Through the SQLite library the sink writes with (ADBC bundles its own): two copies of
-        # SQLite in one process do not see each other's file locks, so a GroupSampler reading
-        # with the sqlite3 module beside an in-process import could read a half-written file.
-        with (
-            closing(adbc_sqlite.connect(parse_local(sink_url, "sqlite").path)) as conn,
-            closing(conn.cursor()) as cursor,
-        ):
-            cursor.execute("PRAGMA busy_timeout = 30000")
-            cursor.execute(select)
-            found = cursor.fetchall()
+        found = sqlite_elsewhere.rows(parse_local(sink_url, "sqlite").path, select)
     else:
         with psycopg.connect(sink_url) as conn:
             conn.adapters.register_loader("jsonb", TextLoader)  # as text, like the other sinks
@@ -350,7 +342,7 @@ class GroupSampler:
             while not self._stop.wait(SAMPLE_EVERY_S):
                 offsets = committed(self.kafka, self.group, self.topic)
                 # The table may not exist yet, or be locked by the writer beyond the timeout.
-                with suppress(adbc_sqlite.OperationalError, psycopg.errors.UndefinedTable):
+                with suppress(sqlite3.OperationalError, psycopg.errors.UndefinedTable):
                     self.samples.append((offsets, sink_tables(self.sink_url, self.topic)))
         except BaseException as failure:
             self._failure = failure

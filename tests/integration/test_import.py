@@ -19,6 +19,7 @@ from lagless.importer.rows import INVALID_JSON, INVALID_UTF8, NULL_KEY
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
+from tests.harness import sqlite_elsewhere
 
 pytestmark = pytest.mark.spark
 
@@ -33,10 +34,10 @@ def spec(
 
 
 def stored(tmp_path: Path, table: str) -> list[tuple]:
-    with sqlite3.connect(tmp_path / "out.db") as conn:
-        return conn.execute(
-            f'SELECT partition, offset, key, value FROM "{table}" ORDER BY 1, 2'
-        ).fetchall()
+    """Read from another process: an import may be running in this one (sqlite_elsewhere.py)."""
+    return sqlite_elsewhere.rows(
+        tmp_path / "out.db", f'SELECT partition, offset, key, value FROM "{table}" ORDER BY 1, 2'
+    )
 
 
 def produced_offsets(summary) -> set[tuple[int, int]]:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from lagless.importer.checkpoint import journaled_batches, last_end_offsets, rea
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec, check
 from lagless.source.executor_write import ROUTED_WRITER
+from tests.harness import sqlite_elsewhere
 
 pytestmark = pytest.mark.spark
 
@@ -36,9 +37,9 @@ def offsets(summary: ProducedSummary) -> list[tuple[int, int]]:
 
 
 def sqlite_rows(path: Path, table: str) -> list[tuple[int, int]]:
-    """(partition, offset) of every row, duplicates kept."""
-    with sqlite3.connect(path) as conn:
-        return sorted(conn.execute(f'SELECT partition, "offset" FROM "{table}"').fetchall())
+    """(partition, offset) of every row, duplicates kept; read from another process (an
+    import may be running in this one: sqlite_elsewhere.py)."""
+    return sorted(sqlite_elsewhere.rows(path, f'SELECT partition, "offset" FROM "{table}"'))
 
 
 def sqlite_tables(path: Path) -> set[str]:

@@ -7,6 +7,15 @@ ingests a batch's files in one transaction: no record the tasks wrote crosses in
 through a collect. That needs the executors to share the driver's filesystem (local mode, or
 workers on the same machine); `?write_from=driver` brings every batch through Spark's rows
 instead. Other batches (JSON text, upsert, dead letters) always come through Spark.
+
+Two copies of SQLite live in this process: Python's sqlite3 module (the sink's small
+statements: tables, ledger reads) and the one ADBC's driver bundles (a batch's rows). SQLite's
+POSIX locks are the process's, and one copy does not see the other's: a sqlite3 reader opened
+beside an ADBC transaction takes its journal for a crashed writer's, rolls it back, and the
+commit fails with "disk I/O error" or leaves the file malformed
+(https://sqlite.org/howtocorrupt.html, 2.2.1). `_ONE_COPY_AT_A_TIME` keeps the sink's two
+uses apart, in any thread; a user's code must read the file from another process while an
+import runs in theirs (docs/stores.md).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import json
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager, suppress
@@ -63,6 +73,9 @@ if TYPE_CHECKING:
 STAGE = "lagless_stage"
 # A reader of the file (a lag tool, a test) may hold it for a moment: wait rather than fail.
 BUSY_TIMEOUT_MS = 30_000
+# Held while either copy of SQLite has the file open (the module's docstring). No sink method
+# opens one copy inside the other; reentrant, so that a later one cannot hang on it.
+_ONE_COPY_AT_A_TIME = threading.RLock()
 
 
 class SqliteSink(DriverSink, TaskWrittenSink):
@@ -218,7 +231,11 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         # which an import with nothing to write (up to date) never needs.
         import adbc_driver_sqlite.dbapi as adbc_sqlite
 
-        with closing(adbc_sqlite.connect(self.location)) as conn, closing(conn.cursor()) as cur:
+        with (
+            _ONE_COPY_AT_A_TIME,
+            closing(adbc_sqlite.connect(self.location)) as conn,
+            closing(conn.cursor()) as cur,
+        ):
             cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             cur.adbc_ingest(STAGE, rows, mode="create", temporary=True)
             failpoint("mid-write")
@@ -280,14 +297,15 @@ class SqliteSink(DriverSink, TaskWrittenSink):
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        try:
-            conn = sqlite3.connect(self.location, timeout=BUSY_TIMEOUT_MS / 1000)
-        except sqlite3.OperationalError as exc:
-            raise BadInput(f"cannot open SQLite file {self.location!r}: {exc}") from None
-        try:
-            yield conn
-        finally:
-            conn.close()
+        with _ONE_COPY_AT_A_TIME:
+            try:
+                conn = sqlite3.connect(self.location, timeout=BUSY_TIMEOUT_MS / 1000)
+            except sqlite3.OperationalError as exc:
+                raise BadInput(f"cannot open SQLite file {self.location!r}: {exc}") from None
+            try:
+                yield conn
+            finally:
+                conn.close()
 
 
 def _same_file(path: str, descriptor: int) -> bool:
