@@ -74,6 +74,9 @@ class Round:
     expired_versions: int = 0
     removed_files: int = 0
     removed_bytes: int = 0
+    # The data bytes of the version expiry left, where it knows them at no cost (Delta);
+    # 0: not known.
+    live_bytes: int = 0
     seconds: float = 0.0
     # Why compaction left the table alone (a protocol lagless does not write, a lost race).
     skipped: str | None = None

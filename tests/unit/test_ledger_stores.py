@@ -14,6 +14,7 @@ once.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -557,3 +558,52 @@ def test_a_table_written_by_enough_batches_gets_its_round_before_the_time_based_
     assert folders() == {"ta": 1, "tb": 1}
     assert stored_table(sink.url, sink.location, "ta") == [(TOPIC, 0, o) for o in range(20)]
     assert sink.ledger(targets["ta"], PARTITIONS) == {(TOPIC, 0): 20}
+
+
+def test_a_delta_table_whose_expiry_removes_its_size_is_expired_after_each_batch_writing_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Delta's expiry tells the live bytes: once one removes as much as the table holds (here
+    the batch files a compaction merged; a Delta upsert's MERGE does it every batch), the
+    table is expired after each batch that writes it, until one finds it calm. Real time for
+    the 1 s window (Delta's vacuum reads the clock); the schedule's own clock is the test's."""
+    sink = sink_from_url(f"delta:///{tmp_path}/lake")
+    sink.prepare(TARGET)
+    maintenance = sink.maintenance(TARGET.run_id)
+    assert maintenance is not None
+    now = [0.0]
+    schedule = Schedule(
+        maintenance, lambda: [TARGET.table], Policy(1024 * 1024, 0), 60, clock=lambda: now[0]
+    )
+
+    def batch(n: int) -> None:
+        commit(sink, TARGET, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+
+    def parquet_files() -> int:
+        return sum(1 for p in (tmp_path / "lake" / TARGET.table).glob("*.parquet"))
+
+    for n in range(RATIO):
+        batch(n)
+    now[0] = 1.0
+    with caplog.at_level(logging.INFO, logger="lagless.importer.maintenance"):
+        schedule.between_batches([TARGET.table])  # compacts; what it replaced is in the window
+        assert parquet_files() == RATIO + 1
+        time.sleep(1.1)
+        batch(RATIO)
+        now[0] = 2.0
+        schedule.between_batches([TARGET.table])  # expiry due: the batch files are removed
+        assert parquet_files() == 2
+        assert TARGET.table in schedule.churning
+        batch(RATIO + 1)
+        now[0] = 2.5  # the next time-based expiry is at 3.0
+        schedule.between_batches([TARGET.table])  # expired again: nothing out of the window
+        assert TARGET.table not in schedule.churning
+    said = [r.getMessage() for r in caplog.records if "rewrites itself" in r.getMessage()]
+    assert said and said[0].startswith(f"maintenance: {TARGET.table} rewrites itself between")
+    assert any(
+        r.getMessage() == f"maintenance: {TARGET.table} no longer rewrites itself: expired as usual"
+        for r in caplog.records
+    )
+    assert stored_table(sink.url, sink.location, TARGET.table) == [
+        (TOPIC, 0, o) for o in range((RATIO + 2) * 5)
+    ]

@@ -1,5 +1,6 @@
 """When an import's rounds expire history (importer/maintenance.Schedule): a file out of the
-window waits at most a thirtieth of it (at most a minute), whatever --maintain-every says.
+window waits at most a thirtieth of it (at most a minute), whatever --maintain-every says, or
+a batch, for a table that rewrites itself between expiries.
 The store is a recorder of the calls: what is checked here is only when they come."""
 
 from __future__ import annotations
@@ -50,3 +51,72 @@ def test_a_short_window_expires_every_thirtieth_of_it_between_the_time_based_rou
 def test_a_long_window_expires_every_minute() -> None:
     times = expiries(window_s=3600, every_s=10, seconds=300)
     assert times == [EXPIRE_EVERY_S * n for n in range(1, 6)]
+
+
+class Churning(Recorder):
+    """Each expiry of `orders` removes `removed` bytes of a table of `live` bytes (the store
+    knows them, as Delta's expiry does; 0: it does not)."""
+
+    def __init__(self, removed: list[int], live: int) -> None:
+        super().__init__()
+        self.removed = removed
+        self.live = live
+
+    def tables(self, table: str | None = None) -> list[str]:
+        return [table or "orders", f"{table or 'orders'}_dlq"]
+
+    def expire(self, table: str, policy: Policy, done: Round) -> None:
+        super().expire(table, policy, done)
+        if table == "orders":
+            done.removed_bytes = self.removed.pop(0) if self.removed else 0
+            done.live_bytes = self.live
+
+
+def expiries_of(store: Churning, written: list[list[str]]) -> list[list[str]]:
+    """The tables expired after each batch (batches 0.5 s apart, a 60 s window: expiry due
+    every 2 s), each batch writing the tables `written` gives it."""
+    now = [0.0]
+    schedule = Schedule(
+        store,  # type: ignore[arg-type]
+        lambda: ["orders", "audit"],
+        Policy(128 * 1024 * 1024, 60),
+        every_s=10,
+        clock=lambda: now[0],
+    )
+    found = []
+    for tables in written:
+        now[0] += 0.5
+        before = len(store.calls)
+        schedule.between_batches(tables)
+        found.append([t for call, t in store.calls[before:] if call == "expire"])
+    return found
+
+
+def test_a_table_that_rewrites_itself_is_expired_after_each_batch_that_writes_it() -> None:
+    """Its first expiry removes its live bytes' worth: from then on, each batch writing it
+    expires it (and its `_dlq`); one that writes only another table does not; the other
+    table keeps the 2 s cadence."""
+    store = Churning(removed=[70, 35, 35, 35, 35, 35], live=35)
+    found = expiries_of(store, [["orders"]] * 4 + [["audit"], ["orders"], ["orders"]])
+    every_table = ["audit", "audit_dlq", "orders", "orders_dlq"]
+    assert found == [
+        [],
+        [],
+        [],
+        every_table,
+        [],
+        ["orders", "orders_dlq"],
+        ["orders", "orders_dlq"],
+    ]
+
+
+def test_a_table_whose_expiry_finds_it_calm_again_goes_back_to_the_usual_cadence() -> None:
+    store = Churning(removed=[70, 10], live=35)  # the second expiry removes under half
+    found = expiries_of(store, [["orders"]] * 8)
+    assert [bool(each) for each in found] == [False, False, False, True, True, False, False, True]
+
+
+def test_expiry_that_does_not_know_the_live_bytes_keeps_the_usual_cadence() -> None:
+    store = Churning(removed=[70] * 10, live=0)
+    found = expiries_of(store, [["orders"]] * 8)
+    assert [bool(each) for each in found] == [False, False, False, True] * 2

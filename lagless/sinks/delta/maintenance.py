@@ -171,6 +171,7 @@ class DeltaMaintenance(StoreMaintenance):
         failpoint("mid-expiry")  # old files removed, the log not yet cleaned
         done.removed_files += len(removed)
         done.removed_bytes += sum(before.get(path, (0, 0))[0] for path in removed)
+        done.live_bytes = sum(each.size for each in _data_files(delta))
         # Log cleanup removes only entries a checkpoint replaces. Cleanup first, then a new
         # checkpoint (when the log grew): the checkpoint a cleanup removes was superseded a
         # round ago, so a reader that just read `_last_checkpoint` still finds it.
