@@ -114,7 +114,7 @@ class Schedule:
                 run_round(self.maintenance, table, self.policy, now + SLICE_S, expire)
                 for table in self.maintenance.tables(each)
             ]
-            if expire:
+            if expire and None not in rounds:  # a failed round tells nothing: tried again
                 self._note_churn(each, [done for done in rounds if done is not None])
 
     def _note_churn(self, imported: str, rounds: list[Round]) -> None:
