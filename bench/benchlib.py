@@ -7,6 +7,7 @@ Not a benchmark itself; the scripts beside it import it (they run from this fold
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing
 import os
 import queue
@@ -22,6 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSUME_BATCH = 10_000
@@ -555,6 +560,29 @@ def thread_cpu_seconds(pid: int, name: str) -> float:
             if stat[stat.index("(") + 1 : stat.rindex(")")] == name:
                 total += _cpu_ticks(stat)
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def machine_ms() -> float:
+    """How fast the machine is right now: the median of 5 runs (after one to warm up), in ms,
+    of a fixed single-threaded task shaped like an import's data path (a 200,000-row Arrow
+    table sorted, written as Parquet and read back). A shared or throttled machine moves every
+    figure of a run; printed beside them, this says by how much (higher: slower)."""
+    rng = np.random.default_rng(7)
+    table = pa.table(
+        {
+            "key": rng.integers(0, 1_000_000, 200_000),
+            "amount": rng.random(200_000),
+            "note": pa.array([f"row {n}" for n in rng.integers(0, 50_000, 200_000)]),
+        }
+    )
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        out = io.BytesIO()
+        pq.write_table(table.sort_by("key"), out, compression="zstd")
+        pq.read_table(io.BytesIO(out.getvalue()), use_threads=False)
+        times.append(time.perf_counter() - start)
+    return round(sorted(times[1:])[2] * 1000, 1)
 
 
 def memory_kib(pid: int) -> tuple[int, int] | None:

@@ -28,7 +28,7 @@ processes (its driver, Spark's JVM and Python workers), with lagless's CPU per 1
 beside Debezium's own (its process, while it streamed the updates). Events are Kafka Connect's
 JSON without their schema (`--value-schema` gives the columns) so that the embedded broker,
 which keeps ~5 MB per partition, holds the snapshot; the decoding is the same. The load average
-is printed before and after: the machine is shared.
+and how fast the machine is (`machine_ms`) are printed before and after: the machine is shared.
 
     .venv/bin/python bench/mirror.py                       # 1M rows, 200k updates
     .venv/bin/python bench/mirror.py --rows 20000 --updates 5000 --stores sqlite
@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchlib import (  # noqa: E402
+    machine_ms,
     s3_server,
     thread_cpu_seconds,
     tree_cpu_seconds,
@@ -123,7 +124,8 @@ def bulk(meters: Meters, phase: str, store: str, spec: ImportSpec, besides: int 
 
 
 def load() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    """The load average, and a fixed task's ms (`machine_ms`: higher is slower)."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg()) + f"; machine {machine_ms():g} ms"
 
 
 def sink_for(store: str, work: Path, postgres_url: str, s3: Any) -> str:

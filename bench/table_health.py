@@ -16,7 +16,9 @@ holds, polled every --poll-ms): a record is visible from the poll that finds its
 What the table holds is deleted from the log each second (LedgerWatcher.trim), as retention
 would, sooner: the embedded broker's one thread walks a partition's produce batches from its
 log start for every fetch, and grew to half a core within a minute of upserts, taken from the
-import (the cores it used are printed per run).
+import (the cores it used are printed per run). How fast the machine was, before and after
+each run, is printed too (`machine_ms`: a fixed task's ms; higher is slower): compare runs of
+different days with it in mind.
 
 Goals (issue 32): data files <= live bytes / target + 16; bytes on disk <= 2x live bytes plus
 what the history window keeps (`_kept_for_the_window`); a full read within 1.3x of the
@@ -48,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import CliRun, cli_env, import_args, sink_url, thread_cpu_seconds
+from benchlib import CliRun, cli_env, import_args, machine_ms, sink_url, thread_cpu_seconds
 from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
@@ -795,6 +797,7 @@ def show(reports: list[dict[str, Any]]) -> None:
         "p50 s",
         "p99 s",
         "broker cores",
+        "machine ms",
     )
     for name in columns:
         table.add_column(name, justify="left" if name == "case" else "right")
@@ -811,6 +814,7 @@ def show(reports: list[dict[str, Any]]) -> None:
             str(r["p50_s"]),
             str(r["p99_s"]),
             str(r["broker_cores"]),
+            "{:g}, {:g}".format(*r["machine_ms"]),
         )
     Console(width=max(Console().width, 125)).print(table)
 
@@ -852,8 +856,10 @@ def main() -> int:
             if store == "parquet" and workload == "upsert":
                 continue  # Parquet folders take appends only
             for every in (args.maintain_every, 0.0) if args.without else (args.maintain_every,):
+                speed_before = machine_ms()
                 run = run_case(args, store, workload, every)
                 report = run.report(policy, args.settle_seconds)
+                report["machine_ms"] = [speed_before, machine_ms()]
                 reports.append(report)
                 print(json.dumps(report), flush=True)
                 if run.exit_code != 0:

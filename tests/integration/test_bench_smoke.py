@@ -276,6 +276,10 @@ def test_mirror_puts_debeziums_rate_beside_each_stores() -> None:
     )
     assert debezium and int(debezium[1]) > 0, printed[-2000:]
     assert "sustained 100 updates/s" in printed
+    # How fast the machine was, before and after (a fixed task's ms).
+    for when in ("before", "after"):
+        speed = re.search(rf"^load average {when}: [\d. ]+; machine ([\d.]+) ms$", printed, re.M)
+        assert speed and float(speed[1]) > 0, printed[-2000:]
 
 
 @pytest.mark.matrix
@@ -307,7 +311,8 @@ def test_table_health_samples_files_bytes_reads_and_latency(tmp_path: Path) -> N
     assert between(figures["worst_read_x"], 0.01, 100)
     assert between(figures["worst_own_read_x"], 0.01, 100)
     assert between(figures["broker_cores"], 0.0, 2.0)  # its thread, in the bench's process
-    assert "table health under a continuous import" in printed and "broker cores" in printed
+    assert all(between(ms, 1, 60_000) for ms in figures["machine_ms"]), figures["machine_ms"]
+    assert "table health under a continuous import" in printed and "machine ms" in printed
     assert (tmp_path / "table_health-delta-upsert.png").read_bytes().startswith(PNG_MAGIC)
 
 
