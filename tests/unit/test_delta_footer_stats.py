@@ -34,3 +34,30 @@ def test_a_column_with_an_infinite_bound_has_no_bounds(tmp_path: Path) -> None:
     assert stats["maxValues"] == {"offset": 9, "y": 2.0}
     assert stats["nullCount"] == {"offset": 0, "x": 1, "y": 0}
     assert stats["numRecords"] == 3
+
+
+def test_numbers_of_another_logical_type_have_no_bounds(tmp_path: Path) -> None:
+    """polars stores a decimal as an INT64 and a date as an INT32, whose footer bounds pyarrow
+    gives as Decimal and date: JSON cannot hold them, and Delta writes them otherwise (a
+    decimal's bound as a number of its scale, a date's as text). They keep their null counts."""
+    import datetime
+    import decimal
+
+    import polars as pl
+
+    path = tmp_path / "part.parquet"
+    pl.DataFrame(
+        {
+            "id": [1, 7],
+            "balance": [decimal.Decimal("1.25"), None],
+            "day": [datetime.date(2026, 1, 2), datetime.date(2026, 3, 4)],
+            "at": [datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)] * 2,
+        },
+        schema_overrides={"balance": pl.Decimal(12, 2)},
+    ).write_parquet(path)
+
+    stats = footer_stats(pq.read_metadata(path))
+
+    assert json.loads(json.dumps(stats)) == stats
+    assert stats["minValues"] == {"id": 1} and stats["maxValues"] == {"id": 7}
+    assert stats["nullCount"] == {"id": 0, "balance": 1, "day": 0, "at": 0}

@@ -18,8 +18,8 @@ from lagless.exceptions import BadInput
 from lagless.sinks import Target, sink_from_url
 from lagless.sinks.base import TOMBSTONE
 from lagless.sinks.iceberg import IcebergSink
-from lagless.sinks.iceberg.newer_wins import plan
 from lagless.sinks.ledger import Batch
+from lagless.sinks.newer_wins import plan
 from lagless.sinks.upsert_order import LOG_TIME
 from tests.unit.test_ledger_stores import PARTITIONS, TOPIC, commit, iceberg_rows
 

@@ -132,13 +132,13 @@ def write(sink: Sink, store: str, rows: pa.Table, batch: Batch, staging: Path) -
     if store == "sqlite":
         sink.write_arrow(rows.to_reader(), TARGET, batch)  # type: ignore[attr-defined]
         return
+    if store == "delta":
+        sink._upsert(rows, TARGET, batch)  # type: ignore[attr-defined]
+        return
     staging.mkdir(parents=True, exist_ok=True)
     path = str(staging / f"part-{batch.id}-{len(os.listdir(staging))}.parquet")
     pq.write_table(rows, path)
-    if store == "delta":
-        sink._merge([path], TARGET, batch)  # type: ignore[attr-defined]
-    else:
-        sink._upsert([path], TARGET, batch)  # type: ignore[attr-defined]
+    sink._upsert([path], TARGET, batch)  # type: ignore[attr-defined]
 
 
 def table(store: str, sink: Sink) -> list[tuple[bytes, int, int, bytes | None]]:

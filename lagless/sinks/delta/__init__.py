@@ -12,25 +12,21 @@ and two imports committing the same partitions at once cannot both win (Delta's 
 check on application transactions): exactly once without unique keys. Tables an earlier
 lagless wrote without these count by the offsets their rows hold.
 
-Upsert is a MERGE on the key (the Kafka key, or --key-field's fields) whose source holds one row
-per key (rows.accepted coalesces): a newer record replaces the row, a tombstone (a row flagged
-TOMBSTONE: its value was null) deletes it and is kept, newer-only, in
-`<table>_tombstones`, so a record older than a key's tombstone does not bring the key back.
+Upsert is on the key (the Kafka key, or --key-field's fields), from a batch of one row per key
+(rows.accepted coalesces): a newer record replaces the row, a tombstone (a row flagged
+TOMBSTONE: its value was null) deletes it and is kept, newer-only, in `<table>_tombstones`, so
+a record older than a key's tombstone does not bring the key back. lagless writes these
+commits itself, copy-on-write (upsert.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
-from lagless.cdc.envelope import DELETED
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
@@ -42,9 +38,17 @@ from lagless.sinks.base import (
     Written,
     check_writable_path,
 )
+from lagless.sinks.delta.log import (
+    RANGES,
+    app_id,
+    footer_stats,
+    is_replay,
+    log_time_id,
+    transactions,
+    unwritable,
+)
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
-from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
-from lagless.sinks.sql import newer, soft_deleted_columns
+from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.upsert_order import LOG_TIME
 
@@ -58,8 +62,7 @@ if TYPE_CHECKING:
 IDENTITY = ("partition", "offset", "timestamp")
 # What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
 RANKED = ("partition", "offset", "timestamp", "topic", LOG_TIME)
-# In upsert mode a record without a value deletes its key (Kafka's compaction convention).
-IS_TOMBSTONE = f's."{TOMBSTONE}"'
+__all__ = ["DeltaSink", "footer_stats"]
 
 
 def _mode_description(mode: WriteMode) -> str:
@@ -98,6 +101,12 @@ class DeltaSink(FolderTableSink):
                     f"Delta table {path!r} has another layout ({description or 'not lagless'}); "
                     "pick another --table or --write mode"
                 )
+            refused = unwritable(found, changes_rows=True) if mode == "upsert" else None
+            if refused:
+                raise BadInput(
+                    f"Delta table {path!r}: lagless cannot write its upserts ({refused}); pick "
+                    "another --table"
+                )
 
     def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
         from lagless.sinks.delta.maintenance import DeltaMaintenance
@@ -118,7 +127,7 @@ class DeltaSink(FolderTableSink):
             delta = DeltaTable(path, storage_options=self.storage.client_options())
         except TableNotFoundError:
             return {}
-        held = {tp: v for tp in partitions if (v := delta.transaction_version(_app_id(tp)))}
+        held = {tp: v for tp in partitions if (v := delta.transaction_version(app_id(tp)))}
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
 
@@ -127,7 +136,7 @@ class DeltaSink(FolderTableSink):
         delta = self._open_or_none(target.table) if target.mode == "upsert" else None
         if delta is None:
             return {}
-        found = {tp: delta.transaction_version(_log_time_id(tp)) for tp in partitions}
+        found = {tp: delta.transaction_version(log_time_id(tp)) for tp in partitions}
         return {tp: ms for tp, ms in found.items() if ms is not None}
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
@@ -145,27 +154,26 @@ class DeltaSink(FolderTableSink):
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]
     ) -> Written | None:
-        """A batch of rows: tasks write the files, the driver appends them or merges them."""
+        """A batch of rows: tasks write the files, the driver appends them or upserts their
+        rows."""
         files = self._stage(rows, target, target.table)
         before_commit()
         if target.mode == "append":
             return None if self._append(target.table, files, batch) else ALREADY_HELD
-        return self._merge(files, target, batch)
+        if not files:  # every record rejected or skipped: the ranges are recorded still
+            return Written(0) if self._append(target.table, [], batch) else ALREADY_HELD
+        batch_rows = pa.concat_tables([self.storage.read_parquet(path) for path in files])
+        self._drop(files)
+        return self._upsert(batch_rows, target, batch)
 
     def takes_upsert_rows(self, target: Target) -> bool:
         return target.mode == "upsert"
 
     def upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
-        """A batch of rows one per key, from the driver: staged as one file, then merged."""
-        staging = self._staging(target, target.table)
-        self.storage.makedirs(staging)
-        path = self.storage.join(staging, f"rows-{batch.id}.parquet")
-        self.storage.write_parquet(path, rows)
-        try:
-            return self._merge([path], target, batch)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                self.storage.remove(path)
+        """A batch of rows one per key, from the driver."""
+        if not rows.num_rows:
+            return Written(0) if self._append(target.table, [], batch) else ALREADY_HELD
+        return self._upsert(rows, target, batch)
 
     def write_dead_letters(self, rows: DataFrame, target: Target, batch: Batch) -> None:
         """Its rejected records, appended to `<table>_dlq` before the batch's rows commit."""
@@ -195,7 +203,7 @@ class DeltaSink(FolderTableSink):
             if not files:
                 return True
             delta = self._open(table, "append", self._schema(files[0]))
-        if _is_replay(delta, batch):
+        if is_replay(delta, batch):
             self._drop(files)
             return False
         folder = self.storage.join(self.location, table)
@@ -222,105 +230,42 @@ class DeltaSink(FolderTableSink):
         except TableNotFoundError:
             return None
 
-    def _merge(self, files: list[str], target: Target, batch: Batch) -> Written:
-        """Tombstones into `<table>_tombstones`, then one MERGE into the target: a record only
-        replaces an older row and only when newer than its key's tombstone; a tombstone deletes
-        an older row. Both commits are newer-only, so a replay between them changes nothing."""
-        import polars as pl
+    def _upsert(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
+        """Tombstones into `<table>_tombstones`, then the target (upsert.py): both newer-only,
+        each one commit with the batch's ranges, so a replay between the two changes nothing."""
+        from lagless.sinks.delta.upsert import Table, upsert
 
-        if not files:  # every record rejected or skipped: the ranges are recorded still
-            return Written(0) if self._append(target.table, [], batch) else ALREADY_HELD
-        rows_schema = self._schema(files[0])
-        stored = rows_schema.remove(rows_schema.get_field_index(TOMBSTONE))
-        delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
-        if _is_replay(delta, batch):
-            self._drop(files)
-            return ALREADY_HELD
         keys = target.unique
-
-        def same_key(a: str, b: str) -> str:
-            return " AND ".join(f'{a}."{k}" = {b}."{k}"' for k in keys)
-
-        source = pl.scan_parquet(files, storage_options=self.storage.client_options())
-        tombstones = source.filter(pl.col(TOMBSTONE)).select(*keys, *RANKED).collect()
-        graves = self._open(target.tombstone_table, "upsert", tombstones.to_arrow().schema)
-        if tombstones.height and not _is_replay(graves, batch):
-            _commit(
-                graves,
-                batch,
-                lambda props: (
-                    graves.merge(
-                        tombstones,
-                        same_key("t", "s"),
-                        source_alias="s",
-                        target_alias="t",
-                        commit_properties=props,
-                    )
-                    .when_matched_update_all(newer("s", "t"))
-                    .when_not_matched_insert_all()
-                    .execute()
-                ),
-            )  # _commit leaves `graves` at the version it committed
-        failpoint("mid-write")  # tombstones kept, the target not yet merged
-        alive = pl.SQLContext(source=source, graves=pl.scan_delta(graves)).execute(
-            f"SELECT s.* FROM source AS s LEFT JOIN graves AS d ON {same_key('s', 'd')} "
-            f'WHERE {IS_TOMBSTONE} OR d."partition" IS NULL OR {newer("s", "d")}'
-        )
-        merge_source = alive.collect(engine="streaming")
-        whole = f"({newer('s', 't')})"
-        # Every stored column from the source row: the tombstone flag itself is not stored.
-        columns = {name: f's."{name}"' for name in stored.names}
-        updated = columns | {
-            name: f'CASE WHEN s."{name}" = {marker} THEN t."{name}" ELSE s."{name}" END'
-            for name, marker in _kept(target)
-        }
-
-        def merged(props: Any) -> Any:
-            merger = delta.merge(
-                merge_source,
-                same_key("t", "s"),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=props,
-            )
-            deleted = f"{IS_TOMBSTONE} AND {whole}"
-            if target.deletes == "soft":
-                flagged = {name: f's."{name}"' for name in soft_deleted_columns(target)}
-                merger = merger.when_matched_update(flagged | {DELETED: "true"}, deleted)
-            else:
-                merger = merger.when_matched_delete(deleted)
-            return (
-                merger.when_matched_update(updated, f"NOT {IS_TOMBSTONE} AND {whole}")
-                .when_not_matched_insert(columns, f"NOT {IS_TOMBSTONE}")
-                .execute()
-            )
-
-        metrics = _commit(delta, batch, merged)
-        if metrics is _LOST_TO_A_REPLAY:
+        stored = _delta_types(rows.schema.remove(rows.schema.get_field_index(TOMBSTONE)))
+        delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
+        if is_replay(delta, batch):
             return ALREADY_HELD
-        if not _is_replay(delta, batch):
-            # A MERGE that changed nothing (tombstones of keys the table lacks, records that
-            # lost) commits nothing, so its ranges and log times would be missing: a rerun
-            # would read the batch again and find the tombstones' table holding it already.
-            _commit(
-                delta,
-                batch,
-                lambda props: delta.create_write_transaction(
-                    [], "append", delta.schema(), commit_properties=props
-                ),
-            )
-        # Rows gained or replaced, as every store counts them (not the tombstones' deletes).
-        return Written(metrics["num_target_rows_inserted"] + metrics["num_target_rows_updated"])
+        tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
+        self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
+
+        def current(table: str) -> Callable[[], Table]:
+            """The table's current version, each time it is called."""
+            folder = self.storage.join(self.location, table)
+
+            def opened() -> Table:
+                delta = self._open_or_none(table)
+                if delta is None:
+                    raise TerminalError(f"Delta table {folder!r} was removed during a batch")
+                return Table(folder, self.storage, delta)
+
+            return opened
+
+        if tombstones.num_rows:
+            flagged = tombstones.append_column(TOMBSTONE, pa.repeat(False, tombstones.num_rows))
+            upsert(current(target.tombstone_table), flagged, keys, batch)
+        failpoint("mid-write")  # tombstones kept, the target not yet upserted
+        graves = current(target.tombstone_table)()
+        added = upsert(current(target.table), rows, keys, batch, target, graves)
+        return ALREADY_HELD if added is None else Written(added)
 
     def _schema(self, path: str) -> pa.Schema:
-        """A staged file's columns as Delta takes them: an instant's zone is UTC (Spark's
-        files name the session's, such as Etc/UTC, which Delta refuses)."""
-        schema = self.storage.parquet_metadata(path).schema.to_arrow_schema()
-        for index, column in enumerate(schema):
-            if pa.types.is_timestamp(column.type) and column.type.tz is not None:
-                utc = pa.timestamp(column.type.unit, tz="UTC")
-                schema = schema.set(index, column.with_type(utc))
-        return schema
+        """A staged file's columns as Delta takes them (_delta_types)."""
+        return _delta_types(self.storage.parquet_metadata(path).schema.to_arrow_schema())
 
     def _drop(self, files: list[str]) -> None:
         for path in files:
@@ -382,16 +327,14 @@ class DeltaSink(FolderTableSink):
         return delta
 
 
-def _kept(target: Target) -> list[tuple[str, str]]:
-    """Debezium: the columns whose UNAVAILABLE value keeps the stored one, each with that
-    value as a literal of DataFusion's SQL."""
-    if target.value_format != "debezium" or target.mode != "upsert" or target.fields is None:
-        return []
-    raw, text = f"X'{UNAVAILABLE_BYTES.hex()}'", f"'{UNAVAILABLE}'"
-    return [
-        (name, raw if binary else text)
-        for name, binary in kept_columns(target.fields, target.unique)
-    ]
+def _delta_types(schema: pa.Schema) -> pa.Schema:
+    """Columns as Delta takes them: an instant's zone is UTC (Spark's files name the
+    session's, such as Etc/UTC, which Delta refuses)."""
+    for index, column in enumerate(schema):
+        if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+            utc = pa.timestamp(column.type.unit, tz="UTC")
+            schema = schema.set(index, column.with_type(utc))
+    return schema
 
 
 def _added_for_ranks(found: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> list[str]:
@@ -407,25 +350,6 @@ def _added_for_ranks(found: list[tuple[str, str]], wanted: list[tuple[str, str]]
 def _columns(schema: Any) -> list[tuple[str, str]]:
     """Names and Delta types; not nullability, which differs between Spark's rows and files."""
     return [(f["name"], json.dumps(f["type"])) for f in json.loads(schema.to_json())["fields"]]
-
-
-def _app_id(tp: TP) -> str:
-    """The application transaction that holds a partition's place in the table's log."""
-    return f"lagless:{tp[0]}:{tp[1]}"
-
-
-def _log_time_id(tp: TP) -> str:
-    """The application transaction whose version is an upsert partition's log time."""
-    return f"lagless-log-time:{tp[0]}:{tp[1]}"
-
-
-def _is_replay(delta: DeltaTable, batch: Batch) -> bool:
-    """The log holds the batch's offsets already (ledger.verdict; raises ConcurrentImport when
-    it holds part of them)."""
-    held = {
-        tp: v for tp in batch.covered if (v := delta.transaction_version(_app_id(tp))) is not None
-    }
-    return verdict(batch, held) is Verdict.REPLAY
 
 
 def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
@@ -460,22 +384,15 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties, Transaction
 
-    ranges = batch.covered
-    log_times = [
-        Transaction(_log_time_id(tp), ms)
-        for tp, ms in sorted(batch.log_times.items())
-        if tp in ranges
-    ]
     props = CommitProperties(
-        app_transactions=[Transaction(_app_id(tp), end) for tp, (_, end) in ranges.items()]
-        + log_times,
-        custom_metadata={"lagless.ranges": batch.to_json()},
+        app_transactions=[Transaction(name, version) for name, version in transactions(batch)],
+        custom_metadata={RANGES: batch.to_json()},
     )
     try:
         done = action(props)
     except CommitFailedError:
         delta.update_incremental()
-        if not _is_replay(delta, batch):
+        if not is_replay(delta, batch):
             raise ConcurrentImport(
                 f"a commit to {delta.table_uri} lost to another import of the same partitions; "
                 "rerun to resume after what the table holds"
@@ -483,37 +400,3 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
         done = _LOST_TO_A_REPLAY
     delta.update_incremental()
     return done
-
-
-def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
-    """Delta file statistics (numRecords, nullCount; minValues and maxValues for numbers, whose
-    bounds are exact) from the row groups' statistics in a Parquet footer. A column with an
-    infinite bound has none: JSON cannot hold it, and the log's readers refuse "Infinity"."""
-    nulls: dict[str, int] = {}
-    low: dict[str, Any] = {}
-    high: dict[str, Any] = {}
-    unbounded = set()
-    for column, stats in _column_stats(metadata):
-        nulls[column] = nulls.get(column, 0) + stats.null_count
-        if stats.has_min_max and stats.physical_type in ("INT32", "INT64", "FLOAT", "DOUBLE"):
-            if not (math.isfinite(stats.min) and math.isfinite(stats.max)):
-                unbounded.add(column)
-            low[column] = min(low.get(column, stats.min), stats.min)
-            high[column] = max(high.get(column, stats.max), stats.max)
-    for column in unbounded:
-        del low[column], high[column]
-    return {
-        "numRecords": metadata.num_rows,
-        "minValues": low,
-        "maxValues": high,
-        "nullCount": nulls,
-    }
-
-
-def _column_stats(metadata: pq.FileMetaData) -> Iterator[tuple[str, Any]]:
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            if chunk.statistics is not None and "." not in chunk.path_in_schema:
-                yield chunk.path_in_schema, chunk.statistics

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.delta import footer_stats
+from lagless.sinks.delta.log import LOG, footer_stats, unwritable
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
 if TYPE_CHECKING:
@@ -43,11 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOG = "_delta_log"
 RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
-# Writer features whose tables lagless's entries keep valid; any other (row tracking, deletion
-# vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
-KNOWN_FEATURES = {"appendOnly", "invariants", "checkConstraints", "generatedColumns"}
 # Versions other writers took (appends) that a compaction's entry moves past before it gives up.
 COMMIT_ATTEMPTS = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's): a
@@ -86,7 +82,7 @@ class DeltaMaintenance(StoreMaintenance):
         delta = self._open(table)
         if delta is None:
             return
-        refused = _unwritable(delta)
+        refused = unwritable(delta)
         if refused:
             done.skipped = refused
             return
@@ -222,19 +218,6 @@ def _data_files(delta: DeltaTable) -> list[DataFile]:
             strict=True,
         )
     ]
-
-
-def _unwritable(delta: DeltaTable) -> str | None:
-    """Why lagless's entries would not be valid in this table; None: they are."""
-    protocol = delta.protocol()
-    if delta.metadata().partition_columns:
-        return "the table is partitioned"
-    if protocol.min_writer_version <= 4:
-        return None
-    features = set(protocol.writer_features or ())
-    if protocol.min_writer_version == 7 and features <= KNOWN_FEATURES:
-        return None
-    return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
 
 
 def _entry(read_version: int, group: list[DataFile], merged: Merged, policy: Policy) -> str:

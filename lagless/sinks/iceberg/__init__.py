@@ -10,7 +10,7 @@ catalog's warehouse, its tables on S3 (rest.py). `<table>_dlq` (dead letters) an
 `<table>_tombstones` beside it. Tasks write into `<table>/_staging/<run>` (raw appends through
 the source's executorWriter, other rows through mapInArrow: task_files.py); the driver moves
 the files into the table's `data` folder and adds them as they are (add_files reads only their
-footers: no row passes through the driver). Upserts are planned on the driver (newer_wins.py)
+footers: no row passes through the driver). Upserts are planned on the driver (sinks/newer_wins.py)
 and committed as position deletes of the replaced rows and an append of the newer rows, one
 commit (row_delta.py; copy-on-write where the table asks for it).
 
@@ -54,7 +54,6 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
-from lagless.sinks.iceberg.newer_wins import COORDINATES, mirrored, needs_held_values, plan
 from lagless.sinks.iceberg.rest import RestUrl, is_rest, open_catalog, parse_rest
 from lagless.sinks.iceberg.rest import errors as rest_errors
 from lagless.sinks.iceberg.row_delta import (
@@ -65,12 +64,18 @@ from lagless.sinks.iceberg.row_delta import (
     FileColumns,
     commit_row_delta,
     merge_on_read,
-    row_numbers,
     rows_in_place,
     write_delete_files,
 )
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
+from lagless.sinks.newer_wins import (
+    COORDINATES,
+    mirrored,
+    needs_held_values,
+    plan,
+    row_numbers,
+)
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
 from lagless.sinks.task_files import Conform, stage_rows
 from lagless.sinks.url import parse_local

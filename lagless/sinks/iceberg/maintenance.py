@@ -39,11 +39,11 @@ from lagless.sinks.iceberg.row_delta import (
     commit_row_delta,
     deleted_positions,
     referenced_data_file,
-    row_numbers,
     write_delete_files,
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
+from lagless.sinks.newer_wins import row_numbers
 
 # Snapshots a table keeps at most, whatever the history window: every commit rewrites the
 # table's metadata file, which lists each kept snapshot with its summary (the ledger's ranges

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from lagless.exceptions import TerminalError
 from lagless.sinks.base import in_schema
+from lagless.sinks.newer_wins import keyed_positions
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -96,13 +97,6 @@ class UnreadDeletes(TerminalError):
     """An Iceberg table's delete files are of a kind lagless does not apply."""
 
 
-def row_numbers(count: int) -> pa.Array:
-    """0 .. count-1, as int64 (through numpy: a Python range of a million takes ~50 ms)."""
-    import numpy as np
-
-    return pa.array(np.arange(count, dtype=np.int64))
-
-
 def merge_on_read(table: Table) -> bool:
     """Upserts into `table` write position deletes: it asks for them, and its format (v2,
     unpartitioned, as lagless makes them) takes them."""
@@ -142,7 +136,7 @@ def rows_in_place(
     for task in tasks:
         path = task.file.file_path
         rows = in_schema(read(path, _present(table, task.file, wanted)), wanted)
-        positions = _keyed(rows, keys)
+        positions = keyed_positions(rows, keys)
         gone = deleted.get(path)
         if gone is not None and len(gone) and len(positions):
             # The value set is the smaller side: the rows matched, not the file's deletes.
@@ -160,15 +154,6 @@ def rows_in_place(
         empty = wanted.append(named).append(pa.field(POS, pa.int64()))
         return empty.empty_table()
     return pa.concat_tables(parts)
-
-
-def _keyed(rows: pa.Table, keys: pa.Table) -> pa.Array:
-    """The positions of the rows whose key is a row of `keys`, in order (int64)."""
-    names = keys.column_names
-    places = rows.select(names).append_column("_lagless_place", row_numbers(rows.num_rows))
-    # A join carries only the keys and a row's place: Arrow's join takes no list column.
-    found = places.join(keys, names, join_type="left semi").column("_lagless_place")
-    return pc.take(found, pc.sort_indices(found)).combine_chunks()
 
 
 def _present(table: Table, data_file: DataFile, wanted: pa.Schema) -> list[str] | None:

@@ -1,0 +1,184 @@
+"""A Delta table's log as lagless writes it: the actions of the entries it puts itself (an
+upsert's, upsert.py; a compaction's, maintenance.py) and the ledger it keeps there.
+
+The ledger is an application transaction per topic partition (app id `lagless:<topic>:
+<partition>`, version = the first offset above the batches the table holds) and, for upserts,
+one per partition whose version is its log time (upsert_order.py). delta-rs commits them with
+an append (`CommitProperties.app_transactions`); lagless's own entries carry them as `txn`
+actions, the same thing in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from lagless.sinks.ledger import TP, Batch, Verdict, verdict
+from lagless.sinks.maintenance import DataFile
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from lagless.sinks.storage import LocalStorage, S3Storage
+
+LOG = "_delta_log"
+# Writer features whose tables lagless's entries keep valid; any other (row tracking, deletion
+# vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
+KNOWN_FEATURES = {
+    "appendOnly",
+    "invariants",
+    "checkConstraints",
+    "generatedColumns",
+    "timestampNtz",
+}
+# The commit information's key that holds a batch's ranges (for people reading the log).
+RANGES = "lagless.ranges"
+
+
+def app_id(tp: TP) -> str:
+    """The application transaction that holds a partition's place in the table's log."""
+    return f"lagless:{tp[0]}:{tp[1]}"
+
+
+def log_time_id(tp: TP) -> str:
+    """The application transaction whose version is an upsert partition's log time."""
+    return f"lagless-log-time:{tp[0]}:{tp[1]}"
+
+
+def transactions(batch: Batch) -> list[tuple[str, int]]:
+    """The application transactions a commit of the batch records: its ranges' ends and its
+    partitions' log times."""
+    ranges = batch.covered
+    ends = [(app_id(tp), end) for tp, (_, end) in ranges.items()]
+    times = [(log_time_id(tp), ms) for tp, ms in sorted(batch.log_times.items()) if tp in ranges]
+    return ends + times
+
+
+def is_replay(delta: DeltaTable, batch: Batch) -> bool:
+    """The log holds the batch's offsets already (ledger.verdict; raises ConcurrentImport when
+    it holds part of them)."""
+    held = {
+        tp: v for tp in batch.covered if (v := delta.transaction_version(app_id(tp))) is not None
+    }
+    return verdict(batch, held) is Verdict.REPLAY
+
+
+def unwritable(delta: DeltaTable, changes_rows: bool = False) -> str | None:
+    """Why lagless's entries would not be valid in this table; None: they are. An entry that
+    `changes_rows` (an upsert's; a compaction's keeps them) must also find no rule that asks a
+    writer more of the rows it writes or removes."""
+    protocol = delta.protocol()
+    if delta.metadata().partition_columns:
+        return "the table is partitioned"
+    features = set(protocol.writer_features or ())
+    if protocol.min_writer_version > 4 and not (
+        protocol.min_writer_version == 7 and features <= KNOWN_FEATURES
+    ):
+        return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
+    return _rules_for_rows(delta) if changes_rows else None
+
+
+def _rules_for_rows(delta: DeltaTable) -> str | None:
+    configured = delta.metadata().configuration
+    if configured.get("delta.appendOnly") == "true":
+        return "it is append-only"
+    if configured.get("delta.enableChangeDataFeed") == "true":
+        return "it keeps a change data feed"
+    if any(name.startswith("delta.constraints.") for name in configured):
+        return "it has CHECK constraints"
+    if "delta.generationExpression" in delta.schema().to_json():
+        return "it has generated columns"
+    return None
+
+
+def commit_info(
+    operation: str, read_version: int, now: int, metrics: dict[str, int], **extra: str
+) -> dict[str, Any]:
+    return {
+        "commitInfo": {
+            "timestamp": now,
+            "operation": operation,
+            "operationParameters": {},
+            "readVersion": read_version,
+            "isBlindAppend": False,
+            "operationMetrics": metrics,
+            "clientVersion": "lagless",
+            **extra,
+        }
+    }
+
+
+def txn(application: str, version: int, now: int) -> dict[str, Any]:
+    return {"txn": {"appId": application, "version": version, "lastUpdated": now}}
+
+
+def add(
+    storage: LocalStorage | S3Storage, folder: str, path: str, data_change: bool
+) -> dict[str, Any]:
+    """An add action for a file in the table's folder, statistics from its Parquet footer."""
+    size, modified = storage.stat(path)
+    return {
+        "add": {
+            "path": path[len(folder) + 1 :],
+            "partitionValues": {},
+            "size": size,
+            "modificationTime": modified,
+            "dataChange": data_change,
+            "stats": json.dumps(footer_stats(storage.parquet_metadata(path))),
+        }
+    }
+
+
+def remove(each: DataFile, now: int, data_change: bool) -> dict[str, Any]:
+    return {
+        "remove": {
+            "path": each.path,
+            "deletionTimestamp": now,
+            "dataChange": data_change,
+            "extendedFileMetadata": True,
+            "partitionValues": {},
+            "size": each.size,
+        }
+    }
+
+
+def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
+    """Delta file statistics (numRecords, nullCount; minValues and maxValues for plain numbers,
+    whose bounds are exact: not decimals, dates or times, which Parquet may store as numbers)
+    from the row groups' statistics in a Parquet footer. A column with an infinite bound has
+    none: JSON cannot hold it, and the log's readers refuse "Infinity"."""
+    nulls: dict[str, int] = {}
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    unbounded = set()
+    for column, stats in _column_stats(metadata):
+        nulls[column] = nulls.get(column, 0) + stats.null_count
+        if stats.has_min_max and _plain_number(stats.min) and _plain_number(stats.max):
+            if not (math.isfinite(stats.min) and math.isfinite(stats.max)):
+                unbounded.add(column)
+            low[column] = min(low.get(column, stats.min), stats.min)
+            high[column] = max(high.get(column, stats.max), stats.max)
+    for column in unbounded:
+        del low[column], high[column]
+    return {
+        "numRecords": metadata.num_rows,
+        "minValues": low,
+        "maxValues": high,
+        "nullCount": nulls,
+    }
+
+
+def _plain_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _column_stats(metadata: pq.FileMetaData) -> Iterator[tuple[str, Any]]:
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            if chunk.statistics is not None and "." not in chunk.path_in_schema:
+                yield chunk.path_in_schema, chunk.statistics
