@@ -12,7 +12,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from lagless.sinks import sink_from_url
 from lagless.sinks.delta import DeltaSink
-from lagless.sinks.delta.maintenance import DeltaMaintenance, _data_files
+from lagless.sinks.delta.log import data_files
+from lagless.sinks.delta.maintenance import DeltaMaintenance
 from lagless.sinks.maintenance import Policy, Round, plan
 
 POLICY = Policy(target_file_size=1024 * 1024, keep_history_s=3600, thorough=True)
@@ -34,7 +35,7 @@ def stale_rewrite(lake: Path) -> tuple[DeltaMaintenance, DeltaTable, Round, list
     assert isinstance(sink, DeltaSink)
     maintenance = DeltaMaintenance(sink)
     delta = DeltaTable(str(lake / "t"))
-    return maintenance, delta, Round("t"), plan(_data_files(delta), 1024 * 1024, True)[0]
+    return maintenance, delta, Round("t"), plan(data_files(delta), 1024 * 1024, True)[0]
 
 
 def test_a_compaction_passes_appends_committed_meanwhile(tmp_path: Path) -> None:

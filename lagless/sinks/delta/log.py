@@ -15,6 +15,9 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lagless.sinks.ledger import TP, Batch, Verdict, verdict
 from lagless.sinks.maintenance import DataFile
 
@@ -143,6 +146,32 @@ def remove(each: DataFile, now: int, data_change: bool) -> dict[str, Any]:
             "size": each.size,
         }
     }
+
+
+def data_files(delta: DeltaTable, keys: pa.Table | None = None) -> list[DataFile]:
+    """The version's data files, each with the rows its log entry counts; with `keys`, those
+    whose statistics do not put a key column outside the keys' range."""
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    keep = pa.repeat(pa.scalar(True), actions.num_rows)
+    for name, column in zip(keys.column_names, keys.columns, strict=True) if keys else []:
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            continue
+        if column.null_count or f"min.{name}" not in actions.column_names:
+            continue
+        low, high = pc.min_max(column).values()
+        low_of, high_of = actions.column(f"min.{name}"), actions.column(f"max.{name}")
+        outside = pc.or_(pc.less(high_of, low.as_py()), pc.greater(low_of, high.as_py()))
+        keep = pc.and_(keep, pc.invert(pc.fill_null(outside, False)))
+    kept = actions.filter(keep)
+    return [
+        DataFile(path, size, records)
+        for path, size, records in zip(
+            kept.column("path").to_pylist(),
+            kept.column("size_bytes").to_pylist(),
+            kept.column("num_records").to_pylist(),
+            strict=True,
+        )
+    ]
 
 
 def footer_stats(metadata: pq.FileMetaData) -> dict[str, Any]:

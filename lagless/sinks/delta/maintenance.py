@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.delta.log import LOG, footer_stats, unwritable
+from lagless.sinks.delta.log import LOG, data_files, footer_stats, unwritable
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class DeltaMaintenance(StoreMaintenance):
         first = True
         while first or time.monotonic() < deadline:
             first = False
-            groups = plan(_data_files(delta), policy.target_file_size, policy.thorough)
+            groups = plan(data_files(delta), policy.target_file_size, policy.thorough)
             if not groups:
                 break
             if not self._rewrite(table, delta, groups[0], policy, done):
@@ -167,7 +167,7 @@ class DeltaMaintenance(StoreMaintenance):
         failpoint("mid-expiry")  # old files removed, the log not yet cleaned
         done.removed_files += len(removed)
         done.removed_bytes += sum(before.get(path, (0, 0))[0] for path in removed)
-        done.live_bytes = sum(each.size for each in _data_files(delta))
+        done.live_bytes = sum(each.size for each in data_files(delta))
         # Log cleanup removes only entries a checkpoint replaces. Cleanup first, then a new
         # checkpoint (when the log grew): the checkpoint a cleanup removes was superseded a
         # round ago, so a reader that just read `_last_checkpoint` still finds it.
@@ -181,7 +181,7 @@ class DeltaMaintenance(StoreMaintenance):
         delta = self._open(table)
         if delta is None:
             return None
-        files = _data_files(delta)
+        files = data_files(delta)
         folder = self._path(table)
         on_disk = self.storage.files(folder)
         return Health(
@@ -203,21 +203,6 @@ class DeltaMaintenance(StoreMaintenance):
 
     def _open(self, table: str) -> DeltaTable | None:
         return self.sink._open_or_none(table) if self._has_log(table) else None
-
-
-def _data_files(delta: DeltaTable) -> list[DataFile]:
-    """The current version's files, each with the rows its log entry counts (one read of the
-    add actions serves both the plan and the rewrite's check)."""
-    actions = pa.table(delta.get_add_actions(flatten=True))
-    return [
-        DataFile(path, size, records)
-        for path, size, records in zip(
-            actions.column("path").to_pylist(),
-            actions.column("size_bytes").to_pylist(),
-            actions.column("num_records").to_pylist(),
-            strict=True,
-        )
-    ]
 
 
 def _entry(read_version: int, group: list[DataFile], merged: Merged, policy: Policy) -> str:

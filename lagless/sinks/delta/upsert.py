@@ -35,13 +35,13 @@ from lagless.sinks.delta.log import (
     RANGES,
     add,
     commit_info,
+    data_files,
     is_replay,
     remove,
     transactions,
     txn,
 )
 from lagless.sinks.ledger import Batch, ConcurrentImport
-from lagless.sinks.maintenance import DataFile
 from lagless.sinks.newer_wins import (
     COORDINATES,
     Plan,
@@ -159,7 +159,7 @@ def held_rows(
     wanted = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     wanted = in_schema(wanted, pa.schema([schema.field(k) for k in keys]))
     parts = []
-    for each in _data_files(table.delta, wanted):
+    for each in data_files(table.delta, wanted):
         found = table.read(each.path, columns)
         positions = keyed_positions(found, wanted)
         if len(positions):
@@ -188,7 +188,7 @@ def _rewrite(
         list(keys),
         join_type="left semi",
     )
-    files = _data_files(table.delta)
+    files = data_files(table.delta)
     by_path = {each.path: each for each in files}
     touched = sorted(pc.unique(gone.column(FILE)).to_pylist()) if gone.num_rows else []
     added = _frame(in_schema(planned.added, schema)) if planned.added.num_rows else None
@@ -232,29 +232,3 @@ def _frame(rows: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(rows)
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-def _data_files(delta: DeltaTable, keys: pa.Table | None = None) -> list[DataFile]:
-    """The version's data files; with `keys`, those whose statistics do not put a key column
-    outside the keys' range."""
-    actions = pa.table(delta.get_add_actions(flatten=True))
-    keep = pa.repeat(pa.scalar(True), actions.num_rows)
-    for name, column in zip(keys.column_names, keys.columns, strict=True) if keys else []:
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            continue
-        if column.null_count or f"min.{name}" not in actions.column_names:
-            continue
-        low, high = pc.min_max(column).values()
-        low_of, high_of = actions.column(f"min.{name}"), actions.column(f"max.{name}")
-        outside = pc.or_(pc.less(high_of, low.as_py()), pc.greater(low_of, high.as_py()))
-        keep = pc.and_(keep, pc.invert(pc.fill_null(outside, False)))
-    kept = actions.filter(keep)
-    return [
-        DataFile(path, size, records)
-        for path, size, records in zip(
-            kept.column("path").to_pylist(),
-            kept.column("size_bytes").to_pylist(),
-            kept.column("num_records").to_pylist(),
-            strict=True,
-        )
-    ]
