@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.sinks.delta.log import LOG, data_files, footer_stats, unwritable
+from lagless.sinks.delta.log import LOG, data_files, footer_stats, remove, unwritable
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
 
 if TYPE_CHECKING:
@@ -231,19 +231,7 @@ def _entry(read_version: int, group: list[DataFile], merged: Merged, policy: Pol
             }
         },
     ]
-    actions += [
-        {
-            "remove": {
-                "path": each.path,
-                "deletionTimestamp": now,
-                "dataChange": False,
-                "extendedFileMetadata": True,
-                "partitionValues": {},
-                "size": each.size,
-            }
-        }
-        for each in group
-    ]
+    actions += [remove(each, now, data_change=False) for each in group]
     return "".join(json.dumps(action) + "\n" for action in actions)
 
 

@@ -17,6 +17,7 @@ driver's time in the MERGE (bench/mirror.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -70,8 +71,9 @@ class Table:
     storage: LocalStorage | S3Storage
     delta: DeltaTable
 
-    @property
+    @functools.cached_property
     def schema(self) -> pa.Schema:
+        """Read once a version: every file of the batch is read in it."""
         return pa.schema(self.delta.schema().to_arrow())
 
     def frame(self, path: str) -> pl.DataFrame:
