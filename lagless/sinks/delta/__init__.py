@@ -21,6 +21,7 @@ commits itself, copy-on-write (upsert.py).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,9 +41,8 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.delta.log import (
     RANGES,
-    app_id,
+    AppTransactions,
     footer_stats,
-    is_replay,
     log_time_id,
     transactions,
     unwritable,
@@ -72,6 +72,11 @@ def _mode_description(mode: WriteMode) -> str:
 
 class DeltaSink(FolderTableSink):
     scheme = "delta"
+
+    @functools.cached_property
+    def _transactions(self) -> AppTransactions:
+        """The ledger of each table this sink writes, read once and kept current."""
+        return AppTransactions(self.storage)
 
     def check(self, target: Target) -> None:
         """Before anything is written: the folder can be written and each table that exists is
@@ -127,7 +132,7 @@ class DeltaSink(FolderTableSink):
             delta = DeltaTable(path, storage_options=self.storage.client_options())
         except TableNotFoundError:
             return {}
-        held = {tp: v for tp in partitions if (v := delta.transaction_version(app_id(tp)))}
+        held = {tp: v for tp, v in self._transactions.held(delta, path, partitions).items() if v}
         unlisted = [tp for tp in partitions if tp not in held]
         return held | (_held_in_rows(delta, unlisted) if unlisted else {})
 
@@ -136,8 +141,10 @@ class DeltaSink(FolderTableSink):
         delta = self._open_or_none(target.table) if target.mode == "upsert" else None
         if delta is None:
             return {}
-        found = {tp: delta.transaction_version(log_time_id(tp)) for tp in partitions}
-        return {tp: ms for tp, ms in found.items() if ms is not None}
+        path = self.storage.join(self.location, target.table)
+        names = {tp: log_time_id(tp) for tp in partitions}
+        found = self._transactions.versions(delta, path, list(names.values()))
+        return {tp: ms for tp, name in names.items() if (ms := found[name]) is not None}
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         import polars as pl
@@ -203,10 +210,10 @@ class DeltaSink(FolderTableSink):
             if not files:
                 return True
             delta = self._open(table, "append", self._schema(files[0]))
-        if is_replay(delta, batch):
+        folder = self.storage.join(self.location, table)
+        if self._transactions.is_replay(delta, folder, batch):
             self._drop(files)
             return False
-        folder = self.storage.join(self.location, table)
         actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
         return (
@@ -216,6 +223,7 @@ class DeltaSink(FolderTableSink):
                 lambda props: delta.create_write_transaction(
                     actions, "append", delta.schema(), commit_properties=props
                 ),
+                lambda: self._transactions.is_replay(delta, folder, batch),
             )
             is not _LOST_TO_A_REPLAY
         )
@@ -238,7 +246,9 @@ class DeltaSink(FolderTableSink):
         keys = target.unique
         stored = _delta_types(rows.schema.remove(rows.schema.get_field_index(TOMBSTONE)))
         delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
-        if is_replay(delta, batch):
+        if self._transactions.is_replay(
+            delta, self.storage.join(self.location, target.table), batch
+        ):
             return ALREADY_HELD
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
         self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
@@ -251,7 +261,7 @@ class DeltaSink(FolderTableSink):
                 delta = self._open_or_none(table)
                 if delta is None:
                     raise TerminalError(f"Delta table {folder!r} was removed during a batch")
-                return Table(folder, self.storage, delta)
+                return Table(folder, self.storage, delta, self._transactions)
 
             return opened
 
@@ -376,7 +386,7 @@ def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
 _LOST_TO_A_REPLAY = object()
 
 
-def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
+def _commit(delta: DeltaTable, batch: Batch, action: Any, replayed: Callable[[], bool]) -> Any:
     """One Delta transaction that records the batch's ranges (an application transaction per
     partition); what `action` returned (a MERGE's metrics). A commit that lost a race to
     another writer of these partitions finds them held (a stale driver of the same batch:
@@ -392,7 +402,7 @@ def _commit(delta: DeltaTable, batch: Batch, action: Any) -> Any:
         done = action(props)
     except CommitFailedError:
         delta.update_incremental()
-        if not is_replay(delta, batch):
+        if not replayed():
             raise ConcurrentImport(
                 f"a commit to {delta.table_uri} lost to another import of the same partitions; "
                 "rerun to resume after what the table holds"

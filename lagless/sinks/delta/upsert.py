@@ -34,10 +34,10 @@ from lagless.sinks.base import Target, in_schema
 from lagless.sinks.delta.log import (
     LOG,
     RANGES,
+    AppTransactions,
     add,
     commit_info,
     data_files,
-    is_replay,
     remove,
     transactions,
     txn,
@@ -65,11 +65,12 @@ POS = "_lagless_pos"
 
 @dataclass(frozen=True)
 class Table:
-    """A Delta table at one version: where it is, and its log as read then."""
+    """A Delta table at one version: where it is, its log as read then, and its ledger."""
 
     folder: str
     storage: LocalStorage | S3Storage
     delta: DeltaTable
+    transactions: AppTransactions
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
@@ -120,7 +121,7 @@ def upsert(
     key drops an older record of it. `open_table` reads the table's current version."""
     for attempt in range(COMMIT_ATTEMPTS):
         table = open_table()
-        if is_replay(table.delta, batch):
+        if table.transactions.is_replay(table.delta, table.folder, batch):
             return None
         planned, held = _plan(table, rows, keys, target, graves)
         entry, written = _rewrite(table, planned, held, keys, batch)
