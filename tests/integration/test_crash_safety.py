@@ -581,31 +581,25 @@ CRASHES = [
     # the files moved beside the table's but not yet in a snapshot (mid-write) in every run,
     # the rest in the matrix (35 s each).
     Crash("iceberg", "append", "mid-write:3"),
-    *(
-        pytest.param(crash, marks=pytest.mark.matrix)
-        for crash in (
-            Crash("iceberg", "upsert", "before-write:2"),
-            Crash("iceberg", "upsert", "after-group-commit:2"),
-            Crash("iceberg", "append", "after-write:2"),
-        )
+    *in_matrix(
+        Crash("iceberg", "upsert", "before-write:2"),
+        Crash("iceberg", "upsert", "after-group-commit:2"),
+        Crash("iceberg", "append", "after-write:2"),
     ),
     # On S3 (a real server, tests/harness/s3.py): the files copied into the table's folder but
-    # not yet committed (mid-write): Parquet's and Delta's in every run (their commits on S3
-    # are lagless's lock object and delta-rs's conditional put); Iceberg's (~2 min: its commit
-    # is the catalog file on the driver, as locally) and the rest in the matrix.
+    # not yet committed (mid-write): Delta's in every run (its commit on S3 is delta-rs's
+    # conditional put); Parquet's (lagless's lock object), Iceberg's (~2 min: its commit is the
+    # catalog file on the driver, as locally) and the rest in the matrix.
     Crash("delta+s3", "append", "mid-write:2"),
-    *(
-        pytest.param(crash, marks=pytest.mark.matrix)
-        for crash in (
-            Crash("parquet+s3", "append", "mid-write:2"),
-            Crash("iceberg+s3", "append", "mid-write:3"),
-            Crash("parquet+s3", "append", "after-write:2"),
-            Crash("parquet+s3", "append", "before-write:1"),
-            Crash("delta+s3", "upsert", "mid-write:3"),
-            Crash("delta+s3", "append", "after-group-commit:2"),
-            Crash("iceberg+s3", "upsert", "mid-write:3"),
-            Crash("iceberg+s3", "append", "after-write:2"),
-        )
+    *in_matrix(
+        Crash("parquet+s3", "append", "mid-write:2"),
+        Crash("iceberg+s3", "append", "mid-write:3"),
+        Crash("parquet+s3", "append", "after-write:2"),
+        Crash("parquet+s3", "append", "before-write:1"),
+        Crash("delta+s3", "upsert", "mid-write:3"),
+        Crash("delta+s3", "append", "after-group-commit:2"),
+        Crash("iceberg+s3", "upsert", "mid-write:3"),
+        Crash("iceberg+s3", "append", "after-write:2"),
     ),
 ]
 
