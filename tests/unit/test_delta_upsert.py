@@ -16,6 +16,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, TableFeatures
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lagless.exceptions import BadInput
 from lagless.importer.maintenance import maintain_once
@@ -180,3 +182,106 @@ def test_an_upsert_table_with_a_change_data_feed_is_refused(tmp_path: Path) -> N
 
     with pytest.raises(BadInput, match="change data feed"):
         sink.check(TARGET)
+
+
+def reads_of(sink: DeltaSink, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The table's data files the sink reads from now on (whole, or some columns)."""
+    import lagless.sinks.delta.upsert as upsert
+
+    read: list[str] = []
+    whole, some = upsert.pl.read_parquet, sink.storage.read_parquet
+
+    def read_whole(path: str, **options: object) -> pl.DataFrame:
+        read.append(path)
+        return whole(path, **options)  # type: ignore[arg-type]
+
+    def read_some(path: str, columns: list[str] | None = None) -> pa.Table:
+        if "_staging" not in path:
+            read.append(path)
+        return some(path, columns)
+
+    monkeypatch.setattr(upsert.pl, "read_parquet", read_whole)
+    monkeypatch.setattr(sink.storage, "read_parquet", read_some)
+    return read
+
+
+def test_the_next_batch_reads_none_of_the_files_an_upsert_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = opened(tmp_path)
+    sink.upsert_rows(rows(0, list(range(100)), 0), TARGET, batch(0, 0, 100))
+    read = reads_of(sink, monkeypatch)
+
+    sink.upsert_rows(rows(0, [5, 50, 200], 100), TARGET, batch(0, 100, 103, 1))
+    sink.upsert_rows(rows(0, [50], 103, dead=True), TARGET, batch(0, 103, 104, 2))
+
+    assert read == []
+    held = table(tmp_path)
+    assert len(held) == 100 and b"k00050" not in held
+    assert held[b"k00005"] == b"v0-100" and held[b"k00200"] == b"v0-102"
+    other = opened(tmp_path)  # another driver holds none of them: it reads the table's
+    read_by_other = reads_of(other, monkeypatch)
+    other.upsert_rows(rows(0, [6], 104), TARGET, batch(0, 104, 105, 3))
+    assert read_by_other and table(tmp_path)[b"k00006"] == b"v0-104"
+
+
+def test_written_files_keep_the_newest_used_within_their_limit() -> None:
+    from lagless.sinks.delta.upsert import WrittenFiles
+
+    frame = pl.DataFrame({"n": list(range(1000))})  # 8,000 bytes
+    kept = WrittenFiles(limit=20_000)
+    kept.put("a", frame)
+    kept.put("b", frame)
+    assert kept.get("a") is frame  # now the newest used
+    kept.put("c", frame)
+    assert kept.get("b") is None and kept.get("a") is frame and kept.get("c") is frame
+    kept.forget(["a"])
+    kept.put("d", frame)
+    assert kept.get("a") is None and kept.get("c") is frame and kept.get("d") is frame
+    kept.put("e", pl.DataFrame({"n": list(range(3000))}))  # above the limit alone
+    assert kept.get("e") is None and kept.get("d") is frame
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("upsert"),
+                st.lists(st.integers(0, 15), min_size=1, max_size=8),
+                st.booleans(),
+            ),
+            st.just(("compact", [], False)),
+        ),
+        min_size=2,
+        max_size=8,
+    ),
+    st.sampled_from([0, 3000, 10**9]),
+)
+def test_an_upsert_gives_the_same_table_whatever_it_kept_of_the_files_it_wrote(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[str, list[int], bool]],
+    limit: int,
+) -> None:
+    """Against a driver that keeps none (limit 0): another compaction between batches, keys
+    deleted and written again, files dropped from memory as others are kept."""
+    from lagless.sinks.delta.upsert import WrittenFiles
+
+    kept, none = tmp_path_factory.mktemp("kept"), tmp_path_factory.mktemp("none")
+    sinks = {kept: opened(kept), none: opened(none)}
+    sinks[kept]._written = WrittenFiles(limit)
+    sinks[none]._written = WrittenFiles(0)
+    offset = 0
+    for number, (step, keys, dead) in enumerate(steps):
+        for lake, sink in sinks.items():
+            if step == "compact" and offset:
+                maintain_once(f"delta:///{lake}", "events", POLICY)
+            elif step == "upsert":
+                unique = sorted(set(keys))
+                given_rows = rows(0, unique, offset, dead)
+                sink.upsert_rows(given_rows, TARGET, batch(0, offset, offset + len(unique), number))
+        offset += len(set(keys))
+    if offset:
+        assert table(kept) == table(none)

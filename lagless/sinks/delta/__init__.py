@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
+    from lagless.sinks.delta.upsert import WrittenFiles
     from lagless.sinks.maintenance import StoreMaintenance
 
 # Columns every lagless table has, whatever the shaping makes of values.
@@ -77,6 +78,13 @@ class DeltaSink(FolderTableSink):
     def _transactions(self) -> AppTransactions:
         """The ledger of each table this sink writes, read once and kept current."""
         return AppTransactions(self.storage)
+
+    @functools.cached_property
+    def _written(self) -> WrittenFiles:
+        """The data files an upsert wrote, kept for the next batch's (upsert.py)."""
+        from lagless.sinks.delta.upsert import WrittenFiles
+
+        return WrittenFiles()
 
     def check(self, target: Target) -> None:
         """Before anything is written: the folder can be written and each table that exists is
@@ -251,26 +259,31 @@ class DeltaSink(FolderTableSink):
         ):
             return ALREADY_HELD
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
-        self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
+        kept = self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
 
-        def current(table: str) -> Callable[[], Table]:
-            """The table's current version, each time it is called."""
+        def current(table: str, delta: DeltaTable) -> Callable[[], Table]:
+            """The table's current version, each time it is called: `delta` brought up to
+            date (its new log entries read, ~1 ms, where opening the table again read its
+            log from the last checkpoint, ~15 ms here), or read again after a commit lost to
+            another writer."""
             folder = self.storage.join(self.location, table)
+            handles = [delta]
 
             def opened() -> Table:
-                delta = self._open_or_none(table)
-                if delta is None:
+                found = handles.pop() if handles else self._open_or_none(table)
+                if found is None:
                     raise TerminalError(f"Delta table {folder!r} was removed during a batch")
-                return Table(folder, self.storage, delta, self._transactions)
+                found.update_incremental()
+                return Table(folder, self.storage, found, self._transactions, self._written)
 
             return opened
 
         if tombstones.num_rows:
             flagged = tombstones.append_column(TOMBSTONE, pa.repeat(False, tombstones.num_rows))
-            upsert(current(target.tombstone_table), flagged, keys, batch)
+            upsert(current(target.tombstone_table, kept), flagged, keys, batch)
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
-        graves = current(target.tombstone_table)()
-        added = upsert(current(target.table), rows, keys, batch, target, graves)
+        graves = current(target.tombstone_table, kept)()
+        added = upsert(current(target.table, delta), rows, keys, batch, target, graves)
         return ALREADY_HELD if added is None else Written(added)
 
     def _schema(self, path: str) -> pa.Schema:
@@ -304,15 +317,16 @@ class DeltaSink(FolderTableSink):
         from deltalake import DeltaTable, Field, Schema
 
         path = self.storage.join(self.location, table)
-        description = _mode_description(mode)
-        delta = DeltaTable.create(
-            path,
-            schema=schema,
-            mode="ignore",
-            description=description,
-            storage_options=self.storage.client_options(),
-        )
-        delta.update_incremental()
+        delta = self._open_or_none(table)  # a third of create(mode="ignore")'s time, here
+        if delta is None:
+            delta = DeltaTable.create(
+                path,
+                schema=schema,
+                mode="ignore",  # another import may create it meanwhile
+                description=_mode_description(mode),
+                storage_options=self.storage.client_options(),
+            )
+            delta.update_incremental()
         wanted = _columns(Schema.from_arrow(schema))
         added = _added_for_ranks(_columns(delta.schema()), wanted)
         if added:  # a table an earlier lagless made: the columns the rank needs, added
