@@ -37,3 +37,44 @@ def test_the_import_says_whether_its_records_pass_the_jvm(
         **options,  # type: ignore[arg-type]
     )
     assert (spec.executor_writer() is not None) is tasks_write
+
+
+class _Started(Exception):
+    """Raised where Spark would start: how it was asked to."""
+
+    def __init__(self, records_in_jvm: bool) -> None:
+        self.records_in_jvm = records_in_jvm
+
+
+@pytest.mark.parametrize(
+    ("options", "records_in_jvm"),
+    [
+        ({"value_format": "debezium", "write": "upsert"}, False),  # the tasks' change files
+        ({"value_format": "debezium", "write": "upsert", "deletes": "soft"}, True),  # Spark's rows
+        ({"value_format": "debezium", "write": "upsert", "max_record_bytes": 10}, True),
+        ({"value_format": "json"}, True),  # typed: from_json
+    ],
+)
+def test_spark_started_to_parse_a_value_schema_starts_as_the_import_wants_it(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, options: dict[str, object], records_in_jvm: bool
+) -> None:
+    """The session that parses --value-schema is the one the import's batches use: its JVM's
+    options are set once, at its start."""
+    import lagless.importer.spark as spark
+    from lagless.importer.value_schema import resolve
+
+    def started(*args: object, records_in_jvm: bool = True, **kwargs: object) -> None:
+        raise _Started(records_in_jvm)
+
+    monkeypatch.setattr(spark, "spark_session", started)
+    spec = ImportSpec(
+        kafka=KafkaConfig("localhost:9092"),
+        topics=("db.public.accounts",),
+        sink_url=f"delta:///{tmp_path}/lake",
+        checkpoint=str(tmp_path / "ck"),
+        value_schema="id INT, owner STRING",
+        **options,  # type: ignore[arg-type]
+    )
+    with pytest.raises(_Started) as start:
+        resolve(spec, [("db.public.accounts", 0)])
+    assert start.value.records_in_jvm is records_in_jvm
