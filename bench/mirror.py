@@ -10,12 +10,13 @@ A PostgreSQL table of `--rows` rows (wal_level=logical), Debezium's PostgreSQL c
    (Debezium's streaming rate: events / seconds from the first commit to the last event
    sent), and per store the bulk import of those events, resuming after the snapshot;
 3. capacity (`--capacity-seconds` a step, each store in turn): a continuous mirror while
-   update events flow at rising rates, from 0.25x to 4x Debezium's streaming rate: the highest
-   rate the mirror holds less than 5 s behind the database (`lagless lag --sink`'s time lag,
-   sampled each second, its highest over a step's second half). Debezium cannot send faster
-   than it does, so these events are Debezium's own update event, read back from the topic,
-   sent again by a process of the bench with fresh keys, times and positions, in produce
-   batches of 100 ms (the embedded broker serves one produce batch per partition a fetch);
+   update events flow at rising rates (0.25x, 0.5x, then 1x to 4x in half steps of Debezium's
+   streaming rate): the highest rate the mirror holds less than 5 s behind the database
+   (`lagless lag --sink`'s time lag, sampled each second, its highest over a step's second
+   half). Debezium cannot send faster than it does, so these events are Debezium's own update
+   event, read back from the topic, sent again by a process of the bench with fresh keys,
+   times and positions, in produce batches of 100 ms (the embedded broker serves one produce
+   batch per partition a fetch);
 4. sustained (`--sustain-seconds`): a continuous mirror while PostgreSQL's updates flow
    through Debezium at `--sustain-rate`/s (at most what Debezium streams), its lag.
 
@@ -80,7 +81,8 @@ SCHEMA = "id INT, owner STRING, balance DECIMAL(12,2), updated TIMESTAMP"
 SLOT = "lagless_bench"
 STORES = ("sqlite", "delta", "iceberg", "postgresql")
 # The capacity phase's rates, times Debezium's streaming rate; and how far behind is held.
-LADDER = (0.25, 0.5, 1, 2, 3, 4)
+# Half steps from 1x: the rate a mirror holds is found within half Debezium's rate.
+LADDER = (0.25, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4)
 HELD_S = 5.0
 # Debezium's producer sends each of its batches (up to 2,048 events, flushed before the next)
 # as one produce batch per partition, not one every 5 ms (Connect's default linger): the
