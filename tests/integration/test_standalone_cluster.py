@@ -312,7 +312,7 @@ def test_bulk_import_on_a_standalone_cluster_lands_every_record_once(
     ran_on_both_workers(cluster)
 
 
-@pytest.mark.matrix  # the isolated cluster's PostgreSQL case covers this in the default run
+@pytest.mark.matrix  # as the isolated cluster's PostgreSQL case, without its isolation
 def test_postgresql_written_by_the_executors_on_a_standalone_cluster_lands_every_record_once(
     cluster: Cluster, tmp_path: Path, postgres: PostgresServer
 ) -> None:
@@ -371,9 +371,15 @@ def on_s3(kind: str) -> pytest.ParameterSet:
     return pytest.param(Store(("s3_env",), url), id=f"{kind}+s3", marks=pytest.mark.matrix)
 
 
-# Stores the executors reach without the driver's disk; adding one is one entry here.
+# Stores the executors reach without the driver's disk; adding one is one entry here. All in
+# the matrix: the executors' environment alone takes ~90 s to build here, and CI's run imports
+# on a cluster with test_bulk_import_on_a_standalone_cluster_lands_every_record_once.
 STORES_WITHOUT_THE_DRIVERS_DISK = [
-    pytest.param(Store(("postgres",), lambda servers, _: servers["postgres"].url), id="postgresql"),
+    pytest.param(
+        Store(("postgres",), lambda servers, _: servers["postgres"].url),
+        id="postgresql",
+        marks=pytest.mark.matrix,
+    ),
     on_s3("parquet"),
     on_s3("delta"),
     on_s3("iceberg"),
