@@ -209,6 +209,68 @@ def test_a_raw_upsert_keeps_each_keys_newest_record_a_null_value_deletes_a_null_
     assert [(r["offset"], r["error"], r["value"]) for r in letters] == [(2, NULL_KEY, b"lost")]
 
 
+TOPICS = ("orders.b", "orders.a", "orders.c")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(TOPICS),
+            st.integers(0, 2),
+            st.sampled_from([b"a", b"b", b"c"]),
+            st.integers(0, 50),  # timestamps go back as often as forward
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.dictionaries(st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)), st.integers(0, 50)),
+)
+def test_across_topics_each_key_takes_the_record_of_the_highest_rank(
+    tmp_path_factory, sent, carried
+):
+    """Several topics routed into one table: each key's row is its record of the highest
+    (log time, topic, partition, offset), the log time each partition's running maximum from
+    where it stood, ties between topics going by name."""
+    folder = tmp_path_factory.mktemp("changes")
+    offsets: dict[tuple[str, int], int] = {}
+    placed = []  # (topic, partition, offset, key, timestamp)
+    for topic, partition, key_, stamp in sent:
+        offset = offsets.get((topic, partition), 0)
+        offsets[(topic, partition)] = offset + 1
+        placed.append((topic, partition, offset, key_, stamp))
+    config = json.loads(change_files.task_config(str(folder), dict.fromkeys(TOPICS, RAW_TARGET)))
+    files = []
+    for topic, partition in sorted(offsets):
+        mine = [r for r in placed if r[:2] == (topic, partition)]
+        batch = records(partition, 0, [(r[3], b"v%d" % r[2]) for r in mine], [r[4] for r in mine])
+        batch = batch.set_column(2, "topic", pa.array([topic] * len(mine), pa.string()))
+        pieces = [OffsetRange(topic, partition, 0, len(mine))]
+        path, _ = change_files.writer(config).write(pieces, iter([batch]))
+        files.append(path)
+
+    # The tasks' files in any order: here the topics' last by name first.
+    changes = pa.concat_tables(change_files.read_changes([path]) for path in reversed(files))
+    done = change_files.coalesce(changes, RAW_TARGET, carried)
+
+    expected, newest = {}, {}
+    for topic, partition in offsets:
+        log_time = carried.get((topic, partition), 0)
+        for _, _, offset, key_, stamp in (r for r in placed if r[:2] == (topic, partition)):
+            log_time = max(log_time, stamp)
+            rank = (log_time, topic, partition, offset)
+            expected[key_] = max(expected.get(key_, rank), rank)
+        newest[(topic, partition)] = max(r[4] for r in placed if r[:2] == (topic, partition))
+    got = {
+        r["key"]: (r[LOG_TIME], r["topic"], r["partition"], r["offset"])
+        for r in done.rows.to_pylist()
+    }
+    assert got == expected
+    assert done.newest == newest
+
+
 def test_a_column_added_upstream_is_decoded_and_noted_for_the_driver(tmp_path):
     grown = [*ROW_FIELDS, {"type": "string", "optional": True, "field": "note"}]
     added = event("c", {**ROW, "id": 2, "note": "x"}, lsn=2, row_fields=grown)
