@@ -42,7 +42,7 @@ from lagless.planner.ranges import OffsetRange
 from lagless.sinks.base import DEAD_LETTER_SCHEMA, TOMBSTONE, Target, in_schema
 from lagless.sinks.ledger import TP
 from lagless.sinks.task_files import millis, output_file, pieces_file_name
-from lagless.sinks.upsert_order import LOG_TIME, RANK
+from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -304,7 +304,7 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     )
     if target.value_format == "debezium":
         accepted = _carried_in_batch(accepted, target)
-    # RANK's order is (LOG_TIME, place in `accepted`): its rows are in (topic, partition,
+    # upsert_order.RANK is (LOG_TIME, place in `accepted`) here: its rows are in (topic, partition,
     # offset) order.
     rank = pl.from_arrow(accepted.select([*keys, LOG_TIME]))
     assert isinstance(rank, pl.DataFrame)
