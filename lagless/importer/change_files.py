@@ -56,7 +56,6 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024
 # A change file's columns beside the record's coordinates and the row's: what the event does.
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
 _INDEX = "_lagless_index"
-_TOPIC_CODE = "_lagless_topic"
 
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
@@ -263,37 +262,25 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     if not changes.num_rows:
         return Coalesced(schema.empty_table(), _dead_letters(changes), {})
     keys = list(target.unique)
-    # Topics as their places in name order: sorting and grouping on numbers took half the
-    # time strings did, and the ranks' ties between topics still go by name.
-    topics = pc.unique(changes.column("topic")).sort()
-    order = pl.DataFrame(
-        {
-            _TOPIC_CODE: pc.index_in(changes.column("topic"), value_set=topics),
-            "partition": changes.column("partition"),
-            "offset": changes.column("offset"),
-            "timestamp": changes.column("timestamp"),
-        }
-    )
-    order = order.with_row_index(_INDEX).sort(_TOPIC_CODE, "partition", "offset")
+    order = pl.from_arrow(changes.select(["topic", "partition", "offset", "timestamp"]))
+    assert isinstance(order, pl.DataFrame)
+    order = order.with_row_index(_INDEX).sort("topic", "partition", "offset")
     carried_frame = pl.DataFrame(
         {
-            _TOPIC_CODE: pc.index_in(pa.array([t for t, _ in carried], pa.string()), topics),
-            "partition": pa.array([p for _, p in carried], pa.int32()),
-            "_carried": pa.array(list(carried.values()), pa.int64()),
-        }
-    ).cast({_TOPIC_CODE: order.schema[_TOPIC_CODE]})
+            "topic": [t for t, _ in carried],
+            "partition": [p for _, p in carried],
+            "_carried": list(carried.values()),
+        },
+        schema={"topic": pl.String, "partition": pl.Int32, "_carried": pl.Int64},
+    )
     ranked = (
-        order.with_columns(
-            pl.col("timestamp").cum_max().over(_TOPIC_CODE, "partition").alias(LOG_TIME)
-        )
-        .join(carried_frame, on=[_TOPIC_CODE, "partition"], how="left", maintain_order="left")
+        order.with_columns(pl.col("timestamp").cum_max().over("topic", "partition").alias(LOG_TIME))
+        .join(carried_frame, on=["topic", "partition"], how="left", maintain_order="left")
         .with_columns(pl.max_horizontal(LOG_TIME, "_carried").alias(LOG_TIME))
     )
     newest = {
-        (topics[code].as_py(), p): int(ms)
-        for code, p, ms in ranked.group_by(_TOPIC_CODE, "partition")
-        .agg(pl.col("timestamp").max())
-        .rows()
+        (t, p): int(ms)
+        for t, p, ms in ranked.group_by("topic", "partition").agg(pl.col("timestamp").max()).rows()
     }
     sorted_index = pa.array(ranked.get_column(_INDEX).to_numpy())
     in_order = changes.take(sorted_index).append_column(
@@ -304,8 +291,8 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     )
     if target.value_format == "debezium":
         accepted = _carried_in_batch(accepted, target)
-    # upsert_order.RANK is (LOG_TIME, place in `accepted`) here: its rows are in (topic, partition,
-    # offset) order.
+    # upsert_order.RANK, (LOG_TIME, topic, partition, offset), is (LOG_TIME, place) here: the
+    # rows are in (topic, partition, offset) order, and numbers sort faster than names.
     rank = pl.from_arrow(accepted.select([*keys, LOG_TIME]))
     assert isinstance(rank, pl.DataFrame)
     winners = (
