@@ -250,3 +250,29 @@ def test_the_held_rows_of_a_batch_are_those_of_its_keys_whatever_their_type(
     for n, path, pos in zip(*(found.column(c).to_pylist() for c in ("n", FILE, POS)), strict=True):
         assert read(path, ["n"]).column("n")[pos].as_py() == n
     catalog.engine.dispose()
+
+
+def test_a_transactions_metadata_is_built_once_per_state_and_follows_what_it_stages(
+    tmp_path: Path,
+) -> None:
+    """row_delta.transaction: the metadata its reads see is one object until an update is
+    staged or the table changes, and then shows the update (as pyiceberg's own would)."""
+    from lagless.sinks.iceberg.row_delta import transaction
+
+    sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/lake")
+    target = typed(StructField("id", LongType()))
+    sink.prepare(target)
+    table = sink._table(target.table)
+    tx = transaction(table)
+    first = tx.table_metadata
+    assert tx.table_metadata is first
+    tx.set_properties({"lagless.test": "staged"})
+    staged = tx.table_metadata
+    assert staged is not first
+    assert staged.properties["lagless.test"] == "staged"
+    assert "lagless.test" not in first.properties
+    tx.commit_transaction()
+    assert sink._table(target.table).properties["lagless.test"] == "staged"
+    assert transaction(sink._table(target.table)).table_metadata.properties["lagless.test"] == (
+        "staged"
+    )

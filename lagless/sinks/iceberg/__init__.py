@@ -65,6 +65,7 @@ from lagless.sinks.iceberg.row_delta import (
     commit_row_delta,
     merge_on_read,
     rows_in_place,
+    transaction,
     write_delete_files,
 )
 from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
@@ -506,7 +507,7 @@ class IcebergSink(FolderTableSink):
             held = held_in(found)
             if verdict(batch, held) is Verdict.REPLAY:
                 return False
-            tx = found.transaction()
+            tx = transaction(found)
             log_times = log_times_in(found) if batch.log_times else None
             build(tx, found, properties(held, batch, log_times))
             try:

@@ -39,6 +39,7 @@ from lagless.sinks.iceberg.row_delta import (
     commit_row_delta,
     deleted_positions,
     referenced_data_file,
+    transaction,
     write_delete_files,
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
@@ -199,7 +200,7 @@ class IcebergMaintenance(StoreMaintenance):
                 break
             if set(deleting) != {each.file_path for each in deletes}:
                 break  # another writer's deletes may name rows of the files rewritten
-            tx = found.transaction()
+            tx = transaction(found)
             properties = carried(held_in(found), log_times_in(found))
             replaced = deletes if replaced_deletes is None else replaced_deletes
             gone = [current[each.file_path] for each in removed] + replaced

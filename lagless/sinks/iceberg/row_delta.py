@@ -242,6 +242,37 @@ def referenced_data_file(delete_file: DataFile) -> str | None:
     return low.decode() if low is not None and low == high else None
 
 
+def transaction(table: Table) -> Transaction:
+    """A transaction on `table` whose metadata, as its staged updates make it, is built once per
+    update staged: pyiceberg's builds it anew, a deep copy of the whole metadata (every kept
+    snapshot's summary: the ledger's ranges), at each of the ~25 reads a commit makes: ~7 ms
+    each at 100 snapshots, 0.2 s of a mirror's 0.5 s batch (bench/iceberg_upsert.py)."""
+    return _transaction_class()(table)
+
+
+@functools.cache
+def _transaction_class() -> Any:
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.update import update_table_metadata
+
+    class KeptTransaction(Transaction):
+        _kept: tuple[object, object, TableMetadata] | None = None
+
+        @property
+        def table_metadata(self) -> TableMetadata:
+            # Staging replaces the updates' tuple and a commit the table's metadata: either
+            # makes another state. Readers take the metadata as read-only (pyiceberg's own
+            # updates copy it), so one copy serves every read of a state.
+            base, updates = self._table.metadata, self._updates
+            kept = self._kept
+            if kept is None or kept[0] is not base or kept[1] is not updates:
+                kept = self._kept = (base, updates, update_table_metadata(base, updates))
+            return kept[2]
+
+    return KeptTransaction
+
+
 def commit_row_delta(
     tx: Transaction,
     properties: dict[str, str],
