@@ -342,3 +342,46 @@ def test_file_columns_keeps_what_it_read_within_its_bound() -> None:
     kept("a", ["k"])
     kept("b", ["k"])
     assert reads == [("b", ["k"]), ("c", ["k"]), ("b", ["k"])]
+
+
+def test_rounds_read_each_manifest_once_and_a_manifest_written_since_when_it_is_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest is never changed once written: a round lists the current snapshot's files
+    from the manifests earlier rounds and commit attempts read, and reads only those written
+    since (a batch's, or one a commit wrote again with a file marked deleted). Each round sees
+    the files as they are."""
+    from pyiceberg.manifest import ManifestFile
+
+    reads: list[str] = []
+    fetch = ManifestFile.fetch_manifest_entry
+
+    def counted(self: ManifestFile, io: object, discard_deleted: bool = True) -> object:
+        reads.append(self.manifest_path)
+        return fetch(self, io, discard_deleted)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("lagless.sinks.iceberg.maintenance.FOLD_SHARE", 0.3)
+    sink, maintenance = upsert_table(tmp_path)
+    policy = Policy(1024 * 1024, 3600)
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", counted)
+
+    def round_reads() -> list[str]:
+        reads.clear()
+        maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+        return list(reads)
+
+    first = round_reads()
+    assert first and len(first) == len(set(first))
+    assert round_reads() == []  # nothing new: every manifest known
+    upserted(sink, 1, range(2), tmp_path / "staging")  # below the share: a data and a delete file
+    written = round_reads()
+    assert written and not set(written) & set(first)
+    assert round_reads() == []
+    upserted(sink, 2, range(2, 4), tmp_path / "staging")  # 4 of 10 rows: the round folds them
+    round_reads()
+    found = sink._table(UPSERT.table)
+    assert not _delete_files(found)  # listed as they are, not as the first round read them
+    assert maintenance.health(UPSERT.table, policy) is not None
+    assert values(sink) == {
+        b"k%d" % k: (100 + k if k < 2 else 200 + k - 2 if k < 4 else k) for k in range(10)
+    }

@@ -35,9 +35,12 @@ from lagless.failpoints import failpoint
 from lagless.sinks.base import in_schema
 from lagless.sinks.iceberg.row_delta import (
     FOLD_SHARE,
+    Entries,
+    ManifestEntries,
     UnreadDeletes,
     commit_row_delta,
     deleted_positions,
+    read_entries,
     referenced_data_file,
     transaction,
     write_delete_files,
@@ -70,6 +73,8 @@ class IcebergMaintenance(StoreMaintenance):
     def __init__(self, sink: IcebergSink) -> None:
         self.sink = sink
         self.storage = sink.storage
+        # The current snapshot's manifests' entries, read by each round and commit attempt.
+        self.entries = ManifestEntries()
         # Manifest list -> its manifests; manifest -> the files its live entries name.
         self._lists: dict[str, list[ManifestFile]] = {}
         self._manifests: dict[str, list[str]] = {}
@@ -108,7 +113,7 @@ class IcebergMaintenance(StoreMaintenance):
         with self.sink._catalog_errors():
             found = self.sink._table(table)
             seen = len(found.metadata.snapshots)
-            current, deletes = _files(found)
+            current, deletes = _files(found, self.entries)
             try:
                 deleted = deleted_positions(deletes.values(), self.sink._read_data)
             except UnreadDeletes as exc:
@@ -195,7 +200,7 @@ class IcebergMaintenance(StoreMaintenance):
 
         for _ in range(COMMIT_ATTEMPTS):
             found = self.sink._table(table)
-            current, deleting = _files(found)
+            current, deleting = _files(found, self.entries)
             if any(each.file_path not in current for each in removed):
                 break
             if set(deleting) != {each.file_path for each in deletes}:
@@ -204,7 +209,7 @@ class IcebergMaintenance(StoreMaintenance):
             properties = carried(held_in(found), log_times_in(found))
             replaced = deletes if replaced_deletes is None else replaced_deletes
             gone = [current[each.file_path] for each in removed] + replaced
-            commit_row_delta(tx, properties, added=added, removed=gone)
+            commit_row_delta(tx, properties, added=added, removed=gone, entries=self.entries)
             try:
                 tx.commit_transaction()
                 return True
@@ -269,7 +274,7 @@ class IcebergMaintenance(StoreMaintenance):
             found = self.sink._load(catalog, table) if catalog is not None else None
             if found is None:
                 return None
-            data, deletes = _files(found)
+            data, deletes = _files(found, self.entries)
             files = [f.file_size_in_bytes for f in data.values()]
             on_disk = self.storage.files(_path(found.location()))
             return Health(
@@ -309,23 +314,26 @@ def _live_bytes(data: list[IcebergFile], deletes: list[IcebergFile]) -> int:
     return round(size * (1 - min(deleted, rows) / rows)) if rows else size
 
 
-def _files(found: Table) -> tuple[dict[str, IcebergFile], dict[str, IcebergFile]]:
-    """The current snapshot's data files and delete files, by path: its manifests read once."""
+def _files(
+    found: Table, entries: Entries = read_entries
+) -> tuple[dict[str, IcebergFile], dict[str, IcebergFile]]:
+    """The current snapshot's data files and delete files, by path, its manifests read by
+    `entries`."""
     from pyiceberg.manifest import DataFileContent
 
-    live = _live_files(found)
+    live = _live_files(found, entries)
     data = {p: f for p, f in live.items() if f.content == DataFileContent.DATA}
     return data, {p: f for p, f in live.items() if f.content != DataFileContent.DATA}
 
 
-def _live_files(found: Table) -> dict[str, IcebergFile]:
+def _live_files(found: Table, entries: Entries) -> dict[str, IcebergFile]:
     snapshot = found.current_snapshot()
     if snapshot is None:
         return {}
     return {
         entry.data_file.file_path: entry.data_file
         for manifest in snapshot.manifests(found.io)
-        for entry in manifest.fetch_manifest_entry(found.io, discard_deleted=True)
+        for entry in entries(manifest, found.io)
     }
 
 

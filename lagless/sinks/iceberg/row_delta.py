@@ -34,6 +34,7 @@ from lagless.sinks.newer_wins import keyed_positions
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestFile
     from pyiceberg.table import Table, Transaction
 
@@ -64,6 +65,9 @@ _DELETE_SCHEMA = pa.schema(
 Read = Callable[[str, list[str] | None], pa.Table]
 # Bytes of data and delete files' columns an import keeps between batches (FileColumns).
 KEPT_BYTES = 256 * 1024 * 1024
+# Manifests whose live entries an import keeps between batches (ManifestEntries): a batch adds
+# two (its data file's and its delete files'), compaction folds their files away.
+KEPT_MANIFESTS = 2048
 
 
 class FileColumns:
@@ -91,6 +95,36 @@ class FileColumns:
             oldest = next(iter(self._kept))
             self._bytes -= self._kept.pop(oldest).nbytes
         return found
+
+
+class ManifestEntries:
+    """A manifest's live entries (its files, but those it lists as deleted), each manifest read
+    once: a manifest is never changed once written (a snapshot that changes what one lists
+    writes another, of a new name), and every commit and every maintenance round lists the
+    current snapshot's files, on S3 a request per manifest. The least recently read go first
+    past `limit` manifests."""
+
+    def __init__(self, limit: int = KEPT_MANIFESTS) -> None:
+        self._limit = limit
+        self._kept: dict[str, list[ManifestEntry]] = {}
+
+    def __call__(self, manifest: ManifestFile, io: FileIO) -> list[ManifestEntry]:
+        key = manifest.manifest_path
+        found = self._kept.pop(key, None)
+        if found is None:
+            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
+        self._kept[key] = found  # the most recently read last
+        while len(self._kept) > self._limit:
+            del self._kept[next(iter(self._kept))]
+        return found
+
+
+def read_entries(manifest: ManifestFile, io: FileIO) -> list[ManifestEntry]:
+    """A manifest's live entries, read now (ManifestEntries keeps them)."""
+    return manifest.fetch_manifest_entry(io, discard_deleted=True)
+
+
+Entries = Callable[["ManifestFile", "FileIO"], list["ManifestEntry"]]
 
 
 class UnreadDeletes(TerminalError):
@@ -281,14 +315,17 @@ def commit_row_delta(
     *,
     added: Iterable[DataFile] = (),
     removed: Iterable[DataFile] = (),
+    entries: Entries = read_entries,
 ) -> None:
     """In `tx`, one snapshot that adds data and delete files and removes data and delete
-    files (each named as the current snapshot lists it)."""
+    files (each named as the current snapshot lists it); the manifests it rewrites read by
+    `entries`."""
     from pyiceberg.table.snapshots import Operation
 
     producer = _row_delta_class()(
         Operation.OVERWRITE, tx, tx._table.io, snapshot_properties=properties
     )
+    producer.entries = entries
     for data_file in added:
         producer.append_data_file(data_file)
     for data_file in removed:
@@ -305,6 +342,8 @@ def _row_delta_class() -> Any:
     class RowDelta(_SnapshotProducer[Any]):
         """A snapshot of added and removed data and delete files, each in manifests of its
         kind (pyiceberg's overwrite would write a delete file into a data manifest)."""
+
+        entries: Entries  # commit_row_delta's
 
         @property
         def spec_id(self) -> int:
@@ -353,7 +392,7 @@ def _row_delta_class() -> Any:
                 if not self._deleted_data_files:
                     manifests.append(manifest)  # nothing removed: no manifest to read
                     continue
-                entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+                entries = self.entries(manifest, self._io)
                 gone = {id(e) for e in entries if e.data_file in self._deleted_data_files}
                 if not gone:
                     manifests.append(manifest)
