@@ -276,3 +276,42 @@ def test_a_transactions_metadata_is_built_once_per_state_and_follows_what_it_sta
     assert transaction(sink._table(target.table)).table_metadata.properties["lagless.test"] == (
         "staged"
     )
+
+
+def offsets_chunk(sink: IcebergSink, table: str) -> tuple[int, int]:
+    """The bytes of the offset column's dictionary page and of its whole chunk, in the one
+    data file of `table` (one row group)."""
+    (task,) = sink._table(table).scan().plan_files()
+    metadata = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata
+    assert metadata.num_row_groups == 1
+    names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
+    chunk = metadata.row_group(0).column(names.index("offset"))
+    assert chunk.has_dictionary_page
+    return chunk.data_page_offset - chunk.dictionary_page_offset, chunk.total_compressed_size
+
+
+def test_a_column_of_distinct_values_gives_up_its_dictionary_early(tmp_path: Path) -> None:
+    """Tables lagless makes cap a column's Parquet dictionary at DICTIONARY_BYTES (Iceberg's
+    default: 2 MB): 60,000 distinct offsets give up theirs after the first 20,000 (pyarrow
+    checks the cap every 20,000 rows, pyiceberg's page row limit) and are written plain and
+    smaller than into a table of the default, whose dictionary takes all of them."""
+    from lagless.sinks.iceberg import DICTIONARY_BYTES
+
+    property_name = next(iter(DICTIONARY_BYTES))
+    count = 60_000
+    batch = rows(*[(b"k%d" % n, 0, n, n, n, False) for n in range(count)])
+    sizes = {}
+    for name in ("capped", "default"):
+        sink = IcebergSink.from_url(f"iceberg:///{tmp_path}/{name}")
+        target = Target("deals", "upsert", "raw")
+        sink.prepare(target)
+        assert sink._table(target.table).properties[property_name] == str(64 * 1024)
+        if name == "default":
+            with sink._table(target.table).transaction() as tx:
+                tx.set_properties({property_name: str(2 * 1024 * 1024)})
+        sink.upsert_rows(batch, target, Batch(0, {("t", 0): (0, count)}))
+        sizes[name] = offsets_chunk(sink, target.table)
+
+    (capped_dictionary, capped), (full_dictionary, full) = sizes["capped"], sizes["default"]
+    assert capped_dictionary * 2 < full_dictionary
+    assert capped < full

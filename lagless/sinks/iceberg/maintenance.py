@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
@@ -47,7 +46,6 @@ from lagless.sinks.iceberg.row_delta import (
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
-from lagless.sinks.newer_wins import row_numbers
 
 # Snapshots a table keeps at most, whatever the history window: every commit rewrites the
 # table's metadata file, which lists each kept snapshot with its summary (the ledger's ranges
@@ -167,8 +165,7 @@ class IcebergMaintenance(StoreMaintenance):
             rows = in_schema(self.storage.read_parquet(_path(each.file_path)), schema)
             gone = deleted.get(each.file_path)
             if gone is not None:
-                positions = row_numbers(rows.num_rows)
-                rows = rows.filter(pc.invert(pc.is_in(positions, value_set=gone)))
+                rows = rows.filter(_kept_rows(rows.num_rows, gone))
             parts.append(rows)
             expected += each.record_count - (len(gone) if gone is not None else 0)
         rows = pa.concat_tables(parts)
@@ -356,6 +353,18 @@ def _stale_deletes(
         if data in rewritten or data not in current or per_file[data] > 1
     }
     return [deletes[path] for path in stale], kept & set(stale.values())
+
+
+def _kept_rows(count: int, deleted: pa.Array) -> pa.Array:
+    """A mask of a file's `count` rows, False where `deleted` (distinct positions) names one:
+    set by position (a hash lookup of each row number cost a sixth of a fold's time). A
+    position past the file's rows masks none: the count check refuses the file."""
+    import numpy as np
+
+    places = deleted.to_numpy(zero_copy_only=False)
+    kept = np.ones(count, dtype=bool)
+    kept[places[(places >= 0) & (places < count)]] = False
+    return pa.array(kept)
 
 
 def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) -> list[IcebergFile]:
