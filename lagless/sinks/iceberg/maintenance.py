@@ -71,11 +71,10 @@ class IcebergMaintenance(StoreMaintenance):
     def __init__(self, sink: IcebergSink) -> None:
         self.sink = sink
         self.storage = sink.storage
-        # The current snapshot's manifests' entries, read by each round and commit attempt.
+        # Each manifest's live entries, read once: by rounds, commit attempts and expiry.
         self.entries = ManifestEntries()
-        # Manifest list -> its manifests; manifest -> the files its live entries name.
+        # Manifest list -> its manifests.
         self._lists: dict[str, list[ManifestFile]] = {}
-        self._manifests: dict[str, list[str]] = {}
 
     def tables(self, table: str | None) -> list[str]:
         with self.sink._catalog_errors():
@@ -248,7 +247,7 @@ class IcebergMaintenance(StoreMaintenance):
             read.add(_path(snapshot.manifest_list))
             for manifest in self._manifests_of(found, snapshot):
                 read.add(_path(manifest.manifest_path))
-                read.update(self._files_of(found, manifest))
+                read.update(_path(e.data_file.file_path) for e in self.entries(manifest, found.io))
         return read
 
     def _manifests_of(self, found: Table, snapshot: Snapshot) -> list[ManifestFile]:
@@ -256,14 +255,6 @@ class IcebergMaintenance(StoreMaintenance):
         if key not in self._lists:
             self._lists[key] = snapshot.manifests(found.io)
         return self._lists[key]
-
-    def _files_of(self, found: Table, manifest: ManifestFile) -> list[str]:
-        """The files a manifest's live entries name (data and delete files)."""
-        key = manifest.manifest_path
-        if key not in self._manifests:
-            entries = manifest.fetch_manifest_entry(found.io, discard_deleted=True)
-            self._manifests[key] = [_path(entry.data_file.file_path) for entry in entries]
-        return self._manifests[key]
 
     def health(self, table: str, policy: Policy) -> Health | None:
         with self.sink._catalog_errors():

@@ -112,7 +112,7 @@ class ManifestEntries:
         key = manifest.manifest_path
         found = self._kept.pop(key, None)
         if found is None:
-            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
+            found = read_entries(manifest, io)
         self._kept[key] = found  # the most recently read last
         while len(self._kept) > self._limit:
             del self._kept[next(iter(self._kept))]
