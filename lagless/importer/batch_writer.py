@@ -279,6 +279,12 @@ class BatchWriter:
         if self.maintenance is not None and not self._done_after_stop:
             self.maintenance.between_batches(finished.tables)
 
+    def end(self) -> None:
+        """The run ended unstopped, its last batch's commits drained: the maintenance left
+        beside its batches committed."""
+        if self.maintenance is not None:
+            self.maintenance.end()
+
     def _raise_a_store_failure(self, *, wait: bool) -> None:
         """The failure of the batch before's commits (ended, or waited for), raised again by
         every later call. Stopped when a second signal ended the wait: this batch is not

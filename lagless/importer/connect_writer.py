@@ -165,6 +165,11 @@ class ConnectWriter:
     def drain(self) -> None:
         """Nothing runs beside the query here: the server's writer commits each batch in it."""
 
+    def end(self) -> None:
+        """The server's writer's maintenance commits what it left aside at its next round; a
+        fold under way when its process ends leaves files in no snapshot, which expiry
+        removes."""
+
     def refresh(self) -> None:
         if self.stop is not None and self.stop.is_set():
             StopFile(Path(self.channel, STOP)).set()

@@ -375,6 +375,8 @@ def run_query(
             if not admit_new_topics(spec, checked):
                 break  # gone again (deleted): a rerun resumes
             writer.failure = None
+    if failure is None and not stop.is_set():
+        writer.end()
     ended(spec, writer, stop, failure)
 
 

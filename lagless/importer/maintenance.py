@@ -3,7 +3,9 @@ expiry) on the tables the import writes (sinks/maintenance.py), bounded in time 
 batch waits little; and `lagless maintain`'s one round, unbounded.
 
 A round runs after a batch has committed (every table's part) and before Spark starts the next,
-in the batch's thread: no commit of the import races it. A routed import's round covers every
+in the batch's thread: no commit of the import races it. Work a round leaves running beside the
+batches (Iceberg's folds, `StoreMaintenance.aside`) commits in that thread too, after the first
+batch that finds it ended, and when the import ends unstopped. A routed import's round covers every
 table it writes, those of topics that appeared since it started included; none runs once a stop
 was asked for (the import ends after the batch in flight). A kill during a round leaves the
 table as a crash of its store's commit does (all or nothing); Spark replays the batch, which the
@@ -84,6 +86,8 @@ class Schedule:
 
     def between_batches(self, written: Iterable[str] = ()) -> None:
         """After a batch that wrote to the tables `written`."""
+        for table in self.maintenance.finished_aside():
+            settle_round(self.maintenance, table)
         written = set(written)
         self.batches_since.update(written)
         now = self.clock()
@@ -107,6 +111,12 @@ class Schedule:
             self._round(busy, now, expire=False)
         for table in churned + busy:
             del self.batches_since[table]
+
+    def end(self) -> None:
+        """The import ended unstopped: the work left beside its batches waited for and
+        committed."""
+        for table in self.maintenance.finished_aside(wait=True):
+            settle_round(self.maintenance, table)
 
     def _round(self, imported: list[str], now: float, expire: bool) -> None:
         for each in imported:
@@ -148,12 +158,25 @@ def run_round(
     """Compaction until `deadline` (a group started finishes), then expiry when asked; the
     round logged when it did something. A failure is logged and the round given up (None),
     unless raise_errors (`lagless maintain`)."""
-    started = time.monotonic()
-    done = Round(table)
-    try:
+
+    def work(done: Round) -> None:
         maintenance.compact(table, policy, deadline, done)
         if expire:
             maintenance.expire(table, policy, done)
+
+    return _logged(table, work, raise_errors)
+
+
+def settle_round(maintenance: StoreMaintenance, table: str) -> Round | None:
+    """The table's work run aside committed (StoreMaintenance.settle), logged as a round."""
+    return _logged(table, lambda done: maintenance.settle(table, done), raise_errors=False)
+
+
+def _logged(table: str, work: Callable[[Round], None], raise_errors: bool) -> Round | None:
+    started = time.monotonic()
+    done = Round(table)
+    try:
+        work(done)
     except (LaglessError, OSError) as exc:
         if raise_errors:
             raise
@@ -174,6 +197,7 @@ def schedule_for(
     maintenance = sink.maintenance(run_id)
     if maintenance is None or every_s <= 0:
         return None
+    maintenance.aside = True
     return Schedule(maintenance, tables, policy, every_s)
 
 

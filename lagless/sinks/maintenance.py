@@ -162,6 +162,21 @@ class StoreMaintenance(ABC):
     def health(self, table: str, policy: Policy) -> Health | None:
         """The table's files now; None when there is no such table."""
 
+    # Whether compaction may leave its long work (Iceberg's folds) running beside the import's
+    # batches, for a later call to commit: set by the import's schedule. Else it is done in
+    # the call (`lagless maintain`, a store without such work).
+    aside = False
+
+    def finished_aside(self, wait: bool = False) -> list[str]:
+        """The tables whose work run aside has ended and waits for `settle` to commit it (all
+        such work waited for when `wait`)."""
+        return []
+
+    def settle(self, table: str, done: Round, wait: bool = False) -> None:
+        """The table's work run aside committed once it ended (waited for when `wait`), the
+        first step of every compaction. Counts into `done`."""
+        return None  # a store with no work aside has none to commit
+
 
 def plan(files: Sequence[DataFile], target: int, thorough: bool = False) -> list[list[DataFile]]:
     """Which files to merge, each group into one file: groups of at least two files, each file

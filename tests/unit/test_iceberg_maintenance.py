@@ -7,17 +7,23 @@ deletes."""
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lagless.sinks import sink_from_url
 from lagless.sinks.iceberg import IcebergSink
 from lagless.sinks.iceberg import maintenance as iceberg_maintenance
+from lagless.sinks.iceberg.fold import moved_positions
 from lagless.sinks.iceberg.maintenance import (
     IcebergMaintenance,
     _data_files,
@@ -107,7 +113,7 @@ def test_snapshots_past_the_most_kept_are_expired_whatever_the_window(
     assert sink.ledger(TARGET, PARTITIONS) == {(TOPIC, 0): 35}
 
 
-def upserted(sink: IcebergSink, batch: int, keys: range, tmp_path: Path) -> None:
+def upserted(sink: IcebergSink, batch: int, keys: Iterable[int], tmp_path: Path) -> None:
     """Records of `keys`, one each, at offsets after the last batch's: newer than the rows
     they replace."""
     offset = batch * 100
@@ -385,3 +391,116 @@ def test_rounds_read_each_manifest_once_and_a_manifest_written_since_when_it_is_
     assert values(sink) == {
         b"k%d" % k: (100 + k if k < 2 else 200 + k - 2 if k < 4 else k) for k in range(10)
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_rows_deleted_during_a_fold_move_to_their_places_in_the_file_it_wrote(
+    data: st.DataObject,
+) -> None:
+    """A file of `count` rows, folded without the rows `folded` names; the rows deleted since,
+    moved, name the same rows in the folded file (its kept rows in their order)."""
+    count = data.draw(st.integers(1, 60))
+    rows = np.arange(count) * 10  # each row's value: its place in the old file, times 10
+    folded = data.draw(st.sets(st.integers(0, count - 1)))
+    since = data.draw(st.sets(st.integers(0, count - 1).filter(lambda p: p not in folded)))
+    kept = np.delete(rows, sorted(folded))
+    now = np.array(sorted(folded | since) + sorted(since), dtype=np.int64)  # merged twice
+
+    moved = moved_positions(np.array(sorted(folded), dtype=np.int64), now)
+
+    assert moved is not None
+    assert sorted(kept[moved].tolist()) == sorted(rows[sorted(since)].tolist())
+    if folded:  # the fold's deletes gone from the file's: nothing is moved
+        lost = np.array(sorted(folded)[1:] + sorted(since), dtype=np.int64)
+        assert moved_positions(np.array(sorted(folded), dtype=np.int64), lost) is None
+
+
+def rows_read(sink: IcebergSink) -> int:
+    return sink._table(UPSERT.table).scan(selected_fields=("key",)).to_arrow().num_rows
+
+
+def held_fold(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """A gate the fold's thread waits at before it writes: a round leaves it under way."""
+    gate = threading.Event()
+    rewrite = IcebergMaintenance._rewrite
+
+    def gated(self: IcebergMaintenance, *args: object) -> object:
+        if threading.current_thread().name.startswith("lagless-fold"):
+            assert gate.wait(30)
+        return rewrite(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(IcebergMaintenance, "_rewrite", gated)
+    return gate
+
+
+@pytest.mark.filterwarnings("ignore:Iceberg scan planning")  # polars plans through pyiceberg
+def test_a_fold_beside_the_batches_moves_the_deletes_they_add_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import's round starts the fold and returns; batches go on replacing rows of the file
+    being folded; the round after it ended swaps the file and all its deletes for the folded
+    file and the deletes made meanwhile at their new places: the same rows throughout, no
+    delete file left naming the old file, the ledger kept."""
+    monkeypatch.setattr("lagless.sinks.iceberg.maintenance.FOLD_SHARE", 0.3)
+    gate = held_fold(monkeypatch)
+    sink, maintenance = upsert_table(tmp_path)
+    maintenance.aside = True
+    (first,) = _data_files(sink._table(UPSERT.table))
+    upserted(sink, 1, range(0, 8, 2), tmp_path / "staging")  # k0 k2 k4 k6: past the share
+    policy = Policy(1024 * 1024, 3600)
+
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    assert first in _data_files(sink._table(UPSERT.table))  # under way
+    assert maintenance.finished_aside() == []
+    upserted(sink, 2, [3, 7, 9, 12], tmp_path / "staging")  # three rows of the file, a new key
+    upserted(sink, 3, [5], tmp_path / "staging")
+    expected = values(sink)
+    gate.set()
+    assert maintenance.finished_aside(wait=True) == [UPSERT.table]
+    # An expiry whose window is over: the fold's files, in no snapshot yet, are kept.
+    maintenance.expire(UPSERT.table, Policy(keep_history_s=0), Round(UPSERT.table))
+
+    done = Round(UPSERT.table)
+    maintenance.settle(UPSERT.table, done)
+
+    found = sink._table(UPSERT.table)
+    assert first not in _data_files(found)
+    assert first not in referenced(sink)
+    assert done.compacted_files == 1 and done.merged_deletes == 3  # the first file's three
+    assert values(sink) == natively_read(sink) == expected
+    assert rows_read(sink) == len(expected)  # no replaced row back beside its newer one
+    assert [expected[b"k%d" % k] for k in (3, 9, 5, 1)] == [200, 202, 300, 1]
+    assert sink.ledger(UPSERT, PARTITIONS) == {(TOPIC, 0): 400}
+    assert maintenance.finished_aside() == []
+
+
+def test_a_fold_whose_file_another_compaction_rewrote_meanwhile_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folded file would bring back the file another round rewrote: the fold's files are
+    removed and the table left as that round made it."""
+    monkeypatch.setattr("lagless.sinks.iceberg.maintenance.FOLD_SHARE", 0.3)
+    gate = held_fold(monkeypatch)
+    sink, maintenance = upsert_table(tmp_path)
+    maintenance.aside = True
+    upserted(sink, 1, range(4), tmp_path / "staging")
+    policy = Policy(1024 * 1024, 3600)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    IcebergMaintenance(sink).compact(  # `lagless maintain` meanwhile: folds in its round
+        UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table)
+    )
+    folded = set(_data_files(sink._table(UPSERT.table)))
+    expected = values(sink)
+    gate.set()
+    maintenance.finished_aside(wait=True)
+    written = [f for each in maintenance._folds[UPSERT.table].done for f in each.written]
+
+    done = Round(UPSERT.table)
+    maintenance.settle(UPSERT.table, done)
+
+    assert done.skipped and not done.compacted_files
+    assert set(_data_files(sink._table(UPSERT.table))) == folded
+    assert values(sink) == expected
+    assert rows_read(sink) == len(expected)
+    assert written and not any(os.path.exists(_path(f.file_path)) for f in written)

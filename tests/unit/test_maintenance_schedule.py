@@ -6,10 +6,10 @@ The store is a recorder of the calls: what is checked here is only when they com
 from __future__ import annotations
 
 from lagless.importer.maintenance import EXPIRE_EVERY_S, Schedule
-from lagless.sinks.maintenance import Policy, Round
+from lagless.sinks.maintenance import Health, Policy, Round, StoreMaintenance
 
 
-class Recorder:
+class Recorder(StoreMaintenance):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
@@ -22,12 +22,15 @@ class Recorder:
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         self.calls.append(("expire", table))
 
+    def health(self, table: str, policy: Policy) -> Health | None:
+        return None
+
 
 def expiries(window_s: float, every_s: float, seconds: float) -> list[float]:
     """The times of the expiries of an import whose batches end every 0.5 s."""
     store, now = Recorder(), [0.0]
     schedule = Schedule(
-        store,  # type: ignore[arg-type]
+        store,
         lambda: ["orders"],
         Policy(128 * 1024 * 1024, window_s),
         every_s=every_s,
@@ -77,7 +80,7 @@ def expiries_of(store: Churning, written: list[list[str]]) -> list[list[str]]:
     every 2 s), each batch writing the tables `written` gives it."""
     now = [0.0]
     schedule = Schedule(
-        store,  # type: ignore[arg-type]
+        store,
         lambda: ["orders", "audit"],
         Policy(128 * 1024 * 1024, 60),
         every_s=10,
@@ -136,3 +139,38 @@ def test_a_failed_expiry_leaves_a_rewriting_table_expired_after_each_batch() -> 
     found = expiries_of(store, [["orders"]] * 6)
     # 2.0 s marks it; at 2.5 s its expiry fails (the removal told nothing): still followed.
     assert [bool(each) for each in found] == [False, False, False, True, True, True]
+
+
+class Aside(Recorder):
+    """A store whose rounds leave work running beside the batches (Iceberg's folds): `ends`
+    is after how many more asks it has ended."""
+
+    def __init__(self, ends: int) -> None:
+        super().__init__()
+        self.ends = ends
+
+    def finished_aside(self, wait: bool = False) -> list[str]:
+        self.ends -= 1
+        return ["orders"] if wait or self.ends <= 0 else []
+
+    def settle(self, table: str, done: Round, wait: bool = False) -> None:
+        self.calls.append(("settle", table))
+        self.ends = 10**9  # committed: nothing aside until the next round starts some
+
+
+def test_work_left_aside_is_committed_after_the_first_batch_that_finds_it_ended() -> None:
+    """Not at the next round, 4 batches or 10 s away: a fold ended waits one batch at most;
+    and the import's end waits for the work still under way and commits it."""
+    store = Aside(ends=2)
+    schedule = Schedule(store, lambda: ["orders"], Policy(), every_s=10, clock=lambda: 0.0)
+
+    schedule.between_batches(["orders"])
+    assert store.calls == []
+    schedule.between_batches(["orders"])
+    assert store.calls == [("settle", "orders")]
+    schedule.between_batches(["orders"])
+    assert store.calls == [("settle", "orders")]  # nothing aside since
+
+    store.ends = 10**9
+    schedule.end()
+    assert store.calls == [("settle", "orders")] * 2

@@ -17,6 +17,11 @@ ledger; then the files no kept snapshot reads (data files, manifests, manifest l
 metadata files of a SQL catalog) once they are older than the window: those of expired
 snapshots, and those a crashed commit or compaction left.
 Manifests are immutable: what each holds is read once and kept by this object.
+
+An import's rounds fold beside its batches (`aside`, fold.py): a round starts the fold of the
+files past FOLD_SHARE on a thread of its own and leaves them out of its groups; the first round
+after it ended (the schedule asks after every batch) commits it, the deletes batches added
+meanwhile moved to the new files. `lagless maintain` folds in the round.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from collections import Counter
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import numpy as np
 import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks.base import in_schema
+from lagless.sinks.iceberg.fold import Fold, Folded, moved_positions
 from lagless.sinks.iceberg.row_delta import (
     FOLD_SHARE,
     Entries,
@@ -65,6 +72,8 @@ if TYPE_CHECKING:
 METADATA = ("data", "metadata")
 # Commits other writers made first that a compaction is built again after before it gives up.
 COMMIT_ATTEMPTS = 20
+# How far a file's modification time (the storage's clock) may be before this machine's.
+CLOCK_MARGIN_MS = 2000
 
 
 class IcebergMaintenance(StoreMaintenance):
@@ -75,6 +84,8 @@ class IcebergMaintenance(StoreMaintenance):
         self.entries = ManifestEntries()
         # Manifest list -> its manifests.
         self._lists: dict[str, list[ManifestFile]] = {}
+        # Per table, its fold beside the batches, under way or ended and not yet committed.
+        self._folds: dict[str, Fold] = {}
 
     def tables(self, table: str | None) -> list[str]:
         with self.sink._catalog_errors():
@@ -105,8 +116,10 @@ class IcebergMaintenance(StoreMaintenance):
 
     def _merge(self, table: str, policy: Policy, deadline: float, done: Round) -> int:
         """The small files merged, and the deletes folded into the files that lost FOLD_SHARE
-        of their rows to them (row_delta.py); the table's snapshots before (a round that trims
-        none loads the table once)."""
+        of their rows to them (row_delta.py; beside the batches when `aside`, a fold ended
+        committed first); the table's snapshots before (a round that trims none loads the table
+        once)."""
+        self.settle(table, done)
         with self.sink._catalog_errors():
             found = self.sink._table(table)
             seen = len(found.metadata.snapshots)
@@ -116,10 +129,22 @@ class IcebergMaintenance(StoreMaintenance):
             except UnreadDeletes as exc:
                 done.skipped = str(exc)  # merging its files would bring deleted rows back
                 return seen
+            # A delete file of several data files (an earlier lagless's) is written again as
+            # one per file first, the files being folded included: none is left aside.
+            several = any(referenced_data_file(f) is None for f in deletes.values())
+            folding = self._folds[table].paths if table in self._folds and not several else set()
             folded = {
                 path
                 for path, f in current.items()
-                if len(deleted.get(path, ())) >= FOLD_SHARE * f.record_count
+                if len(deleted.get(path, ())) >= FOLD_SHARE * f.record_count and path not in folding
+            }
+            if self.aside and folded and not several:
+                self._fold_aside(table, found, [current[path] for path in folded], deleted)
+                folding, folded = folding | folded, set()
+            # A file being folded is no group's, and its deletes are left to the fold.
+            current = {path: f for path, f in current.items() if path not in folding}
+            mergeable = {
+                path: f for path, f in deletes.items() if referenced_data_file(f) not in folding
             }
             sized = [DataFile(path, f.file_size_in_bytes) for path, f in current.items()]
             # The folds first: a file they rewrite alone is no small-file group.
@@ -135,7 +160,7 @@ class IcebergMaintenance(StoreMaintenance):
                 written += self._rewrite(found, files, deleted)
                 chosen += files
             rewritten = {f.file_path for f in chosen}
-            stale, restated = _stale_deletes(deletes, rewritten, set(current))
+            stale, restated = _stale_deletes(mergeable, rewritten, set(current))
             if not chosen and not stale:
                 return seen
             merged = _kept_deletes(found, deleted, restated)
@@ -215,6 +240,103 @@ class IcebergMaintenance(StoreMaintenance):
             self.storage.remove(_path(each.file_path))
         return False
 
+    def finished_aside(self, wait: bool = False) -> list[str]:
+        if wait:
+            for fold in self._folds.values():
+                fold.wait()
+        return sorted(table for table, fold in self._folds.items() if fold.finished())
+
+    def settle(self, table: str, done: Round, wait: bool = False) -> None:
+        """The table's fold committed once it ended; the error that ended it early raised
+        after the files it finished are committed."""
+        fold = self._folds.get(table)
+        if fold is None:
+            return
+        if wait:
+            fold.wait()
+        if not fold.finished():
+            return
+        del self._folds[table]
+        if fold.done:
+            with self.sink._catalog_errors():
+                self._commit_fold(fold, done)
+        if fold.error is not None:
+            raise fold.error
+
+    def _fold_aside(
+        self, table: str, found: Table, files: list[IcebergFile], deleted: dict[str, pa.Array]
+    ) -> None:
+        fold = Fold(table, files)
+        fold.start(deleted, lambda each, gone: self._rewrite(found, [each], {each.file_path: gone}))
+        self._folds[table] = fold
+
+    def _commit_fold(self, fold: Fold, done: Round) -> None:
+        """One snapshot that swaps the folded files and all their delete files for the files
+        the fold wrote and the deletes batches added meanwhile, moved to them; built again on
+        the table another writer left, while it can be (`_swap`). Else the written files are
+        removed, and the next round plans the fold again."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        written = [f for each in fold.done for f in each.written]
+        for _ in range(COMMIT_ATTEMPTS):
+            found = self.sink._table(fold.table)
+            swap = self._swap(found, fold.done)
+            if swap is None:
+                break
+            removed, moved = swap
+            failpoint("mid-compaction")  # the folded and moved files written, in no snapshot
+            tx = transaction(found)
+            properties = carried(held_in(found), log_times_in(found))
+            added = [*written, *moved]
+            commit_row_delta(tx, properties, added=added, removed=removed, entries=self.entries)
+            try:
+                tx.commit_transaction()
+            except CommitFailedException:
+                for each in moved:
+                    self.storage.remove(_path(each.file_path))
+                continue
+            done.compacted_files += len(fold.done)
+            done.written_files += len(written)
+            done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
+            done.merged_deletes += len(removed) - len(fold.done)
+            return
+        for each in written:
+            self.storage.remove(_path(each.file_path))
+        done.skipped = "another writer changed the files folded meanwhile; folded again later"
+
+    def _swap(
+        self, found: Table, folded: list[Folded]
+    ) -> tuple[list[IcebergFile], list[IcebergFile]] | None:
+        """What a fold's commit removes (each folded file and every delete file naming it)
+        and the delete files it adds (the rows of folded files deleted since the fold read
+        them, at their places in the files it wrote); None when it cannot commit on `found`: a
+        folded file is gone, a delete file names several data files, or one the fold read is
+        gone with positions it named."""
+        current, deletes = _files(found, self.entries)
+        naming: dict[str, list[IcebergFile]] = {}
+        for delete_file in deletes.values():
+            data = referenced_data_file(delete_file)
+            if data is None:
+                return None
+            naming.setdefault(data, []).append(delete_file)
+        removed: list[IcebergFile] = []
+        places = []
+        for each in folded:
+            path = each.source.file_path
+            if path not in current:
+                return None
+            now = deleted_positions(naming.get(path, []), self.sink._read_data).get(path)
+            held = now.to_numpy(zero_copy_only=False) if now is not None else np.array([], int)
+            moved = moved_positions(each.positions, held)
+            if moved is None or (len(moved) and len(each.written) != 1):
+                return None  # the rows kept, in one file in their order, are where they move
+            if len(moved):
+                into = pa.repeat(pa.scalar(each.written[0].file_path), len(moved))
+                places.append(pa.table({"file_path": into, "pos": pa.array(moved)}))
+            removed += [current[path], *naming.get(path, [])]
+        moved_files = write_delete_files(found, pa.concat_tables(places)) if places else []
+        return removed, moved_files
+
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         with self.sink._catalog_errors():
             found = self.sink._table(table)
@@ -223,7 +345,11 @@ class IcebergMaintenance(StoreMaintenance):
             failpoint("mid-expiry")  # snapshots expired, the files only they read not removed
             # Files by the window's time alone, the snapshot cap aside: a file written since
             # may be another writer's, staged for a commit still to come.
-            self._remove_unread(found, _window_start_ms(policy), done)
+            # Nor those a fold under way writes (its files are in no snapshot till it commits).
+            cutoff_ms = _window_start_ms(policy)
+            if table in self._folds:
+                cutoff_ms = min(cutoff_ms, self._folds[table].started_ms - CLOCK_MARGIN_MS)
+            self._remove_unread(found, cutoff_ms, done)
 
     def _remove_unread(self, found: Table, cutoff_ms: int, done: Round) -> None:
         """Files under the table's data and metadata folders no kept snapshot reads, written
