@@ -14,7 +14,8 @@ committed and before the next table's: reached once per table after the first.
 
 `mid-compaction` is reached with a compaction's new files written, not yet committed;
 `mid-expiry` with old versions dropped, the files only they read not yet removed
-(sinks/<store>/maintenance.py)."""
+(sinks/<store>/maintenance.py); `mid-fold` with a fold run beside the batches written and the
+deletes made meanwhile moved, not yet committed (sinks/iceberg/maintenance.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ NAMES = (
     "describe-group",
     "mid-compaction",
     "mid-expiry",
+    "mid-fold",
 )
 _reached: Counter[str] = Counter()
 

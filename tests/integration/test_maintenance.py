@@ -255,6 +255,36 @@ def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
     assert again.records == 0
 
 
+def test_kill_9_as_a_fold_beside_the_batches_commits_then_a_rerun_ends_exact(
+    request, broker, kafka, topic_name, tmp_path, spark
+):
+    """An Iceberg upsert's round folds beside the batches (fold.py); the import killed as a
+    fold commits, its files and the deletes it moved written, in no snapshot: the table holds
+    each key once, and the rerun (and a `maintain` after it) ends with the newest record per
+    key. Reaching the point proves an import's fold ran beside its batches and got to its
+    commit."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    url = sink_url("iceberg", tmp_path, request)
+    spec = spec_for(
+        kafka, topic_name, url, tmp_path, write="upsert", maintain_every_s=0.001, keep_history_s=0
+    )
+    args = [*cli_args(spec), "--maintain-every", "0.001", "--keep-history", "0"]
+
+    code, _, stderr = run_import_process(args, tmp_path, "mid-fold:1")
+
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    left = stored(url, topic_name, ("key",))
+    assert left and len(left) == len(set(left))
+    rerun(spec, spark)
+    newest = rows_of(list(newest_per_key(records).values()))
+    assert stored(url, topic_name, COLUMNS) == newest
+    done = maintain(url, "--table", topic_name, "--keep-history", "0")
+    assert done.returncode == 0, done.stderr
+    assert stored(url, topic_name, COLUMNS) == newest
+
+
 def maintain(url: str, *args: str, failpoint: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LAGLESS_FAILPOINT"}
     if failpoint:

@@ -284,7 +284,7 @@ class IcebergMaintenance(StoreMaintenance):
             if swap is None:
                 break
             removed, moved = swap
-            failpoint("mid-compaction")  # the folded and moved files written, in no snapshot
+            failpoint("mid-fold")  # the folded and moved files written, in no snapshot
             tx = transaction(found)
             properties = carried(held_in(found), log_times_in(found))
             added = [*written, *moved]
