@@ -255,8 +255,9 @@ def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
     assert again.records == 0
 
 
+@pytest.mark.parametrize("store", ["iceberg", pytest.param("iceberg+s3", marks=pytest.mark.matrix)])
 def test_kill_9_as_a_fold_beside_the_batches_commits_then_a_rerun_ends_exact(
-    request, broker, kafka, topic_name, tmp_path, spark
+    store, request, broker, kafka, topic_name, tmp_path, spark
 ):
     """An Iceberg upsert's round folds beside the batches (fold.py); the import killed as a
     fold commits, its files and the deletes it moved written, in no snapshot: the table holds
@@ -266,7 +267,7 @@ def test_kill_9_as_a_fold_beside_the_batches_commits_then_a_rerun_ends_exact(
     broker.create_topic(topic_name, PARTITIONS)
     produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
     records = read_topic(kafka, topic_name, PARTITIONS)
-    url = sink_url("iceberg", tmp_path, request)
+    url = sink_url(store, tmp_path, request)
     spec = spec_for(
         kafka, topic_name, url, tmp_path, write="upsert", maintain_every_s=0.001, keep_history_s=0
     )
