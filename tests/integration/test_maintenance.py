@@ -209,6 +209,22 @@ def test_a_continuous_append_compacted_and_expired_as_it_runs_keeps_every_record
     assert stored(url, topic_name, COLUMNS) == rows_of(records)
 
 
+def upsert_topic(
+    store: str, request, broker, kafka, topic_name: str, tmp_path: Path, **options: Any
+) -> tuple[list[Any], str, ImportSpec]:
+    """A topic of 300 records in each partition over 300 keys (enough that batches add files,
+    new keys, and replace rows, keys seen before), and an upsert import of it with a round
+    after every batch."""
+    broker.create_topic(topic_name, PARTITIONS)
+    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
+    records = read_topic(kafka, topic_name, PARTITIONS)
+    url = sink_url(store, tmp_path, request)
+    spec = spec_for(
+        kafka, topic_name, url, tmp_path, write="upsert", maintain_every_s=0.001, **options
+    )
+    return records, url, spec
+
+
 @pytest.mark.matrix
 @pytest.mark.parametrize("store", ["delta", "iceberg"])
 def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
@@ -218,19 +234,8 @@ def test_an_upsert_compacted_between_batches_keeps_the_newest_row_per_key(
     target of 8 KiB, so that this small table has some) and removes the replaced ones: the table
     ends as the newest record per key in a few files, and a fresh checkpoint imports nothing
     twice."""
-    broker.create_topic(topic_name, PARTITIONS)
-    # Keys enough that batches add files (new keys) and rewrite some (keys seen before).
-    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
-    records = read_topic(kafka, topic_name, PARTITIONS)
-    url = sink_url(store, tmp_path, request)
-    spec = spec_for(
-        kafka,
-        topic_name,
-        url,
-        tmp_path,
-        write="upsert",
-        maintain_every_s=0.001,
-        target_file_size=8192,
+    records, url, spec = upsert_topic(
+        store, request, broker, kafka, topic_name, tmp_path, target_file_size=8192
     )
 
     with caplog.at_level(logging.INFO, logger="lagless.importer.maintenance"):
@@ -264,12 +269,8 @@ def test_kill_9_as_a_fold_beside_the_batches_commits_then_a_rerun_ends_exact(
     each key once, and the rerun (and a `maintain` after it) ends with the newest record per
     key. Reaching the point proves an import's fold ran beside its batches and got to its
     commit."""
-    broker.create_topic(topic_name, PARTITIONS)
-    produce_profile(kafka, topic_name, explicit([300] * PARTITIONS), keys=300)
-    records = read_topic(kafka, topic_name, PARTITIONS)
-    url = sink_url(store, tmp_path, request)
-    spec = spec_for(
-        kafka, topic_name, url, tmp_path, write="upsert", maintain_every_s=0.001, keep_history_s=0
+    records, url, spec = upsert_topic(
+        store, request, broker, kafka, topic_name, tmp_path, keep_history_s=0
     )
     args = [*cli_args(spec), "--maintain-every", "0.001", "--keep-history", "0"]
 
