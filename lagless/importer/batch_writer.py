@@ -283,7 +283,7 @@ class BatchWriter:
         """The run ended unstopped, its last batch's commits drained: the maintenance left
         beside its batches committed."""
         if self.maintenance is not None:
-            self.maintenance.end()
+            self.maintenance.end(lambda: self.stop is not None and self.stop.is_set())
 
     def _raise_a_store_failure(self, *, wait: bool) -> None:
         """The failure of the batch before's commits (ended, or waited for), raised again by

@@ -166,9 +166,9 @@ class ConnectWriter:
         """Nothing runs beside the query here: the server's writer commits each batch in it."""
 
     def end(self) -> None:
-        """The server's writer's maintenance commits what it left aside at its next round; a
-        fold under way when its process ends leaves files in no snapshot, which expiry
-        removes."""
+        """Not waited for here: a fold the server's writer left under way commits at its next
+        round if the server's writer lives on, else its files stay in no snapshot, which
+        expiry removes, and the next import's round folds again."""
 
     def refresh(self) -> None:
         if self.stop is not None and self.stop.is_set():

@@ -51,6 +51,8 @@ CHURN_SHARE = 0.5
 # trigger, waiting for the time-based round let ~20 accumulate: a full read of a few-MB Delta
 # table took up to 3.5x the compacted copy's (bench/table_health.py).
 ROUND_AFTER_BATCHES = RATIO
+# How often the import's end looks whether the work left beside its batches has ended.
+AWAITED_S = 0.05
 
 
 class Schedule:
@@ -112,11 +114,16 @@ class Schedule:
         for table in churned + busy:
             del self.batches_since[table]
 
-    def end(self) -> None:
+    def end(self, stopped: Callable[[], bool]) -> None:
         """The import ended unstopped: the work left beside its batches waited for and
-        committed."""
-        for table in self.maintenance.finished_aside(wait=True):
-            settle_round(self.maintenance, table)
+        committed, until a stop is asked for (the work is then left: a daemon thread, its
+        files in no snapshot, which expiry removes)."""
+        while True:
+            for table in self.maintenance.finished_aside():
+                settle_round(self.maintenance, table)
+            if not self.maintenance.aside_under_way() or stopped():
+                return
+            time.sleep(AWAITED_S)
 
     def _round(self, imported: list[str], now: float, expire: bool) -> None:
         for each in imported:

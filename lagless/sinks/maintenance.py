@@ -167,14 +167,17 @@ class StoreMaintenance(ABC):
     # the call (`lagless maintain`, a store without such work).
     aside = False
 
-    def finished_aside(self, wait: bool = False) -> list[str]:
-        """The tables whose work run aside has ended and waits for `settle` to commit it (all
-        such work waited for when `wait`)."""
+    def finished_aside(self) -> list[str]:
+        """The tables whose work run aside has ended and waits for `settle` to commit it."""
         return []
 
-    def settle(self, table: str, done: Round, wait: bool = False) -> None:
-        """The table's work run aside committed once it ended (waited for when `wait`), the
-        first step of every compaction. Counts into `done`."""
+    def aside_under_way(self) -> bool:
+        """Whether work run aside has not ended yet."""
+        return False
+
+    def settle(self, table: str, done: Round) -> None:
+        """The table's work run aside committed once it ended, the first step of every
+        compaction. Counts into `done`."""
         return None  # a store with no work aside has none to commit
 
 

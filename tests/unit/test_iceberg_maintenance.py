@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagless.importer.maintenance import run_round
 from lagless.sinks import sink_from_url
 from lagless.sinks.iceberg import IcebergSink
 from lagless.sinks.iceberg import maintenance as iceberg_maintenance
@@ -420,6 +421,14 @@ def rows_read(sink: IcebergSink) -> int:
     return sink._table(UPSERT.table).scan(selected_fields=("key",)).to_arrow().num_rows
 
 
+def ended_aside(maintenance: IcebergMaintenance) -> list[str]:
+    """The tables whose fold ended, once none is under way."""
+    deadline = time.monotonic() + 30
+    while maintenance.aside_under_way() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return maintenance.finished_aside()
+
+
 def held_fold(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """A gate the fold's thread waits at before it writes: a round leaves it under way."""
     gate = threading.Event()
@@ -457,7 +466,7 @@ def test_a_fold_beside_the_batches_moves_the_deletes_they_add_meanwhile(
     upserted(sink, 3, [5], tmp_path / "staging")
     expected = values(sink)
     gate.set()
-    assert maintenance.finished_aside(wait=True) == [UPSERT.table]
+    assert ended_aside(maintenance) == [UPSERT.table]
     # An expiry whose window is over: the fold's files, in no snapshot yet, are kept.
     maintenance.expire(UPSERT.table, Policy(keep_history_s=0), Round(UPSERT.table))
 
@@ -493,7 +502,7 @@ def test_a_fold_whose_file_another_compaction_rewrote_meanwhile_is_dropped(
     folded = set(_data_files(sink._table(UPSERT.table)))
     expected = values(sink)
     gate.set()
-    maintenance.finished_aside(wait=True)
+    ended_aside(maintenance)
     written = [f for each in maintenance._folds[UPSERT.table].done for f in each.written]
 
     done = Round(UPSERT.table)
@@ -504,3 +513,37 @@ def test_a_fold_whose_file_another_compaction_rewrote_meanwhile_is_dropped(
     assert values(sink) == expected
     assert rows_read(sink) == len(expected)
     assert written and not any(os.path.exists(_path(f.file_path)) for f in written)
+
+
+def test_a_fold_that_fails_in_its_thread_fails_the_round_that_commits_it_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store away as the fold reads: its error is raised by the round that would commit
+    it (the import logs it, run_round), the table is as it was, and the next round folds."""
+    monkeypatch.setattr("lagless.sinks.iceberg.maintenance.FOLD_SHARE", 0.3)
+    sink, maintenance = upsert_table(tmp_path)
+    maintenance.aside = True
+    upserted(sink, 1, range(4), tmp_path / "staging")
+    policy = Policy(1024 * 1024, 3600)
+    rewrite = IcebergMaintenance._rewrite
+
+    def away(self: IcebergMaintenance, *args: object) -> object:
+        raise OSError("the store is away")
+
+    monkeypatch.setattr(IcebergMaintenance, "_rewrite", away)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    assert ended_aside(maintenance) == [UPSERT.table]
+    files = set(_data_files(sink._table(UPSERT.table)))
+    expected = values(sink)
+
+    assert run_round(maintenance, UPSERT.table, policy, time.monotonic() + 60, False) is None
+
+    assert set(_data_files(sink._table(UPSERT.table))) == files
+    assert values(sink) == expected
+    monkeypatch.setattr(IcebergMaintenance, "_rewrite", rewrite)
+    maintenance.compact(UPSERT.table, policy, time.monotonic() + 60, Round(UPSERT.table))
+    assert ended_aside(maintenance) == [UPSERT.table]
+    done = Round(UPSERT.table)
+    maintenance.settle(UPSERT.table, done)
+    assert done.compacted_files == 1
+    assert values(sink) == expected and rows_read(sink) == len(expected)

@@ -143,24 +143,30 @@ def test_a_failed_expiry_leaves_a_rewriting_table_expired_after_each_batch() -> 
 
 class Aside(Recorder):
     """A store whose rounds leave work running beside the batches (Iceberg's folds): `ends`
-    is after how many more asks it has ended."""
+    is after how many more asks it has ended; None: nothing aside."""
 
-    def __init__(self, ends: int) -> None:
+    def __init__(self, ends: int | None) -> None:
         super().__init__()
         self.ends = ends
 
-    def finished_aside(self, wait: bool = False) -> list[str]:
+    def finished_aside(self) -> list[str]:
+        if self.ends is None:
+            return []
         self.ends -= 1
-        return ["orders"] if wait or self.ends <= 0 else []
+        return ["orders"] if self.ends <= 0 else []
 
-    def settle(self, table: str, done: Round, wait: bool = False) -> None:
+    def aside_under_way(self) -> bool:
+        return self.ends is not None and self.ends > 0
+
+    def settle(self, table: str, done: Round) -> None:
         self.calls.append(("settle", table))
-        self.ends = 10**9  # committed: nothing aside until the next round starts some
+        self.ends = None  # committed: nothing aside until a round starts some
 
 
 def test_work_left_aside_is_committed_after_the_first_batch_that_finds_it_ended() -> None:
     """Not at the next round, 4 batches or 10 s away: a fold ended waits one batch at most;
-    and the import's end waits for the work still under way and commits it."""
+    and the import's end waits for the work still under way and commits it, unless a stop
+    is asked for meanwhile."""
     store = Aside(ends=2)
     schedule = Schedule(store, lambda: ["orders"], Policy(), every_s=10, clock=lambda: 0.0)
 
@@ -171,6 +177,10 @@ def test_work_left_aside_is_committed_after_the_first_batch_that_finds_it_ended(
     schedule.between_batches(["orders"])
     assert store.calls == [("settle", "orders")]  # nothing aside since
 
+    store.ends = 3
+    schedule.end(stopped=lambda: False)
+    assert store.calls == [("settle", "orders")] * 2
+
     store.ends = 10**9
-    schedule.end()
+    schedule.end(stopped=lambda: True)
     assert store.calls == [("settle", "orders")] * 2

@@ -15,7 +15,6 @@ does; the thread is a daemon: a process that ends does not wait for it.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +26,6 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile as IcebergFile
-
-log = logging.getLogger(__name__)
 
 # A fold stops starting files after this long (a file started finishes): a large table that
 # crosses the share all at once is folded over several, and each commit moves fewer deletes.
@@ -87,10 +84,6 @@ class Fold:
 
     def finished(self) -> bool:
         return self.thread is not None and not self.thread.is_alive()
-
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
 
 
 def moved_positions(folded: np.ndarray, now: np.ndarray) -> np.ndarray | None:

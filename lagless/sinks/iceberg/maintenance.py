@@ -240,21 +240,17 @@ class IcebergMaintenance(StoreMaintenance):
             self.storage.remove(_path(each.file_path))
         return False
 
-    def finished_aside(self, wait: bool = False) -> list[str]:
-        if wait:
-            for fold in self._folds.values():
-                fold.wait()
+    def finished_aside(self) -> list[str]:
         return sorted(table for table, fold in self._folds.items() if fold.finished())
 
-    def settle(self, table: str, done: Round, wait: bool = False) -> None:
+    def aside_under_way(self) -> bool:
+        return any(not fold.finished() for fold in self._folds.values())
+
+    def settle(self, table: str, done: Round) -> None:
         """The table's fold committed once it ended; the error that ended it early raised
         after the files it finished are committed."""
         fold = self._folds.get(table)
-        if fold is None:
-            return
-        if wait:
-            fold.wait()
-        if not fold.finished():
+        if fold is None or not fold.finished():
             return
         del self._folds[table]
         if fold.done:
@@ -319,13 +315,15 @@ class IcebergMaintenance(StoreMaintenance):
             if data is None:
                 return None
             naming.setdefault(data, []).append(delete_file)
+        if any(each.source.file_path not in current for each in folded):
+            return None
+        named = [f for each in folded for f in naming.get(each.source.file_path, [])]
+        deleted = deleted_positions(named, self.sink._read_data)
         removed: list[IcebergFile] = []
         places = []
         for each in folded:
             path = each.source.file_path
-            if path not in current:
-                return None
-            now = deleted_positions(naming.get(path, []), self.sink._read_data).get(path)
+            now = deleted.get(path)
             held = now.to_numpy(zero_copy_only=False) if now is not None else np.array([], int)
             moved = moved_positions(each.positions, held)
             if moved is None or (len(moved) and len(each.written) != 1):
