@@ -51,6 +51,15 @@ class NewTopics(TransientError):
     (importer/job.py). Should it reach the user, a rerun resumes."""
 
 
+class ConcurrentImport(TransientError):
+    """Another import committed offsets of this batch meanwhile: a rerun resumes after them
+    (sinks/ledger.py's rule)."""
+
+
+class UnreadDeletes(TerminalError):
+    """An Iceberg table's delete files are of a kind lagless does not apply."""
+
+
 class Stopped(LaglessError):
     """SIGINT or SIGTERM stopped the import between batches (or abandoned the batch in flight,
     which the checkpoint replays): a rerun resumes. Exit code 128 + the signal's number."""
@@ -60,17 +69,36 @@ class Stopped(LaglessError):
         self.signal_number = signal_number
 
 
-# The classes a marker may name; an unknown name (a newer lagless) reads as a TerminalError.
+# The classes a marker may name: every error of this module that is built from its message
+# alone. An error of another class crosses as its nearest named base (marker); a name this
+# lagless does not know (a newer lagless's) reads as a TerminalError.
 _BY_NAME: dict[str, type[LaglessError]] = {
-    cls.__name__: cls for cls in (BadInput, TerminalError, TransientError, DataLossError, NewTopics)
+    cls.__name__: cls
+    for cls in (
+        BadInput,
+        TerminalError,
+        TransientError,
+        DataLossError,
+        NewTopics,
+        ConcurrentImport,
+        UnreadDeletes,
+    )
 }
 MARKER = "@lagless-error:"
 
 
+def crossing_name(cls: type[LaglessError]) -> str:
+    """The name `cls` crosses Spark under: its own if a marker may name it, else its nearest
+    base's that may (a subclass defined elsewhere keeps its exit code)."""
+    for base in cls.__mro__:
+        if base.__name__ in _BY_NAME and _BY_NAME[base.__name__] is base:
+            return base.__name__
+    return "TerminalError"
+
+
 def marker(error: LaglessError) -> str:
     """The error as one line of text that survives Spark's wrapping."""
-    name = type(error).__name__ if type(error).__name__ in _BY_NAME else "TerminalError"
-    return MARKER + json.dumps({"class": name, "message": str(error)})
+    return MARKER + json.dumps({"class": crossing_name(type(error)), "message": str(error)})
 
 
 def parse_marker(text: str) -> LaglessError | None:
@@ -156,6 +184,16 @@ def _raised(text: str) -> Iterator[str]:
             if after and not after[0].isspace():
                 yield after.strip()
                 break
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then its causes (or the errors it was raised while handling), each once."""
+    return _chain(exc)
+
+
+def text_of(exc: BaseException) -> str:
+    """What `exc` says; the args of one whose JVM is gone."""
+    return _text(exc)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -27,7 +27,9 @@ from lagless.exceptions import (
     Stopped,
     TerminalError,
     TransientError,
+    chain,
     from_spark,
+    text_of,
     worker_error,
 )
 from lagless.first_line import first_line
@@ -551,19 +553,9 @@ _LATE_WORKER = (
 
 
 def late_worker(failure: BaseException) -> bool:
-    """The failure is a Python worker of Spark's that did not connect back in time."""
-    seen: set[int] = set()
-    current: BaseException | None = failure
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        try:
-            text = str(current)
-        except Exception:  # a JVM that is gone cannot describe its error
-            text = repr(current.args)
-        if any(words in text for words in _LATE_WORKER):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    """The failure is a Python worker of Spark's that did not connect back in time (Spark's
+    own message: no marker can say it)."""
+    return any(words in text_of(current) for current in chain(failure) for words in _LATE_WORKER)
 
 
 def stopped_by(failure: BaseException) -> LaglessError:

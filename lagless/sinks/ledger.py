@@ -36,14 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from lagless.exceptions import BadInput, TransientError
+from lagless.exceptions import BadInput, ConcurrentImport
 
 TP = tuple[str, int]
 Range = tuple[int, int]
-
-
-class ConcurrentImport(TransientError):
-    """Another import committed offsets of this batch meanwhile: a rerun resumes after them."""
 
 
 @dataclass(frozen=True)

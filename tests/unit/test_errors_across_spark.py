@@ -12,8 +12,10 @@ import pytest
 from lagless import logs
 from lagless.cli import main as cli
 from lagless.exceptions import (
+    _BY_NAME,
     MARKER,
     BadInput,
+    ConcurrentImport,
     DataLossError,
     LaglessError,
     Stopped,
@@ -227,3 +229,44 @@ def test_a_failure_without_a_marker_ends_as_the_workers_error() -> None:
         "No space left on device"
     )
     assert str(stopped_by(RuntimeError("query gone\nmore"))) == "import stopped: query gone"
+
+
+@pytest.mark.parametrize("cls", list(_BY_NAME.values()))
+def test_every_named_class_round_trips(cls: type[LaglessError]) -> None:
+    found = parse_marker(marker(cls("m")))
+    assert type(found) is cls and str(found) == "m"
+
+
+def test_a_subclass_no_marker_names_crosses_as_its_nearest_named_base() -> None:
+    class AwayAWhile(ConcurrentImport):
+        pass
+
+    class Odd(BadInput):
+        pass
+
+    assert type(parse_marker(marker(AwayAWhile("a")))) is ConcurrentImport
+    assert cli.exit_code(parse_marker(marker(AwayAWhile("a")))) == 75  # type: ignore[arg-type]
+    assert type(parse_marker(marker(Odd("b")))) is BadInput
+
+
+def test_every_lagless_error_class_is_defined_in_exceptions() -> None:
+    """One home for error classes: any LaglessError subclass in lagless is exceptions.py's."""
+    import importlib
+    import pkgutil
+
+    import lagless
+
+    for module in pkgutil.walk_packages(lagless.__path__, "lagless."):
+        if module.name.endswith("__main__"):
+            continue
+        importlib.import_module(module.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    outside = [
+        f"{c.__module__}.{c.__qualname__}"
+        for c in subclasses(LaglessError)
+        if c.__module__.startswith("lagless.") and c.__module__ != "lagless.exceptions"
+    ]
+    assert outside == []

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import TerminalError
+from lagless.exceptions import UnreadDeletes
 from lagless.sinks.base import in_schema
 from lagless.sinks.newer_wins import keyed_positions
 
@@ -125,10 +125,6 @@ def read_entries(manifest: ManifestFile, io: FileIO) -> list[ManifestEntry]:
 
 
 Entries = Callable[["ManifestFile", "FileIO"], list["ManifestEntry"]]
-
-
-class UnreadDeletes(TerminalError):
-    """An Iceberg table's delete files are of a kind lagless does not apply."""
 
 
 def merge_on_read(table: Table) -> bool:
