@@ -18,6 +18,7 @@ from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
 from lagless.kafka.connection import KafkaConnection, reason
 from lagless.kafka.group_describer import GroupDescriber
+from lagless.kafka.groups import GroupDescription, GroupMember
 from lagless.kafka.wire import WireClient
 
 log = logging.getLogger(__name__)
@@ -26,25 +27,6 @@ log = logging.getLogger(__name__)
 # hold such a request for its whole timeout: a short one keeps callers responsive.
 _DESCRIBE_TIMEOUT_S = 5.0
 _DESCRIBE_CONFIGS_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True)
-class GroupMember:
-    member_id: str
-    client_id: str
-    partitions: tuple[TP, ...]
-    group_instance_id: str | None = None
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group: str
-    assignor: str
-    state: str
-    members: tuple[GroupMember, ...]
-    protocol: str = "CLASSIC"
-    """The group's protocol as the broker tells it: CLASSIC (JoinGroup/SyncGroup), or CONSUMER
-    (KIP-848's ConsumerGroupHeartbeat), where librdkafka asked ConsumerGroupDescribe."""
 
 
 @dataclass(frozen=True)
@@ -340,30 +322,6 @@ def _description(found: dict[str, Any]) -> GroupDescription:
             for member in found["members"]
         ),
         protocol=found.get("protocol", "CLASSIC"),
-    )
-
-
-def describe_found(group: str, found: Any) -> GroupDescription:
-    """A DescribeGroups answer (confluent-kafka's ConsumerGroupDescription) as lagless's."""
-    return GroupDescription(
-        group=group,
-        assignor=found.partition_assignor or "",
-        state=str(getattr(found.state, "name", found.state)),
-        members=tuple(
-            GroupMember(
-                member_id=member.member_id,
-                client_id=member.client_id,
-                partitions=tuple(
-                    sorted(
-                        (tp.topic, tp.partition)
-                        for tp in (member.assignment.topic_partitions or [])
-                    )
-                ),
-                group_instance_id=member.group_instance_id,
-            )
-            for member in found.members
-        ),
-        protocol=str(getattr(getattr(found, "type", None), "name", None) or "CLASSIC"),
     )
 
 

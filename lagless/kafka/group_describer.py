@@ -196,8 +196,8 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from lagless.kafka.cluster_info import describe_found
     from lagless.kafka.connection import reason
+    from lagless.kafka.groups import describe_found
 
     settings = json.loads(requests.readline())
     admin = AdminClient(settings)

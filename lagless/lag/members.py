@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from lagless.kafka import TP
-from lagless.kafka.cluster_info import GroupDescription, GroupMember
 from lagless.kafka.config import KafkaConfig
+from lagless.kafka.groups import GroupDescription, GroupMember
 from lagless.kafka.offset_reader import OffsetReader
 
 # Assignors of the eager protocol: every member gives up all its partitions at each rebalance.

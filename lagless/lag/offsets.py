@@ -17,10 +17,11 @@ from typing import Protocol
 
 from lagless.exceptions import BadInput, TransientError
 from lagless.kafka import TP
-from lagless.kafka.cluster_info import GroupDescription, GroupsFound
+from lagless.kafka.cluster_info import GroupsFound
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.embedded_log_offsets import is_embedded
 from lagless.kafka.group_offsets import COMMITTED_BY_LAGLESS
+from lagless.kafka.groups import GroupDescription
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.records import RecordInfo
 from lagless.retry import retried

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagless.kafka import TP
-from lagless.kafka.cluster_info import GroupDescription, GroupsFound
+from lagless.kafka.cluster_info import GroupsFound
+from lagless.kafka.groups import GroupDescription
 from lagless.lag.offsets import PartitionSample, RecordInfo
 from lagless.lag.report import (
     PartitionLag,
