@@ -46,6 +46,14 @@ class LocalStorage:
     """Folders on the driver's (and, for a cluster, a shared) disk."""
 
     task_access: S3Access | None = None
+    # A folder renamed appears whole or not at all: a store may publish a batch by renaming
+    # the folder it gathered its files in. (S3: no rename; a store publishes by a last put.)
+    renames_folders = True
+
+    @contextlib.contextmanager
+    def errors(self, what: str, unreachable: type[Exception] = TransientError) -> Iterator[None]:
+        """A local disk's errors are OSErrors, which the CLI names as they are."""
+        yield
 
     def join(self, *parts: str) -> str:
         return os.path.join(*parts)
@@ -159,6 +167,8 @@ class LocalStorage:
 
 class S3Storage:
     """Folders under `s3://bucket/prefix`, through obstore."""
+
+    renames_folders = False
 
     def __init__(self, url: S3Url) -> None:
         self.url = url

@@ -50,7 +50,7 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.folder_table import HELD_RECORD_COLUMNS, FolderTableSink, newest_rows_in
 from lagless.sinks.ledger import TP, Batch, HeldRecord, Range, Verdict, held_until, verdict
-from lagless.sinks.storage import LocalStorage, S3Storage, Storage
+from lagless.sinks.storage import LocalStorage, Storage
 from lagless.sinks.task_files import stage_rows
 
 if TYPE_CHECKING:
@@ -108,10 +108,8 @@ class ParquetSink(FolderTableSink):
 
     def ledger(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         table = self.storage.join(self.location, target.table)
-        if isinstance(self.storage, S3Storage):
-            with self.storage.errors(f"Parquet table {table}"):
-                return held_until(_held_ranges(self.storage, table, on_s3=True)[0])
-        return held_until(_held_ranges(self.storage, table)[0])
+        with self.storage.errors(f"Parquet table {table}"):
+            return held_until(_held_ranges(self.storage, table)[0])
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         """Read in the batch folder that holds each partition's newest range only."""
@@ -120,7 +118,7 @@ class ParquetSink(FolderTableSink):
         table = self.storage.join(self.location, target.table)
         newest: dict[TP, tuple[int, str]] = {}
         # A folder a merged one replaced (a crashed compaction left both): the merged one's.
-        in_folders, left_over = _held_in_folders(self.storage, table, self.s3 is not None)
+        in_folders, left_over = _held_in_folders(self.storage, table)
         for folder, tp, (_, end) in in_folders:
             if tp in held and folder not in left_over and end > newest.get(tp, (-1, ""))[0]:
                 newest[tp] = (end, folder)
@@ -157,9 +155,9 @@ class ParquetSink(FolderTableSink):
         """Make the batch's staged files visible as `batch=<digest>` in one rename."""
         files = sorted(set(files))
         table = self.storage.join(self.location, target.table)
-        if isinstance(self.storage, S3Storage):
+        if not self.storage.renames_folders:
             return _said(
-                _commit_on_s3(self.storage, table, files, batch, target.run_id, self.retry_s)
+                _commit_by_put(self.storage, table, files, batch, target.run_id, self.retry_s)
             )
         gathering = _gathering(table, batch)
         shutil.rmtree(gathering, ignore_errors=True)
@@ -179,13 +177,13 @@ class ParquetSink(FolderTableSink):
         before_commit: Callable[[], None] = _no_op,
     ) -> Written | None:
         folder = self.storage.join(self.location, table)
-        if isinstance(self.storage, S3Storage):
+        if not self.storage.renames_folders:
             staging = self._staging(target, table)
             clear = self.storage.remove_tree
             files = stage_rows(rows, staging, clear=clear, s3=self.storage.task_access)
             before_commit()
             return _said(
-                _commit_on_s3(self.storage, folder, files, batch, target.run_id, self.retry_s)
+                _commit_by_put(self.storage, folder, files, batch, target.run_id, self.retry_s)
             )
         rows.write.options(**WRITE_OPTIONS).mode("overwrite").parquet(_gathering(folder, batch))
         before_commit()
@@ -227,17 +225,18 @@ def _make_visible(table: str, batch: Batch) -> bool:
     return True
 
 
-def _commit_on_s3(
-    storage: S3Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
+def _commit_by_put(
+    storage: Storage, table: str, files: list[str], batch: Batch, run_id: str, wait_s: float
 ) -> bool:
-    """Under the table's lock object: unless the table holds the batch (then its staged files
-    are dropped), the files copied into `batch=<digest>` and its `_ranges.json` written last,
-    the commit point. Folders a crashed commit left without `_ranges.json` go first."""
+    """Where folders cannot be renamed (S3), under the table's lock object: unless the table
+    holds the batch (then its staged files are dropped), the files copied into
+    `batch=<digest>` and its `_ranges.json` written last, the commit point. Folders a
+    crashed commit left without `_ranges.json` go first."""
     with (
         storage.errors(f"Parquet table {table}"),
         storage.locked(storage.join(table, LOCK), run_id, wait_s),
     ):
-        held, left_over = _held_ranges(storage, table, on_s3=True)
+        held, left_over = _held_ranges(storage, table)
         for folder in left_over:
             storage.remove_tree(folder)
         if verdict(batch, held_until(held)) is Verdict.REPLAY:
@@ -252,32 +251,29 @@ def _commit_on_s3(
     return True
 
 
-def _held_ranges(
-    storage: Storage, table: str, on_s3: bool = False
-) -> tuple[list[tuple[TP, Range]], list[str]]:
+def _held_ranges(storage: Storage, table: str) -> tuple[list[tuple[TP, Range]], list[str]]:
     """Every range the visible batches of the table hold; and the folders the next commit
-    clears (`left over`): on S3 the batch folders a crashed commit left without ranges, and
-    folders a merged folder replaced that a crashed compaction left visible."""
-    held, left_over = _held_in_folders(storage, table, on_s3)
+    clears (`left over`): where folders are published by a put (S3), the batch folders a
+    crashed commit left without ranges, and folders a merged folder replaced that a crashed
+    compaction left visible."""
+    held, left_over = _held_in_folders(storage, table)
     return [(tp, held_range) for _, tp, held_range in held], left_over
 
 
-def _held_in_folders(
-    storage: Storage, table: str, on_s3: bool = False
-) -> tuple[list[tuple[str, TP, Range]], list[str]]:
+def _held_in_folders(storage: Storage, table: str) -> tuple[list[tuple[str, TP, Range]], list[str]]:
     """_held_ranges, each range with the batch folder that holds it."""
     held: list[tuple[str, TP, Range]] = []
     left_over = []
     replaced: set[str] = set()
     names = set()
-    for name, listed in batch_folders(storage, table, on_s3):
+    for name, listed in batch_folders(storage, table):
         names.add(name)
         folder = storage.join(table, name)
         if listed is not None:
             doc = json.loads(listed)
             ranges = ranges_listed(doc)
             replaced.update(doc.get(MERGED, ()))
-        elif on_s3:
+        elif not storage.renames_folders:
             left_over.append(folder)
             continue
         else:
@@ -287,12 +283,12 @@ def _held_in_folders(
     return held, left_over
 
 
-def batch_folders(storage: Storage, table: str, on_s3: bool) -> Iterator[tuple[str, str | None]]:
+def batch_folders(storage: Storage, table: str) -> Iterator[tuple[str, str | None]]:
     """The visible batch folders (`batch=...`), each with its `_ranges.json`'s text (None: an
     earlier lagless's folder, or on S3 a crashed commit's)."""
     for name in storage.names(table):
         folder = storage.join(table, name)
-        if name.startswith("batch=") and (on_s3 or os.path.isdir(folder)):
+        if name.startswith("batch=") and (not storage.renames_folders or os.path.isdir(folder)):
             yield name, storage.read_text(storage.join(folder, RANGES))
 
 
@@ -306,8 +302,8 @@ def ranges_listed(doc: dict[str, Any]) -> list[tuple[TP, Range]]:
 
 def retire(storage: Storage, folder: str) -> None:
     """A batch folder a merged folder replaced: hidden (`_merged-<ms>.batch=...`, removed by
-    expiry once out of the history window), on S3 removed."""
-    if isinstance(storage, S3Storage):
+    expiry once out of the history window); where folders cannot be renamed (S3), removed."""
+    if not storage.renames_folders:
         storage.remove_tree(folder)
         return
     parent, name = os.path.split(folder)

@@ -43,7 +43,6 @@ from lagless.sinks.parquet import (
     ranges_listed,
     retire,
 )
-from lagless.sinks.storage import S3Storage
 
 if TYPE_CHECKING:
     from lagless.sinks.parquet import ParquetSink
@@ -58,7 +57,9 @@ class ParquetMaintenance(StoreMaintenance):
         # Who holds the table's lock while compacting (storage.py: a rerun takes over its own).
         self.run_id = run_id
         self.storage = sink.storage
-        self.on_s3 = isinstance(sink.storage, S3Storage)
+        # Where folders cannot be renamed (S3), a merged folder is published by its last put
+        # and the folders it replaced are removed at once.
+        self.by_put = not sink.storage.renames_folders
 
     def tables(self, table: str | None) -> list[str]:
         names = self.storage.names(self.sink.location) if table is None else [table, f"{table}_dlq"]
@@ -66,14 +67,14 @@ class ParquetMaintenance(StoreMaintenance):
             name
             for name in names
             if not name.startswith(("_", "."))
-            and any(True for _ in batch_folders(self.storage, self._path(name), self.on_s3))
+            and any(True for _ in batch_folders(self.storage, self._path(name)))
         ]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         folder = self._path(table)
         lock = self.storage.join(folder, LOCK)
         with self._errors(folder), self.storage.locked(lock, self.run_id, self.sink.retry_s):
-            _, left_over = _held_ranges(self.storage, folder, self.on_s3)
+            _, left_over = _held_ranges(self.storage, folder)
             for each in left_over:
                 retire(self.storage, each)
             self._clear_gathering(folder)
@@ -103,7 +104,7 @@ class ParquetMaintenance(StoreMaintenance):
         digest = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:20]
         merged = f"batch={digest}"
         manifest = json.dumps({"ranges": ranges, MERGED: sorted(names)})
-        if self.on_s3:
+        if self.by_put:
             target = self.storage.join(table, merged)
             self.storage.write_parquet(self.storage.join(target, "part-00000.parquet"), rows)
             failpoint("mid-compaction")  # the merged file written, its ranges not yet
@@ -118,7 +119,7 @@ class ParquetMaintenance(StoreMaintenance):
             os.replace(gathering, os.path.join(table, merged))
         for name in names:
             replaced = self.storage.join(table, name)
-            if self.on_s3:  # removed at once: counted as expiry's
+            if self.by_put:  # removed at once: counted as expiry's
                 files = self.storage.files(replaced)
                 done.removed_files += len(files)
                 done.removed_bytes += sum(size for size, _ in files.values())
@@ -132,7 +133,7 @@ class ParquetMaintenance(StoreMaintenance):
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         """Folders merged away (local), and gatherings a crashed compaction left, once older
         than the window (by the time in their name, or their files')."""
-        if self.on_s3:
+        if self.by_put:
             return  # replaced folders are removed at once
         folder = self._path(table)
         cutoff_ms = (time.time() - policy.keep_history_s) * 1000
@@ -154,7 +155,7 @@ class ParquetMaintenance(StoreMaintenance):
     def health(self, table: str, policy: Policy) -> Health | None:
         folder = self._path(table)
         sizes = []
-        for name, _ in batch_folders(self.storage, folder, self.on_s3):
+        for name, _ in batch_folders(self.storage, folder):
             sizes += [
                 self.storage.stat(path)[0]
                 for path in self._data_files(self.storage.join(folder, name))
@@ -175,7 +176,7 @@ class ParquetMaintenance(StoreMaintenance):
     def _folders(self, table: str) -> list[DataFile]:
         """The visible batch folders with ranges, as units of compaction: their data bytes."""
         found = []
-        for name, listed in batch_folders(self.storage, table, self.on_s3):
+        for name, listed in batch_folders(self.storage, table):
             if listed is not None:
                 folder = self.storage.join(table, name)
                 size = sum(self.storage.stat(p)[0] for p in self._data_files(folder))
@@ -190,7 +191,7 @@ class ParquetMaintenance(StoreMaintenance):
         ]
 
     def _clear_gathering(self, table: str) -> None:
-        if not self.on_s3:
+        if not self.by_put:
             for name in self.storage.names(table):
                 if name.startswith(GATHERING):
                     shutil.rmtree(os.path.join(table, name), ignore_errors=True)
@@ -199,6 +200,4 @@ class ParquetMaintenance(StoreMaintenance):
         return self.storage.join(self.sink.location, table)
 
     def _errors(self, folder: str) -> contextlib.AbstractContextManager[None]:
-        if isinstance(self.storage, S3Storage):
-            return self.storage.errors(f"Parquet table {folder}")
-        return contextlib.nullcontext()
+        return self.storage.errors(f"Parquet table {folder}")
