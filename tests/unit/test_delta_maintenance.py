@@ -63,3 +63,20 @@ def test_a_compaction_whose_files_another_removed_meanwhile_is_dropped(tmp_path:
     assert keys(tmp_path / "t") == list(range(60))  # not doubled
     assert set((tmp_path / "t").iterdir()) == files  # its merged file removed
     assert done.compacted_files == 0
+
+
+def test_a_table_whose_properties_lagless_set_stays_writable(tmp_path: Path) -> None:
+    """delta-rs lists variantType (and more) on a protocol 7 table (a timestamp without zone
+    makes one) when it sets a table property, as expiry does: lagless must still write it
+    (a restarted mirror of a table with a `timestamp` column refused its own table)."""
+    import datetime
+
+    from lagless.sinks.delta.log import unwritable
+
+    rows = pa.table({"at": pa.array([datetime.datetime(2020, 1, 1)], pa.timestamp("us")), "n": [1]})
+    write_deltalake(str(tmp_path / "t"), rows)
+    table = DeltaTable(str(tmp_path / "t"))
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 60 seconds"})
+    table = DeltaTable(str(tmp_path / "t"))
+    assert "variantType" in (table.protocol().writer_features or [])
+    assert unwritable(table, changes_rows=True) is None

@@ -127,12 +127,19 @@ def unwritable(delta: DeltaTable, changes_rows: bool = False) -> str | None:
     protocol = delta.protocol()
     if delta.metadata().partition_columns:
         return "the table is partitioned"
-    features = set(protocol.writer_features or ())
+    features = set(protocol.writer_features or ()) - _idle_features(delta)
     if protocol.min_writer_version > 4 and not (
         protocol.min_writer_version == 7 and features <= KNOWN_FEATURES
     ):
         return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
     return _rules_for_rows(delta) if changes_rows else None
+
+
+def _idle_features(delta: DeltaTable) -> set[str]:
+    """Features the table lists that ask nothing of lagless's entries: variantType without a
+    variant column (delta-rs 1.6 lists it on a protocol 7 table whenever it sets a table
+    property, as lagless's expiry does: `alter.set_table_properties`)."""
+    return set() if '"variant"' in delta.schema().to_json() else {"variantType"}
 
 
 def _rules_for_rows(delta: DeltaTable) -> str | None:
