@@ -16,13 +16,14 @@ For each run, over --seconds:
 - resident memory (sampled VmRSS, and VmHWM) of the serve process and of its child (the
   process that asks the group coordinators), and the file descriptors it holds.
 
-With --baseline DIR, `lagless serve` from another checkout (say /work/main, the code before
-a change) runs last on the same fleet: its figures beside, and this code's as a same-run ratio
-of them (the machine's load is shared alike). CPU-seconds per round are each process's (serve,
+With --baseline DIR, `lagless serve` from another checkout (say ../lagless-before, made by
+`git worktree add ../lagless-before main`: the code before a change) runs last on the same
+fleet: its figures beside, and this code's as a same-run ratio of them (the machine's load is
+shared alike). CPU-seconds per round are each process's (serve,
 its child, noida-db) and their sum: what a round costs whatever the load.
 
     .venv/bin/python bench/fleet.py [--groups 2000] [--partitions 12] [--groups-per-topic 1]
-        [--baseline /work/main]
+        [--baseline ../lagless-before]
     small: --groups 100 --partitions 2 --seconds 8
 """
 

@@ -1,14 +1,15 @@
 """`lagless demo`: a skewed backlog drained on a laptop with nothing else running.
 
-Starts the embedded broker, fills a 24-partition topic shaped like the lag table of field
-report 000 (12 partitions far behind, 4 half-way, 8 drained: a consumer group's worst case),
-shows the lag table, imports everything into SQLite in bulk, and shows the table again.
-With --typed: field report 002's deals (gen's deals profile) into a typed SQLite table, a
-column per field, upserted on the deal id, deleted deals gone.
-With --mirror: a PostgreSQL database mirrored through Debezium and Kafka into SQLite
-(lagless/scenarios/mirror.py).
-With --scenario NAME: a field report live (lagless/scenarios): its misbehaving group on
-noida-db, the lag and the doctor's diagnosis, then the cure by `lagless import`.
+Starts the embedded broker, fills a 24-partition topic shaped like the lag of the first failure
+the README lists (12 partitions far behind, 4 half-way, 8 drained: a consumer group's worst
+case), shows the lag table, imports everything into SQLite in bulk, and shows the table again.
+With --typed: deal documents (gen's deals profile: large JSON values in runs of updates) into a
+typed SQLite table, a column per field, upserted on the deal id, deleted deals gone.
+With --mirror: a PostgreSQL database mirrored through Debezium and Kafka into SQLite.
+With --scenario NAME: one of the README's five failures staged live by a misbehaving consumer
+group on noida-db (a Kafka broker with a real group coordinator, which the embedded broker
+lacks; scripts/setup installs it), its lag and the doctor's diagnosis, then the cure by
+`lagless import` (docs/lag-and-serve.md#the-five-failures-live).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
+from lagless.lag.table import print_table
 from lagless.progress import RichCollector
 from lagless.scenarios import SCENARIOS
 from lagless.scenarios.mirror import TOPICS as MIRROR_TOPICS
@@ -68,8 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--scale",
         type=float,
         metavar="X",
-        help="size of the backlog: field report 000's lag / 1000 times this (default: 10, "
-        "1.35M records); with --typed, the deals profile's counts times this (default: "
+        help="size of the backlog: 134,614 records times this (default: 10, 1.35M records); "
+        "with --typed, the deals profile's counts times this (default: "
         f"{DEMO_DEALS_SCALE:g}, 102,000 records)",
     )
     parser.add_argument(
@@ -80,8 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
-        help="reproduce a field report live on noida-db (a broker with a group coordinator): "
-        "the misbehaving group, its lag, the doctor's diagnosis, and the cure by an import",
+        help="replay one of the README's five failures, in its order (000 blocked threads, "
+        "001 out-of-order commits, 002 large records, 003 rebalances, 004 auto-commit), with a "
+        "real consumer group on noida-db (a broker with a group coordinator): its lag, the "
+        "doctor's diagnosis, and the cure by an import",
     )
     parser.add_argument(
         "--mirror",
@@ -194,7 +198,7 @@ def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
         produced = produce_profile(config, TOPIC, profile, keys=1_000, compression="zstd")
         console.print(f"produced {produced.records:,} records in {produced.seconds:.1f} s")
         before, _ = lag_table(config, f"lag of group {GROUP!r} before the import")
-        console.print(before)
+        print_table(before, console)
         spec = ImportSpec(
             kafka=config,
             topics=(TOPIC,),
@@ -204,7 +208,7 @@ def _demo(console: Console, args: argparse.Namespace, out: str) -> int:
         )
         summary = run_import(spec, RichCollector(console))
         after, remaining = lag_table(config, f"lag of group {GROUP!r} after the import")
-        console.print(after)
+        print_table(after, console)
     with sqlite3.connect(database) as conn:
         stored = conn.execute(f'SELECT count(*) FROM "{TOPIC}"').fetchone()[0]
     console.print(
@@ -276,7 +280,7 @@ def _show_deals(console: Console, database: str) -> dict[int, int]:
         table.add_column(name, justify="left" if name == "title" else "right")
     for row in shown:
         table.add_row(*(str(cell) for cell in row))
-    console.print(table)
+    print_table(table, console)
     return stored
 
 

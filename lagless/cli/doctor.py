@@ -6,9 +6,9 @@ import argparse
 import json
 import math
 
-from lagless.cli.options import add_group_arguments, kafka_config
+from lagless.cli.options import add_group_arguments, kafka_config, tell_waiting
 from lagless.exceptions import BadInput
-from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, render
+from lagless.lag.doctor import DEFAULT_FETCH_BYTES, diagnose, examine, notes, render
 from lagless.lag.members import KafkaMembership
 from lagless.lag.offsets import KafkaOffsetSource, require_commits
 from lagless.lag.status import DEFAULT_WINDOW_S
@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help='print {"group", "status", "findings": [{"kind", "text", "fix"}]} (what serve shows)',
+        help='print {"group", "status", "findings": [{"kind", "text", "fix"}], "notes"} (the '
+        "findings are what serve shows; notes: what could not be checked)",
     )
     parser.set_defaults(func=run)
 
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             if description is None or not description.members:
                 require_commits(source, args.topic)
         interval_s = max(SHORTEST_INTERVAL_S, args.seconds / SAMPLES)
+        tell_waiting(f"watching group {args.group} for {args.seconds:g} s (--seconds)")
         exam = examine(args.group, source, membership, args.seconds, interval_s)
     finally:
         source.close()
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "group": args.group,
             "status": exam.report.status.name,
             "findings": [finding.as_json() for finding in findings],
+            "notes": notes(exam),
         }
         print(json.dumps(body, indent=2))
     else:

@@ -1,7 +1,9 @@
 """`lagless gen`: produce test records shaped like a profile to an existing topic.
 
-The deals profile (field report 002) writes large deal documents keyed by the deal id, as JSON
-or Avro, in runs of updates with some tombstones; `--write-schema FILE` saves their schema for
+The profiles take their shapes from the failures the README lists: seed-000 the lag of the
+first (threads blocked on drained partitions), seed-002 and deals the third (large records,
+update floods). The deals profile writes large deal documents keyed by the deal id, as JSON or
+Avro, in runs of updates with some tombstones; `--write-schema FILE` saves their schema for
 `lagless import --value-schema @FILE`."""
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import re
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from lagless.cli.options import (
@@ -264,7 +263,7 @@ def _add_spark(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting for the session (repeatable), e.g. spark.archives=ENV.tar.gz#env "
-        "to ship lagless to executors that lack it (README: Cluster deployment)",
+        "to ship lagless to executors that lack it (docs/operations.md#cluster-deployment)",
     )
     parser.add_argument(
         "--shared-disk",
@@ -351,14 +350,15 @@ def handle(args: argparse.Namespace) -> int:
         print(f"lagless: warning: {ambiguous}", file=sys.stderr, flush=True)
     if args.explain:
         from lagless.importer.explain import explain
+        from lagless.lag.table import print_table
 
         plan = explain(spec)
         if args.json:
             print(json.dumps(plan))
         else:
             if len(plan["tables"]) > 1:
-                Console().print(tables_table(plan))
-            Console().print(plan_table(plan))
+                print_table(tables_table(plan))
+            print_table(plan_table(plan))
         return 0
     summary = run_import(
         spec, RichCollector(summary=not args.json, follow=spec.mode == "continuous")

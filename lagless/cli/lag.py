@@ -15,10 +15,10 @@ from rich.table import Table
 
 from lagless.cli.options import (
     add_group_arguments,
-    add_maintenance_arguments,
     add_metric_arguments,
     cluster_name,
     kafka_config,
+    tell_waiting,
 )
 from lagless.exceptions import BadInput
 from lagless.importer.table_lag import PartitionInTable, table_health, table_lag
@@ -31,7 +31,7 @@ from lagless.lag.offsets import (
 )
 from lagless.lag.report import History, build_report, collect, committed_records, watched_span
 from lagless.lag.status import DEFAULT_WINDOW_S
-from lagless.lag.table import markdown_table, rich_table
+from lagless.lag.table import markdown_table, print_table, rich_table
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.sinks.maintenance import Health, Policy
@@ -54,7 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--table", metavar="TABLE", help="with --sink: the table (default: the topic name)"
     )
-    add_maintenance_arguments(parser, history=False)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -104,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
             watch(args.group, source, args.watch, window_s, Console())
             return 0
         window_s = DEFAULT_WINDOW_S if args.window is None else args.window
+        if window_s > 0:
+            tell_waiting(
+                f"sampling group {args.group} for {window_s:g} s: its status compares the "
+                "committed offsets over time (--window 0 answers at once, from one sample)"
+            )
         if args.prometheus:
             text = prometheus_once(args.group, source.fleet, window_s, cluster_name(args), args)
             print(text, end="")
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.markdown:
         print(markdown_table(report, now))
     else:
-        Console().print(rich_table(report, now))
+        print_table(rich_table(report, now))
     return 0
 
 
@@ -185,10 +189,10 @@ def run_table_lag(args: argparse.Namespace) -> int:
     if args.topic is None:
         raise BadInput("lag --sink needs --topic (the topic the table is fed from)")
     if args.group is not None or args.watch is not None or args.prometheus or args.markdown:
-        raise BadInput("lag --sink takes --topic, --table, --target-file-size and --json only")
+        raise BadInput("lag --sink takes --topic, --table and --json only")
     table = args.table or args.topic
     rows = table_lag(kafka_config(args), args.sink, table, [args.topic])
-    tables = table_health(args.sink, table, Policy(target_file_size=args.target_file_size))
+    tables = table_health(args.sink, table, Policy())
     if args.json:
         shown = {
             "partitions": [row.as_json() for row in rows],
@@ -197,7 +201,7 @@ def run_table_lag(args: argparse.Namespace) -> int:
         print(json.dumps(shown, indent=2))
         return 0
     console = Console()
-    console.print(partitions_table(table, rows))
+    print_table(partitions_table(table, rows), console)
     mirror = [row.source_lag_s for row in rows if row.source_lag_s is not None]
     if mirror:
         console.print(
@@ -211,7 +215,7 @@ def run_table_lag(args: argparse.Namespace) -> int:
                 f"recreated since): {row.another_topic}"
             )
     if tables:
-        console.print(health_table(tables))
+        print_table(health_table(tables), console)
     return 0
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import logging
+import os
+import select
 import signal
 import sys
 from collections.abc import Sequence
@@ -25,6 +28,8 @@ EXIT_BAD_INPUT = 2
 EXIT_TRANSIENT = 75
 # A shell's code for a process a signal ended: 130 for SIGINT, 143 for SIGTERM.
 EXIT_SIGNALLED = 128
+# What a shell shows for a writer whose reader went away (`lagless lag --json | head`): SIGPIPE's.
+EXIT_BROKEN_PIPE = EXIT_SIGNALLED + signal.SIGPIPE
 
 log = logging.getLogger("lagless.cli")
 
@@ -59,6 +64,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "$XDG_STATE_HOME/lagless/lagless.log, i.e. ~/.local/state/lagless/lagless.log)",
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
+    parser.add_argument(
+        "--version", action="version", version=f"lagless {version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name in COMMANDS:
         if command in (None, name):
@@ -66,6 +74,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name)
     return parser
+
+
+def version() -> str:
+    """lagless's installed version (pyproject.toml's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("lagless")
+    except PackageNotFoundError:  # run from a folder, not installed
+        return "(not installed)"
 
 
 def command_in(argv: Sequence[str]) -> str | None:
@@ -109,6 +128,18 @@ def misspelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None
     return None
 
 
+def full_disk(exc: BaseException) -> OSError | None:
+    """The OSError of a full disk (or quota) that `exc` is or was raised from; None if none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def exit_code(exc: BaseException) -> int:
     """BadInput 2, TransientError 75, stopped by a signal 128 + its number, anything else 1."""
     if isinstance(exc, KeyboardInterrupt):
@@ -137,6 +168,10 @@ def one_line(exc: BaseException) -> str:
         return f"lagless: failed, may pass on a rerun: {_first_line(found)}"
     if found is not None:
         return f"lagless: failed: {_first_line(found)}"
+    disk = full_disk(exc)
+    if disk is not None:
+        where = f": {disk.filename}" if disk.filename else ""
+        return f"lagless: failed: {os.strerror(disk.errno or errno.ENOSPC).lower()}{where}"
     return f"lagless: failed unexpectedly: {type(exc).__name__}: {_first_line(exc)}"
 
 
@@ -149,13 +184,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(wrong)
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, or bad input said in one line (OneLineParser)
-        return int(done.code or 0)
+        return _flushed(int(done.code or 0))
+    except BrokenPipeError:  # `lagless import --help | head -1`
+        return _reader_gone()
     where = logs.configure(args.log_level, args.log_file, args.log_json)
     interrupt_on_sigterm()
     log.debug("lagless %s", " ".join(argv))
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at the exit
+        return code
+    except SystemExit as done:
+        # rich's console ends the process so when its stdout's reader went away
+        if isinstance(done.__context__, BrokenPipeError):
+            return _reader_gone()
+        raise
     except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():  # `lagless lag | head -1`
+            return _reader_gone()
         code = exit_code(exc)
         line = one_line(exc)
         if code == EXIT_BAD_INPUT or code > EXIT_SIGNALLED:
@@ -167,6 +213,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = f"{line} (details: {details})"
         print(line, file=sys.stderr, flush=True)
         return code
+
+
+def _flushed(code: int) -> int:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+    return code
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe its reader closed (a BrokenPipeError may be another pipe's: a
+    child process's)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):  # stdout closed or replaced by an object with no descriptor
+        return False
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (`lagless lag --json | head`): end quietly, as a command that
+    SIGPIPE ended, with what is left unwritten dropped (Python would otherwise complain as it
+    flushes stdout at its exit)."""
+    log.debug("stdout's reader went away")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,6 +7,8 @@ import argparse
 import math
 from typing import TypeVar
 
+from rich.console import Console
+
 from lagless.kafka.config import KafkaConfig, parse_key_values
 from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, parse_size
 
@@ -75,9 +77,16 @@ def cluster_name(args: argparse.Namespace) -> str:
     return str(args.cluster_name or args.bootstrap)
 
 
-def add_maintenance_arguments(parser: argparse.ArgumentParser, history: bool = True) -> None:
-    """--target-file-size and, with `history`, --keep-history (import, maintain; lag --sink
-    takes the size alone, for the small-file share)."""
+def tell_waiting(text: str, console: Console | None = None) -> None:
+    """On a terminal, a line on stderr saying what a command waits for before it answers
+    (`lag`, `doctor`: seconds of samples); nothing in pipes."""
+    console = console or Console(stderr=True)
+    if console.is_terminal:
+        console.print(text, style="dim", highlight=False, markup=False, soft_wrap=True)
+
+
+def add_maintenance_arguments(parser: argparse.ArgumentParser) -> None:
+    """--target-file-size and --keep-history (import, maintain)."""
     parser.add_argument(
         "--target-file-size",
         type=file_size,
@@ -86,8 +95,6 @@ def add_maintenance_arguments(parser: argparse.ArgumentParser, history: bool = T
         help="table maintenance: files smaller than this are merged into files of up to this "
         "size; bytes, or with K, M, G (default: 128M)",
     )
-    if not history:
-        return
     parser.add_argument(
         "--keep-history",
         type=seconds_or_zero,

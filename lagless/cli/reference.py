@@ -23,9 +23,9 @@ INTRO = f"""# Reference
 Every command's `--help`, generated from the command line itself (`{REGENERATE}` rewrites
 this page; a test fails when it is stale). The guides say what the options are for:
 [imports](imports.md), [stores](stores.md), [typed values](typed-values.md),
-[lag and serve](lag-and-serve.md), [operations](operations.md). "Field report 000" to "004"
-in the help texts are the five failures of the README, each replayed by `lagless demo
---scenario` ([the five failures, live](lag-and-serve.md#the-five-failures-live)).
+[lag and serve](lag-and-serve.md), [operations](operations.md). "The first failure" to "the
+fifth" in the help texts are the five failures the README lists, each replayed by `lagless demo
+--scenario 000` to `004` ([the five failures, live](lag-and-serve.md#the-five-failures-live)).
 """
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from lagless.cli.options import at_least_one, positive_number, positive_seconds
@@ -18,6 +17,7 @@ from lagless.lag.simulate import (
     parse_lag_table,
     simulate_all,
 )
+from lagless.lag.table import print_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(
             drain.name, format_duration(drain.drain_s), f"{drain.drain_s / ideal_s:.2f}", counts
         )
-    Console(width=120).print(table)
+    print_table(table)
     if args.png is not None:
         write_chart(drains, ideal_s, args.png, f"{args.consumers} consumers")
         print(f"chart written to {args.png}")

@@ -66,14 +66,14 @@ DEALS_RECORD_BYTES = 32_000
 
 # Each profile in words a user choosing one can follow (gen --help).
 PROFILES = {
-    "seed-000": f"{len(SEED_000_LAG)} partitions, 12 far behind, 4 half-way, 8 empty (field report "
-    "000's lag table, a thousandth of it)",
+    "seed-000": f"{len(SEED_000_LAG)} partitions, 12 far behind, 4 half-way, 8 empty (the first "
+    "failure's lag, threads blocked on drained partitions, a thousandth of it)",
     "seed-002": f"{SEED_002_PARTITIONS} partitions, {len(SEED_002_LARGE)} flooded with "
     f"{LARGE_RECORD_BYTES // 1000} KB records among small-record and {len(SEED_002_EMPTY)} empty "
-    "ones (field report 002)",
+    "ones (the third failure: large records)",
     "uniform": f"{UNIFORM_COUNT:,} records on every partition of the topic",
     "deals": f"{DEALS_PARTITIONS} partitions of deal documents keyed by the deal id, partition "
-    f"{DEALS_CHATTY} flooded with updates (field report 002)",
+    f"{DEALS_CHATTY} flooded with updates (the third failure: update floods)",
 }
 PROFILE_NAMES = tuple(PROFILES)
 
@@ -129,7 +129,8 @@ class Profile:
             raise BadInput(
                 f"profile {self.name!r}: partition {worst} would hold ~{stored / 1e6:.1f} MB "
                 f"(compression {compression}), over the {PARTITION_BYTES_LIMIT / 1e6:.0f} MB "
-                f"a partition keeps; {hint} or fewer/smaller records"
+                "gen puts in a partition (the embedded broker keeps about 5 MB a partition, "
+                f"the rest room for a batch on top); {hint} or fewer/smaller records"
             )
 
 

@@ -149,16 +149,7 @@ def diagnose(
     if by_status[Status.STOP]:
         findings += _stop(report.group, by_status[Status.STOP], exam)
     if by_status[Status.STALL]:
-        keys = by_status[Status.STALL]
-        findings.append(
-            Finding(
-                "stall",
-                f"{_names(keys)}: lag but the committed offset stopped moving — the consumer "
-                "is stuck on a record, or blocks on another of its partitions.",
-                "look at the record at the committed offset (too large? failing?); a consumer "
-                "must not wait on an empty partition while another has data",
-            )
-        )
+        findings.append(_stall(report.group, by_status[Status.STALL], exam))
     if by_status[Status.WARN]:
         keys = by_status[Status.WARN]
         findings.append(
@@ -171,7 +162,8 @@ def diagnose(
     findings += _large_records(exam.records, fetch_bytes)
     if not exam.by_lagless:  # an import reads every partition itself: no consumer to balance
         findings += _balance(report, exam.memberships)
-    findings += _membership(report, exam.memberships)
+    if not exam.by_lagless:  # an import is never a member: there are none to check
+        findings += _membership(report, exam.memberships)
     if not findings:
         findings.append(
             Finding(
@@ -240,11 +232,45 @@ def _broken_offsets(
     return findings
 
 
+def _import_idle(group: str) -> str:
+    """Why a group lagless import commits does not move: no import is running (an import is
+    never a member, and never stuck on a record: it fails, and says so)."""
+    return (
+        f"no lagless import is committing group {group} now: a bulk import ends at the log's "
+        "end as it found it at its start (records that arrived since wait for its next run), "
+        "and a stopped or failed one where it stopped."
+    )
+
+
+# What to do about a group lagless import commits that does not move.
+IMPORT_IDLE_FIX = (
+    "run the same import again: it resumes from what its table holds (and commits the group "
+    "as it goes); `--mode continuous` keeps following the topic"
+)
+
+
+def _stall(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> Finding:
+    """Lag, and the committed offset did not move within the window."""
+    if exam.by_lagless:
+        return Finding(
+            "stall",
+            f"{_names(keys)}: lag but the committed offset did not move for "
+            f"{exam.sampled_s:g} s — {_import_idle(group)}",
+            IMPORT_IDLE_FIX,
+        )
+    return Finding(
+        "stall",
+        f"{_names(keys)}: lag but the committed offset stopped moving — the consumer "
+        "is stuck on a record, or blocks on another of its partitions.",
+        "look at the record at the committed offset (too large? failing?); a consumer "
+        "must not wait on an empty partition while another has data",
+    )
+
+
 def _stop(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> list[Finding]:
     """STOP from who holds the partitions where the broker tells, else from the offsets."""
     fix = (
-        f"lagless import commits group {group} (its --group): start it again, or run it "
-        "continuously; it resumes from what its table holds"
+        IMPORT_IDLE_FIX
         if exam.by_lagless
         else "check that the group's consumers are running and own these partitions; a "
         "consumer that is alive but stuck shows the record it is stuck on in its logs"
@@ -273,7 +299,7 @@ def _stop(group: str, keys: Sequence[tuple[str, int]], exam: Examination) -> lis
                 f"{_names(still)}: lag but the committed offset did not move for "
                 f"{exam.sampled_s:g} s — "
                 + (
-                    f"the import that commits group {group} is not running."
+                    _import_idle(group)
                     if exam.by_lagless
                     else f"no consumer of group {group} is committing there."
                 ),
@@ -449,19 +475,21 @@ def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) 
     return findings
 
 
+def notes(exam: Examination) -> list[str]:
+    """What the doctor could not look at: said beside the findings, not as one (nothing is
+    wrong with the group for it)."""
+    if exam.memberships is not None or exam.by_lagless:
+        return []
+    return [
+        "which consumer holds which partitions, idle consumers, the assignor and rebalances "
+        "were not checked: the broker does not answer DescribeGroups (the embedded broker "
+        "never does); `kafka-consumer-groups --describe --group "
+        f"{exam.report.group}` shows them on a broker that does"
+    ]
+
+
 def _membership(report: LagReport, memberships: Sequence[GroupDescription] | None) -> list[Finding]:
-    if memberships is None:
-        return [
-            Finding(
-                "not-checked",
-                "could not check which consumer holds which partitions, idle consumers, the "
-                "assignor, the rebalance protocol or rebalances: the broker did not answer "
-                "DescribeGroups (the embedded broker does not).",
-                "run the doctor against a broker that answers DescribeGroups, or compare with "
-                "`kafka-consumer-groups --describe --group " + report.group + "`",
-            )
-        ]
-    if not memberships:
+    if not memberships:  # None: not told (notes); []: not sampled
         return []
     findings = []
     latest = memberships[-1]
@@ -540,4 +568,5 @@ def render(exam: Examination, findings: Sequence[Finding]) -> str:
         f"status {report.status.name} (watched {exam.sampled_s:g} s)"
         + (", committed by lagless import" if exam.by_lagless else "")
     )
-    return "\n".join([head, *(finding.bullet() for finding in findings)])
+    said = [f"note: {note}" for note in notes(exam)]
+    return "\n".join([head, *(finding.bullet() for finding in findings), *said])

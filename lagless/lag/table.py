@@ -5,6 +5,8 @@ An All row of totals comes first; lagless adds the estimated time lag and the st
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from lagless.lag.report import LagReport, PartitionLag
@@ -49,6 +51,21 @@ def table_cells(report: LagReport, now: float) -> list[tuple[str, ...]]:
         for row in report.rows
     ]
     return [total, *rows]
+
+
+def print_table(table: Table, console: Console | None = None) -> None:
+    """A table whole: on a terminal as wide as it lets; elsewhere (a file, a pipe: no width to
+    keep to) at the width its cells and title need, never a cell cut or a title wrapped."""
+    console = console or Console()
+    if not console.is_terminal:
+        title = len(str(table.title or ""))
+        table.min_width = max(table.min_width or 0, title)
+        wide = console.options.update_width(100_000)
+        needed = Measurement.get(console, wide, table).maximum
+        console = Console(
+            file=console.file, width=max(needed, title), color_system=None, force_terminal=False
+        )
+    console.print(table)
 
 
 def rich_table(report: LagReport, now: float) -> Table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from typing import Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from lagless import logs
 
 
 @dataclass
@@ -124,6 +127,9 @@ class Collector:
 
 # The bar's rate: over about the last this many seconds of batches.
 RATE_WINDOW_S = 10.0
+# Following a topic with stdout not a terminal (a supervisor's log, a file): a progress line at
+# most this often, for the batches since the last one.
+LINE_EVERY_S = 60.0
 
 
 class RecentRate:
@@ -153,8 +159,9 @@ class RecentRate:
 
 class RichCollector(Collector):
     """On a terminal, a live bar (stderr) with records/s and MB/s (RecentRate), remaining lag
-    and elapsed time; following a topic (`follow`), a line per batch on stdout instead. At
-    the end, the summary on stdout (`summary=False`: none, as under --json)."""
+    and elapsed time; following a topic (`follow`), lines on stdout instead (`_progress_line`:
+    a line per batch on a terminal, a line a minute at most elsewhere). At the end, the
+    summary on stdout (`summary=False`: none, as under --json)."""
 
     def __init__(
         self,
@@ -183,6 +190,9 @@ class RichCollector(Collector):
         self._task: TaskID | None = None
         self._clock = clock
         self._rate = RecentRate(clock())
+        # Following: when the last progress line was printed, and the totals it showed.
+        self._line_at: float | None = None
+        self._shown = (0, 0)  # batches, records
 
     def warn(self, text: str) -> None:
         self.console.print(
@@ -193,6 +203,18 @@ class RichCollector(Collector):
         self._rate = RecentRate(self._clock())
         self._progress.start()
         self._task = self._progress.add_task("import", total=max(lag, 1), rate="", lag=lag)
+        if self.follow:
+            self._following(lag)
+
+    def _following(self, lag: int) -> None:
+        """Following a topic: the first line says what comes, and where each batch is logged."""
+        out = self.summary_console
+        if out is None:
+            return
+        often = "a line per batch" if out.is_terminal else f"a line per {LINE_EVERY_S:g} s at most"
+        where = logs.log_file()
+        logged = f"; every batch in the log, {where} (pid {os.getpid()})" if where else ""
+        self._line(out, f"following the topics, {lag:,} records behind: {often}{logged}")
 
     def batch(self, summary: Summary, lag: int) -> None:
         if self._task is None:
@@ -211,17 +233,35 @@ class RichCollector(Collector):
         )
 
     def _progress_line(self, summary: Summary, lag: int, per_second: float) -> None:
-        """Following a topic: a line per batch on a terminal's stdout, none elsewhere (the log
-        has each batch)."""
+        """Following a topic: on a terminal's stdout a line per batch; elsewhere the first
+        batch's, then a line for the batches of the last LINE_EVERY_S at most that often. The
+        first batch carries Spark's start: it gets no rate (RecentRate leaves it out after)."""
         out = self.summary_console
-        if out is None or not out.is_terminal:
+        if out is None:
             return
+        now = self._clock()
+        if not out.is_terminal and self._line_at is not None and now - self._line_at < LINE_EVERY_S:
+            return
+        batches = summary.batches - self._shown[0]
+        records = summary.records - self._shown[1]
+        what = (
+            f"batch of {records:,} records"
+            if batches == 1
+            else f"{batches:,} batches, {records:,} records"
+        )
+        rate = (
+            "(the first: Spark's start in it)"
+            if summary.batches == 1
+            else f"{per_second:,.0f} records/s"
+        )
+        self._line(out, f"{what}  {rate}  behind {lag:,}  imported {summary.imported:,}")
+        self._line_at = now
+        self._shown = (summary.batches, summary.records)
+
+    @staticmethod
+    def _line(out: Console, text: str) -> None:
         out.print(
-            f"{time.strftime('%H:%M:%S')}  batch of {summary.last_records:,} records  "
-            f"{per_second:,.0f} records/s  behind {lag:,}  imported {summary.imported:,}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+            f"{time.strftime('%H:%M:%S')}  {text}", highlight=False, markup=False, soft_wrap=True
         )
 
     def close(self) -> None:
@@ -273,10 +313,19 @@ def summary_text(summary: Summary) -> str:
 
 
 def held_text(held: dict[tuple[str, int], int]) -> str:
-    """What a table held, per partition the first offset above it."""
+    """What a table held (`held`: per partition the first offset above it), as the highest
+    offset of each partition, the first NAMED_PARTITIONS named and the others counted."""
     shown = {tp: offset for tp, offset in sorted(held.items()) if offset}
     if not shown:
         return "nothing"
-    if len(shown) > NAMED_PARTITIONS:
-        return f"offsets below {sum(shown.values()):,} in all, on {len(shown)} partitions"
-    return "offsets below " + ", ".join(f"{t}[{p}]={o:,}" for (t, p), o in shown.items())
+    named = [
+        f"{t}[{p}] up to {'offset ' if not n else ''}{o - 1:,}"
+        for n, ((t, p), o) in enumerate(list(shown.items())[:NAMED_PARTITIONS])
+    ]
+    more = len(shown) - len(named)
+    if not more:
+        return ", ".join(named)
+    return (
+        f"{', '.join(named)} and {more} more partition{'' if more == 1 else 's'} "
+        f"({sum(shown.values()):,} offsets in all)"
+    )

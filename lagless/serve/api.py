@@ -16,7 +16,7 @@ from lagless.lag.report import PartitionLag
 from lagless.serve.view import SPARK_POINTS, GroupView
 
 # Findings that say nothing is wrong: never a group's top finding on the first screen.
-QUIET_FINDINGS = frozenset({"healthy", "not-checked"})
+QUIET_FINDINGS = frozenset({"healthy"})
 
 
 def _round(value: float | None) -> float | None:
@@ -63,7 +63,7 @@ def group_summary(view: GroupView, now: float) -> dict[str, object]:
         "error": view.error,
         "error_since": view.error_since,
         "committed_by": "lagless import" if view.by_lagless else None,
-        "spark": view.series.totals(SPARK_POINTS),
+        "totallag_history": view.series.totals(SPARK_POINTS),
         "top_finding": None if top is None else {"kind": top.kind, "text": top.text},
     }
 

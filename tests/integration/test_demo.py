@@ -36,6 +36,9 @@ def test_demo_drains_the_backlog_and_stores_every_record(tmp_path: Path) -> None
     said = " ".join(result.stdout.split())  # rich wraps lines at the terminal's width
     assert "after the import" in said
     assert f"{stored:,} rows in" in said
+    # Not a terminal: the tables are printed whole, their titles on one line.
+    titles = [line.strip() for line in result.stdout.splitlines()]
+    assert "lag of group 'lagless-demo' after the import" in titles, result.stdout
 
 
 def test_demo_without_out_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:

@@ -102,8 +102,9 @@ class Import:
         folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / f"{name}.log"
         self.err = folder / f"{name}.err"
+        self.out = folder / f"{name}.out"
         self._terminal: int | None = None
-        with open(folder / f"{name}.out", "w") as out, open(self.err, "w") as err:
+        with open(self.out, "w") as out, open(self.err, "w") as err:
             stdout: int | TextIO = out
             if terminal:
                 self._terminal, stdout = pty.openpty()
@@ -216,6 +217,11 @@ def finish(run: Import, mode: str, sink: str, expected: list[Row]) -> None:
             assert run.process.poll() is None, f"the import ended early: {run.stderr()}"
             assert time.monotonic() < deadline, "the import did not catch up in time"
             time.sleep(0.5)
+        # stdout a file (a supervisor's log): what comes and where the log is said at the
+        # start, and the first batch's line at once, not only at the end.
+        said = run.out.read_text()
+        assert f"every batch in the log, {run.log} (pid {run.process.pid})" in said, said
+        assert "  batch of " in said and "(the first: Spark's start in it)" in said, said
         run.signal(signal.SIGTERM)
     code = run.finish()
     assert code == 0, run.stderr()
@@ -441,8 +447,10 @@ def test_sigterm_stops_a_continuous_import_waiting_for_a_hung_broker(broker_proc
     assert landed(sink) == expected
     # On a terminal, a line per batch (issue 34.2), then the summary.
     shown = run.terminal_output().splitlines()
-    batches = [line for line in shown if "records/s" in line and "behind" in line]
+    batches = [line for line in shown if re.search(r"  batch of [\d,]+ records  .+  behind ", line)]
     assert len(batches) == len(run.batches()), shown
+    assert "(the first: Spark's start in it)" in batches[0]
+    assert all("records/s" in line for line in batches[1:]), shown
     assert shown[-1].strip() == "up to date", shown
 
 

@@ -31,7 +31,7 @@ from tests.harness.shell import Shell
 pytestmark = pytest.mark.spark  # the CLI's imports start Spark
 
 GROUP = "orders-import"
-SEED_000 = 134_614  # gen --profile seed-000: field report 000's lag table, a thousandth of it
+SEED_000 = 134_614  # gen --profile seed-000: the first failure's lag, a thousandth of it
 SEED_000_PARTITIONS = 16  # of 24: 8 are empty
 UNIFORM = 24 * 10_000  # gen --profile uniform: 10,000 records on every partition
 # The first word of each step's commands: the walkthrough these checks were written for.
@@ -107,6 +107,7 @@ def _gen_backlog(walk: Walkthrough, printed: str) -> None:
 def _import_backlog(walk: Walkthrough, printed: str) -> None:
     walk.assert_the_table_holds_the_log()
     assert walk.committed() == {p: end for p, (_, end) in walk.log().items()}
+    assert "  held before     nothing" in printed.splitlines()
 
 
 def _look(walk: Walkthrough, printed: str) -> None:
@@ -121,11 +122,17 @@ def _gen_more(walk: Walkthrough, printed: str) -> None:
 def _lag(walk: Walkthrough, printed: str) -> None:
     assert re.search(r"\b240,?000\b", printed), "the group's total lag"
     assert "STALL" in printed
+    # Printed to a pipe: the title on one line, no "sampling" line (that is for a terminal).
+    assert printed.splitlines()[0].strip() == f"group {GROUP} on orders"
 
 
 def _doctor(walk: Walkthrough, printed: str) -> None:
+    """The import of step 3 ended: said so, with the fix, as the README's step 7 says; not a
+    consumer stuck on a record, and nothing of DescribeGroups (an import has no members)."""
     assert GROUP in printed
-    assert "commit" in printed  # no consumer is committing there
+    assert f"no lagless import is committing group {GROUP}" in printed
+    assert "fix: run the same import again" in printed
+    assert "stuck" not in printed and "DescribeGroups" not in printed
 
 
 def _serve(walk: Walkthrough, printed: str) -> None:
@@ -142,6 +149,8 @@ def _serve(walk: Walkthrough, printed: str) -> None:
 
 
 def _catch_up(walk: Walkthrough, printed: str) -> None:
+    held = [line for line in printed.splitlines() if line.startswith("  held before ")]
+    assert held and "orders[0] up to offset" in held[0] and "12 more partitions" in held[0]
     walk.assert_the_table_holds_the_log()
     assert sum(rows for rows, _, _ in walk.rows().values()) == SEED_000 + UNIFORM
     assert walk.committed() == {p: end for p, (_, end) in walk.log().items()}

@@ -345,7 +345,7 @@ def test_maintain_compacts_a_table_a_bulk_import_filled_and_lag_shows_it(
 def table_health(kafka: KafkaConfig, url: str, topic: str) -> dict[str, Any]:
     args = ["--bootstrap", kafka.bootstrap, "--sink", url, "--topic", topic, "--json"]
     done = subprocess.run(
-        [sys.executable, "-m", "lagless", "lag", *args, "--target-file-size", "1M"],
+        [sys.executable, "-m", "lagless", "lag", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lagless.lag.doctor import Examination, Finding, diagnose, examine, render
+from lagless.lag.doctor import Examination, Finding, diagnose, examine, notes, render
 from lagless.lag.members import GroupDescription, GroupMember
 from lagless.lag.offsets import PartitionSample, RecordInfo
 from lagless.lag.report import History, build_report
@@ -56,11 +56,17 @@ def test_seed_000_a_consumer_holding_a_drained_and_a_busy_partition() -> None:
     assert "range-piling" not in codes(found)
 
 
-def test_without_describe_groups_the_doctor_says_what_it_could_not_check() -> None:
-    found = diagnose(exam_of(SEED_000_LAGS, None))
-    assert codes(found) == ["drained-and-lagging", "not-checked"]
+def test_without_describe_groups_the_doctor_notes_what_it_could_not_check() -> None:
+    """A broker that does not answer DescribeGroups (the embedded one) is nothing wrong with
+    the group: a note beside the findings, not a finding."""
+    exam = exam_of(SEED_000_LAGS, None)
+    found = diagnose(exam)
+    assert codes(found) == ["drained-and-lagging"]
     assert "which consumer holds which could not be checked" in found[0].text
-    assert "DescribeGroups" in found[1].text
+    (note,) = notes(exam)
+    assert "DescribeGroups" in note and "kafka-consumer-groups --describe --group g" in note
+    assert render(exam, found).endswith(f"\nnote: {note}")
+    assert notes(exam_of(SEED_000_LAGS, [])) == []  # told: nothing to note
 
 
 def test_records_too_large_for_the_fetch_size() -> None:
@@ -120,7 +126,48 @@ def test_examine_samples_for_the_time_asked_and_finds_a_stalled_partition() -> N
     assert len(exam.history.samples[("t", 0)]) == 5
     assert exam.memberships is None
     assert exam.report.status.name == "STALL"
-    assert codes(diagnose(exam)) == ["stall", "large-records", "not-checked"]
+    assert codes(diagnose(exam)) == ["stall", "large-records"]
+    assert "stuck on a record" in diagnose(exam)[0].text
+
+
+def test_a_lagless_import_that_ended_is_not_called_stuck() -> None:
+    """The README's first hour, step 7: a bulk import drained the topic and ended, then new
+    records came. Its group (committed as lagless's) lags and its offsets stand still: the
+    import is not running, which the doctor says with the fix, not "stuck on a record"; and
+    an import has no members, so nothing about DescribeGroups is said."""
+    source = FrozenSource()
+    source.by_lagless = True
+
+    def sleep(seconds: float) -> None:
+        source.now += seconds
+
+    exam = examine("g", source, NoDescribeGroups(), seconds=5.0, interval_s=1.0, sleep=sleep)
+    assert exam.report.status.name == "STALL"
+    found = diagnose(exam)
+    assert codes(found) == ["stall", "large-records"]
+    assert "stuck" not in found[0].text
+    assert "no lagless import is committing group g now" in found[0].text
+    assert "a bulk import ends at the log's end as it found it at its start" in found[0].text
+    assert found[0].fix.startswith("run the same import again")
+    assert notes(exam) == []
+    shown = render(exam, found)
+    assert "DescribeGroups" not in shown and "committed by lagless import" in shown
+
+    # Watched for longer than the window (STOP): the same words.
+    exam = Examination(exam.report, exam.history, {}, None, 5.0, by_lagless=True)
+    stop = _stopped(exam)
+    assert "no lagless import is committing group g now" in stop.text
+    assert stop.fix == found[0].fix
+
+
+def _stopped(exam: Examination) -> Finding:
+    """The exam's history with its status judged over a window shorter than what it watched."""
+    report = build_report("g", exam.history, 1.0, {})
+    assert report.status.name == "STOP"
+    stopped = Examination(report, exam.history, {}, None, exam.sampled_s, by_lagless=True)
+    (finding,) = diagnose(stopped)
+    assert finding.kind == "stop"
+    return finding
 
 
 def test_partitions_that_never_held_a_record_are_neither_drained_nor_lagging() -> None:

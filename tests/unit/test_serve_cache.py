@@ -161,7 +161,7 @@ def served(views: Sequence[GroupView], now: float) -> object:
     bodies = [api.group_body(view, now)["status"] for view in views]
     for body in bodies:
         assert isinstance(body, dict)
-        body.pop("series"), body.pop("spark")
+        body.pop("series"), body.pop("totallag_history")
     return bodies
 
 
