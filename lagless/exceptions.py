@@ -143,10 +143,10 @@ def crosses_spark(func: F) -> F:
 def from_spark(exc: BaseException) -> LaglessError | None:
     """The LaglessError a Spark (or py4j) error carries in its message or its causes; None
     when it carries none."""
-    for current in _chain(exc):
+    for current in chain(exc):
         if isinstance(current, LaglessError):
             return current
-        found = parse_marker(_text(current))
+        found = parse_marker(text_of(current))
         if found is not None:
             return found
     return None
@@ -166,8 +166,8 @@ def worker_error(exc: BaseException) -> str | None:
     message holds the worker's. Their errors are read in the order printed, Spark's and
     py4j's wrappers passed over: the first left is the worker's own (Python prints a chained
     error's cause first, so a cause comes before what was raised while handling it)."""
-    for current in _chain(exc):
-        for line in _raised(_text(current)):
+    for current in chain(exc):
+        for line in _raised(text_of(current)):
             if not line.startswith(_WRAPPERS):
                 return line
     return None
@@ -188,15 +188,6 @@ def _raised(text: str) -> Iterator[str]:
 
 def chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, then its causes (or the errors it was raised while handling), each once."""
-    return _chain(exc)
-
-
-def text_of(exc: BaseException) -> str:
-    """What `exc` says; the args of one whose JVM is gone."""
-    return _text(exc)
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -205,7 +196,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _text(exc: BaseException) -> str:
+def text_of(exc: BaseException) -> str:
+    """What `exc` says; the args of one whose JVM is gone."""
     # A py4j Java error's str() asks the JVM for the Java trace, which holds the task's text.
     try:
         return str(exc)
