@@ -56,8 +56,9 @@ def test_more_consumers_than_partitions_leaves_an_idle_consumer(
             if partitions:
                 members.commit(consumer, dict.fromkeys(partitions, RECORDS))
         body = doctor_json(capsys, noida, group)
-    assert set(body) == {"group", "status", "findings"} and body["group"] == group
+    assert set(body) == {"group", "status", "findings", "notes"} and body["group"] == group
     assert all(set(f) == {"kind", "text", "fix"} for f in body["findings"])
+    assert body["notes"] == []  # noida answers DescribeGroups: nothing went unchecked
     assert kinds(body["findings"]) == ["idle-consumers"]
     assert by_kind(body)["idle-consumers"]["text"] == (
         "1 of 3 consumers hold no partition: more consumers than partitions (3 > 2)."
