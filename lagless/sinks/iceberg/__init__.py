@@ -192,14 +192,15 @@ class IcebergSink(FolderTableSink):
                 return
             for table, mode, schema in self._tables(target):
                 found = self._load(catalog, table)
-                if found is not None:
-                    _check_layout(found, table, mode, schema, _grows(target, table))
-                    refused = unwritable(found, _unique(target, table))
-                    if refused:
-                        raise BadInput(
-                            f"Iceberg table {table!r}: lagless cannot write its {mode}s "
-                            f"({refused}); pick another --table"
-                        )
+                if found is None:
+                    continue
+                refused = unwritable(found)
+                if refused:
+                    raise BadInput(
+                        f"Iceberg table {table!r}: lagless cannot write its {mode}s "
+                        f"({refused}); pick another --table"
+                    )
+                _check_layout(found, table, mode, schema, _grows(target, table))
 
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
@@ -551,11 +552,11 @@ def _holds_a_catalog(path: str) -> bool:
     return found is not None
 
 
-def unwritable(found: Table, unique: tuple[str, ...]) -> str | None:
+def unwritable(found: Table) -> str | None:
     """Why lagless's files would not keep the table's rules; None: they keep them. Its files
     are unpartitioned and unsorted (Iceberg lets a writer leave a sort order unapplied: each
-    file says it is unsorted), and its rows are unique by `unique` (identifier fields name
-    them, or none)."""
+    file says it is unsorted), and their columns optional (pyiceberg adds no file of optional
+    columns to a table whose columns are required, as identifier fields are)."""
     version = found.metadata.format_version
     if version not in (1, 2):
         return f"format version {version}, of which lagless writes 1 and 2"
@@ -563,20 +564,13 @@ def unwritable(found: Table, unique: tuple[str, ...]) -> str | None:
         fields = ", ".join(f"{f.name}: {f.transform}" for f in found.spec().fields)
         return f"it is partitioned ({fields}), and lagless writes unpartitioned files"
     schema = found.schema()
-    named = {schema.find_column_name(field_id) for field_id in schema.identifier_field_ids}
-    if named and named != set(unique):
+    named = sorted(str(schema.find_column_name(i)) for i in schema.identifier_field_ids)
+    if named:
         return (
-            f"its identifier fields ({', '.join(sorted(str(n) for n in named))}) are not "
-            f"the rows' key ({', '.join(unique)})"
+            f"it has identifier fields ({', '.join(named)}), which must be required columns, and "
+            "lagless's files leave every column optional"
         )
     return None
-
-
-def _unique(target: Target, table: str) -> tuple[str, ...]:
-    """What tells apart the rows lagless writes into `table`."""
-    if table == target.table or table == target.tombstone_table:
-        return target.unique
-    return ("topic", "partition", "offset")  # dead letters
 
 
 def _grows(target: Target, table: str) -> bool:
