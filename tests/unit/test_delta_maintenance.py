@@ -63,3 +63,41 @@ def test_a_compaction_whose_files_another_removed_meanwhile_is_dropped(tmp_path:
     assert keys(tmp_path / "t") == list(range(60))  # not doubled
     assert set((tmp_path / "t").iterdir()) == files  # its merged file removed
     assert done.compacted_files == 0
+
+
+def test_every_version_younger_than_the_window_loads_while_expiry_cleans_the_log(
+    tmp_path: Path,
+) -> None:
+    """Issue 61: time travel at the window's edge. Versions are committed every ~0.1 s and
+    expiry runs every ~0.4 s with a 2 s window (a checkpoint each time the log grew, the log
+    cleaned); after each expiry every version committed less than the window ago loads, and
+    the versions long out of it are gone."""
+    path = tmp_path / "t"
+    sink = sink_from_url(f"delta:///{tmp_path}")
+    assert isinstance(sink, DeltaSink)
+    maintenance = DeltaMaintenance(sink)
+    window = Policy(keep_history_s=2.0)
+    committed: dict[int, float] = {}  # version -> when its commit returned
+    expired = 0
+    failures = []
+    deadline = time.monotonic() + 7
+    while time.monotonic() < deadline:
+        for _ in range(4):
+            fill(path, 1)
+            committed[DeltaTable(str(path)).version()] = time.time()
+            time.sleep(0.1)
+        done = Round("t")
+        maintenance.expire("t", window, done)
+        expired += done.expired_versions
+        for version, at in committed.items():
+            if time.time() - at < window.keep_history_s:
+                try:
+                    DeltaTable(str(path), version=version)
+                except Exception as exc:  # what a reader of the version would meet
+                    failures.append((version, round(time.time() - at, 2), repr(exc)))
+    assert not failures, failures
+    assert expired > 0
+    assert not (path / "_delta_log" / f"{0:020d}.json").exists()
+    assert (
+        DeltaTable(str(path)).metadata().configuration["delta.enableExpiredLogCleanup"] == "false"
+    )
