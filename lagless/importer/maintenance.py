@@ -15,12 +15,14 @@ depend on it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from lagless.exceptions import TerminalError
 from lagless.first_line import first_line
 from lagless.sinks import Sink
 from lagless.sinks.maintenance import (
@@ -248,7 +250,26 @@ def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Roun
                 if table
                 else f"{sink.identity} holds no table"
             )
-        return [_maintained(maintenance, each, policy) for each in tables]
+        try:
+            return [_maintained(maintenance, each, policy) for each in tables]
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            raise TerminalError(
+                f"maintenance of {sink.identity} stopped: no space left on the disk it writes "
+                f"to ({first_line(exc)}); the table is as its last commit left it, the files "
+                "the round wrote removed or left to expiry"
+            ) from exc
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """The error, or one it was raised from, is a full disk (ENOSPC)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _maintained(maintenance: StoreMaintenance, table: str, policy: Policy) -> Round:

@@ -165,12 +165,18 @@ class IcebergMaintenance(StoreMaintenance):
             )
             chosen: list[IcebergFile] = []
             written: list[IcebergFile] = []
-            for group in groups:
-                if chosen and time.monotonic() >= deadline:
-                    break
-                files = [current[each.path] for each in group]
-                written += self._rewrite(found, files, deleted)
-                chosen += files
+            writes: list[uuid.UUID] = []
+            try:
+                for group in groups:
+                    if chosen and time.monotonic() >= deadline:
+                        break
+                    files = [current[each.path] for each in group]
+                    writes.append(uuid.uuid4())
+                    written += self._rewrite(found, files, deleted, writes[-1])
+                    chosen += files
+            except Exception:
+                self._remove_written(found, writes)
+                raise
             rewritten = {f.file_path for f in chosen}
             stale, restated = _stale_deletes(mergeable, rewritten, set(current))
             if not chosen and not stale:
@@ -187,8 +193,21 @@ class IcebergMaintenance(StoreMaintenance):
         done.merged_deletes += len(stale)
         return seen
 
+    def _remove_written(self, found: Table, writes: list[uuid.UUID]) -> None:
+        """The files of the writes a failed round made (a full disk leaves one cut short; its
+        name holds the write's id), which no snapshot reads."""
+        data = self.storage.join(_path(found.location()), "data")
+        ids = [str(each) for each in writes]
+        for relative in self.storage.files(data):
+            if any(each in relative for each in ids):
+                self.storage.remove(self.storage.join(data, relative))
+
     def _rewrite(
-        self, found: Table, files: list[IcebergFile], deleted: dict[str, pa.Array]
+        self,
+        found: Table,
+        files: list[IcebergFile],
+        deleted: dict[str, pa.Array],
+        write_uuid: uuid.UUID | None = None,
     ) -> list[IcebergFile]:
         """The files' rows but those deleted, written again as the table's data files; the
         row count checked against the manifests'."""
@@ -213,7 +232,9 @@ class IcebergMaintenance(StoreMaintenance):
         if not rows.num_rows:
             return []  # every row deleted (pyiceberg's writer divides by 0 rows)
         return list(
-            _dataframe_to_data_files(found.metadata, rows, found.io, write_uuid=uuid.uuid4())
+            _dataframe_to_data_files(
+                found.metadata, rows, found.io, write_uuid=write_uuid or uuid.uuid4()
+            )
         )
 
     def _commit(
