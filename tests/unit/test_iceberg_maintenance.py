@@ -564,7 +564,7 @@ def test_a_compaction_that_fails_writing_removes_what_it_wrote(
     location = _path(sink._table("t").location())
     before = set(maintenance.storage.files(location))
 
-    def disk_full(metadata, rows, io, write_uuid):  # type: ignore[no-untyped-def]
+    def disk_full(metadata, rows, io, write_uuid):
         cut = os.path.join(location, "data", f"00000-0-{write_uuid}.parquet")
         with open(cut, "wb") as out:
             out.write(b"PAR1 half a file")
