@@ -64,7 +64,7 @@ def imported(bootstrap: str, sink: str, ckpt: Path, *topics: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus_broker():
-    topics = ["refused", "d_extra", "i_sorted", "i_v1"]
+    topics = ["refused", "d_extra", "d_part", "i_sorted", "i_v1"]
     with EmbeddedBroker(topics=dict.fromkeys(topics, PARTITIONS)) as running:
         producer = Producer({"bootstrap.servers": running.bootstrap})
         for topic in topics:
@@ -152,9 +152,9 @@ def with_deletion_vectors(lake: Path) -> None:
 
 
 DELTA_REFUSED: dict[str, tuple[Callable, str]] = {
-    "partitioned": (
-        lambda lake: delta_table(lake, "partitioned", partition_by=["partition"]),
-        "it is partitioned by partition",
+    "by_topic": (
+        lambda lake: delta_table(lake, "by_topic", partition_by=["topic"]),
+        "it is partitioned by topic, of a type lagless does not split by",
     ),
     "checked": (with_constraint, "CHECK constraints (off_small: offset < 10)"),
     "generated": (with_generated, "generated columns (doubled)"),
@@ -180,22 +180,29 @@ def test_delta_tables_of_other_writers_refused_up_front_or_written_by_their_rule
     failures = refused(corpus_broker.bootstrap, tmp_path, "delta:///{lake}", DELTA_REFUSED)
     assert not failures, failures
 
-    # A nullable column lagless's rows lack: NULL in the rows it appends.
+    # A nullable column lagless's rows lack: NULL in the rows it appends. A table partitioned
+    # by an integer column: each file under its partition's folder, its value in the log.
     from deltalake import DeltaTable
 
     lake = tmp_path / "written"
-    path = delta_table(lake, "d_extra", RAW.append(pa.field("note", pa.string())))
+    extra = delta_table(lake, "d_extra", RAW.append(pa.field("note", pa.string())))
+    part = delta_table(lake, "d_part", partition_by=["partition"])
     done = run_cli(
-        *imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", "d_extra")
+        *imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", "d_extra", "d_part")
     )
     assert done.returncode == 0, done.stderr
 
-    by_deltalake = pl.from_arrow(DeltaTable(path).to_pyarrow_table())
-    by_polars = pl.read_delta(path)
-    for frame in (by_deltalake, by_polars):
-        assert isinstance(frame, pl.DataFrame)
-        assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected()
-        assert frame["note"].null_count() == RECORDS
+    for path in (extra, part):
+        by_deltalake = pl.from_arrow(DeltaTable(path).to_pyarrow_table())
+        by_polars = pl.read_delta(path)
+        for frame in (by_deltalake, by_polars):
+            assert isinstance(frame, pl.DataFrame)
+            assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected()
+        assert path == part or by_polars["note"].null_count() == RECORDS
+    added = pl.from_arrow(pa.table(DeltaTable(part).get_add_actions(flatten=True)))
+    assert isinstance(added, pl.DataFrame)
+    for path, value in added.select("path", "partition.partition").iter_rows():
+        assert path.startswith(f"partition={value}/"), (path, value)
 
 
 def iceberg_catalog(lake: Path):

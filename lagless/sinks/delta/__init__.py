@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,8 @@ IDENTITY = ("partition", "offset", "timestamp")
 # What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
 RANKED = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 __all__ = ["DeltaSink", "footer_stats"]
+# Where a partition column's value is NULL, its folder's name says this (Hive's, as Delta's).
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 def _mode_description(mode: WriteMode) -> str:
@@ -223,7 +226,11 @@ class DeltaSink(FolderTableSink):
         if self._transactions.is_replay(delta, folder, batch):
             self._drop(files)
             return False
-        actions = [self._add_action(folder, self._move(path, folder)) for path in files]
+        columns = delta.metadata().partition_columns
+        if columns:
+            actions = self._partitioned(folder, files, columns)
+        else:
+            actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
         return _commit(
             delta,
@@ -232,6 +239,32 @@ class DeltaSink(FolderTableSink):
             actions,
             lambda delta: self._transactions.is_replay(delta, folder, batch),
         )
+
+    def _partitioned(self, folder: str, files: list[str], columns: list[str]) -> list[Any]:
+        """A partitioned table's add actions: each staged file's rows split by the partition
+        columns' values (integers: log.PARTITION_TYPES), each part written without them under
+        its partition's folder (`column=value/`, Delta's layout), its values in its add action,
+        where readers take them from."""
+        import polars as pl
+        from deltalake.transaction import AddAction
+
+        actions = []
+        for path in files:
+            rows = pl.from_arrow(self.storage.read_parquet(path))
+            assert isinstance(rows, pl.DataFrame)
+            for values, part in rows.partition_by(columns, as_dict=True).items():
+                pairs = zip(columns, values, strict=True)
+                named = {c: None if v is None else str(v) for c, v in pairs}
+                place = "/".join(f"{c}={HIVE_NULL if v is None else v}" for c, v in named.items())
+                self.storage.makedirs(self.storage.join(folder, place))
+                written = self.storage.join(folder, place, f"part-{uuid.uuid4()}.c000.parquet")
+                self.storage.write_parquet(written, part.drop(columns).to_arrow())
+                size, modified = self.storage.stat(written)
+                stats = json.dumps(footer_stats(self.storage.parquet_metadata(written)))
+                relative = written[len(folder) + 1 :]
+                actions.append(AddAction(relative, size, named, modified, True, stats))
+            self.storage.remove(path)
+        return actions
 
     def _open_or_none(self, table: str) -> DeltaTable | None:
         from deltalake import DeltaTable
@@ -465,6 +498,7 @@ def _commit(
                 actions,
                 "append",
                 delta.schema(),
+                partition_by=delta.metadata().partition_columns or None,
                 commit_properties=props,
                 post_commithook_properties=hooks,
             )

@@ -38,6 +38,9 @@ KNOWN_FEATURES = {
     "generatedColumns",
     "timestampNtz",
 }
+# The types of partition columns an append splits its files by (DeltaSink._partitioned): their
+# values name folders as they are (text would need escaping, which readers differ on).
+PARTITION_TYPES = {"byte", "short", "integer", "long"}
 # Reader features lagless's readers (delta-rs, polars) take.
 READ_FEATURES = {"timestampNtz"}
 # What a log entry of lagless's does to the table's rows: keeps them, adds some, or replaces
@@ -133,9 +136,9 @@ def unwritable(delta: DeltaTable, writes: Writes = "compaction") -> str | None:
     rows, which a table may forbid or expect told apart (a change data feed)."""
     protocol = delta.protocol()
     metadata = delta.metadata()
-    if metadata.partition_columns:
-        partitioned = ", ".join(metadata.partition_columns)
-        return f"it is partitioned by {partitioned}, and lagless writes no partition folders"
+    partitioned = _unwritten_partitions(delta, writes)
+    if partitioned:
+        return partitioned
     mapping = metadata.configuration.get("delta.columnMapping.mode", "none")
     if mapping != "none":
         return f"it maps column names (delta.columnMapping.mode={mapping})"
@@ -154,6 +157,23 @@ def unwritable(delta: DeltaTable, writes: Writes = "compaction") -> str | None:
     if writes == "compaction":
         return None
     return _rules_for_rows(delta) or (_rules_for_removals(delta) if writes == "upsert" else None)
+
+
+def _unwritten_partitions(delta: DeltaTable, writes: Writes) -> str | None:
+    """Why lagless would not write the table's partitions: an append splits its files by
+    partition columns of integers (DeltaSink._partitioned); an upsert's and a compaction's
+    entries write none."""
+    columns = delta.metadata().partition_columns
+    if not columns:
+        return None
+    named = ", ".join(columns)
+    if writes != "append":
+        return f"it is partitioned by {named}, and lagless's {writes}s write no partitions"
+    types = {f["name"]: f["type"] for f in json.loads(delta.schema().to_json())["fields"]}
+    others = [c for c in columns if types.get(c) not in PARTITION_TYPES]
+    if others:
+        return f"it is partitioned by {', '.join(others)}, of a type lagless does not split by"
+    return None
 
 
 def _rules_for_rows(delta: DeltaTable) -> str | None:
