@@ -20,10 +20,12 @@ Neither changes what a reader of the table's current version sees.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from lagless.exceptions import TransientError
+from lagless.first_line import first_line
 
 # A reader opens, plans and decodes each file: past this size more files cost nothing more.
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
@@ -44,6 +46,19 @@ ALL_BELOW = 16
 class ConcurrentMaintenance(TransientError):
     """Another writer changed the table under a round (a commit refused, a file or snapshot
     the round read gone): the round is tried again on the table as it is now."""
+
+
+@contextmanager
+def beside_others(what: str, *errors: type[BaseException]) -> Iterator[None]:
+    """`errors` (a store library's conflicts, and a file gone: another writer's expiry or log
+    cleanup removed what the round read) raised as ConcurrentMaintenance about `what`."""
+    caught: tuple[type[BaseException], ...] = (FileNotFoundError, *errors)
+    try:
+        yield
+    except caught as exc:
+        raise ConcurrentMaintenance(
+            f"{what}: another writer changed it during maintenance ({first_line(exc)})"
+        ) from exc
 
 
 @dataclass(frozen=True)

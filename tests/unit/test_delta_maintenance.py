@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lagless.sinks import sink_from_url
 from lagless.sinks.delta import DeltaSink
 from lagless.sinks.delta.log import data_files
 from lagless.sinks.delta.maintenance import DeltaMaintenance
-from lagless.sinks.maintenance import Policy, Round, plan
+from lagless.sinks.maintenance import ConcurrentMaintenance, Policy, Round, plan
 
 POLICY = Policy(target_file_size=1024 * 1024, keep_history_s=3600, thorough=True)
 
@@ -101,3 +102,24 @@ def test_every_version_younger_than_the_window_loads_while_expiry_cleans_the_log
     assert (
         DeltaTable(str(path)).metadata().configuration["delta.enableExpiredLogCleanup"] == "false"
     )
+
+
+def test_a_vacuum_another_writer_beat_is_a_conflict_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs's VACUUM commits, and another writer's commit may refuse it (seen beside an
+    import: `a concurrent transaction deleted data this operation read`). The race itself
+    runs in tests/integration/test_shared_tables.py; here the refusal is delta-rs's own error,
+    raised on demand: a ConcurrentMaintenance, which `lagless maintain` tries again."""
+    from deltalake.exceptions import CommitFailedError
+
+    fill(tmp_path / "t", 2)
+    sink = sink_from_url(f"delta:///{tmp_path}")
+    assert isinstance(sink, DeltaSink)
+
+    def refused(*_: object, **__: object) -> list[str]:
+        raise CommitFailedError("a concurrent transaction deleted data this operation read")
+
+    monkeypatch.setattr(DeltaTable, "vacuum", refused)
+    with pytest.raises(ConcurrentMaintenance, match="another writer changed it"):
+        DeltaMaintenance(sink).expire("t", Policy(keep_history_s=1), Round("t"))

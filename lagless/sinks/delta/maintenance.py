@@ -33,15 +33,14 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
-from lagless.first_line import first_line
 from lagless.sinks.delta.log import LOG, data_files, footer_stats, remove, unwritable
 from lagless.sinks.maintenance import (
-    ConcurrentMaintenance,
     DataFile,
     Health,
     Policy,
     Round,
     StoreMaintenance,
+    beside_others,
     plan,
 )
 
@@ -88,6 +87,12 @@ class DeltaMaintenance(StoreMaintenance):
         return [name for name in names if self._has_log(name)]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        with beside_others(f"Delta table {self._path(table)}", CommitFailedError):
+            self._compact(table, policy, deadline, done)
+
+    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         """Groups until the deadline, each planned on the table as its last commit left it;
         then a checkpoint once the log grew by CHECKPOINT_EVERY entries since the last (a
         reader replays at most that many; delta-rs checkpoints every 100 of its commits)."""
@@ -171,11 +176,11 @@ class DeltaMaintenance(StoreMaintenance):
         removed stay removed, and the next round or try goes on from the table as it is."""
         from deltalake.exceptions import CommitFailedError
 
-        delta = self._open(table)
-        if delta is None:
-            return
         folder = self._path(table)
-        try:
+        with beside_others(f"Delta table {folder}", CommitFailedError):
+            delta = self._open(table)
+            if delta is None:
+                return
             window = self._window(delta, policy, done)
             before = self.storage.files(folder)
             removed = delta.vacuum(dry_run=False, full=True)
@@ -187,10 +192,6 @@ class DeltaMaintenance(StoreMaintenance):
             delta.update_incremental()
             if delta.version() > _last_checkpoint(self.storage, folder):
                 delta.create_checkpoint()
-        except (CommitFailedError, FileNotFoundError) as exc:
-            raise ConcurrentMaintenance(
-                f"Delta table {folder}: another writer changed it during expiry ({first_line(exc)})"
-            ) from exc
 
     def _window(self, delta: DeltaTable, policy: Policy, done: Round) -> float:
         """The table's history window, in seconds: one number it keeps, as Delta's retention

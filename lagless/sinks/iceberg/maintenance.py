@@ -54,12 +54,12 @@ from lagless.sinks.iceberg.row_delta import (
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
 from lagless.sinks.maintenance import (
-    ConcurrentMaintenance,
     DataFile,
     Health,
     Policy,
     Round,
     StoreMaintenance,
+    beside_others,
     plan,
 )
 
@@ -115,6 +115,12 @@ class IcebergMaintenance(StoreMaintenance):
             return sorted(found)
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        with beside_others(f"Iceberg table {table!r}", CommitFailedException):
+            self._compact(table, policy, deadline, done)
+
+    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         """The small files merged (group after group until the deadline), then the snapshots
         trimmed to MOST_SNAPSHOTS once they passed it by half: an import's frequent rounds
         keep every commit's cost bounded between its expiries."""
@@ -371,15 +377,11 @@ class IcebergMaintenance(StoreMaintenance):
     def expire(self, table: str, policy: Policy, done: Round) -> None:
         from pyiceberg.exceptions import CommitFailedException
 
-        with self.sink._catalog_errors():
-            found = self.sink._table(table)
-            try:
-                found = _keep_window(found, policy)
-            except CommitFailedException as exc:
-                raise ConcurrentMaintenance(
-                    f"Iceberg table {table!r}: another writer committed while its history "
-                    "window was set"
-                ) from exc
+        with (
+            self.sink._catalog_errors(),
+            beside_others(f"Iceberg table {table!r}", CommitFailedException),
+        ):
+            found = _keep_window(self.sink._table(table), policy)
             policy = _applied(found, policy, done)
             if _expire_snapshots(found, _cutoff_ms(found, policy), done):
                 found = self.sink._table(table)
