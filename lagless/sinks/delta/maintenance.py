@@ -287,9 +287,8 @@ def _clean_log(storage: Any, folder: str, window_s: float) -> int:
     """The log entries and checkpoints no version inside the window needs removed: those
     before the newest checkpoint at or below the oldest version younger than the window (or
     the current version, when none is), from which, and the entries after it, every version
-    inside the window loads. delta-rs's cleanup removes entries by their age alone, so that a
-    version just inside the window could lose the entries between it and its checkpoint.
-    Returns the entries removed."""
+    inside the window loads: one rule, whoever else writes the table (commits' own cleanup is
+    turned off, _window). Returns the entries removed."""
     log_folder = storage.join(folder, LOG)
     files = storage.files(log_folder)
     named = _log_entries(list(files))
