@@ -192,8 +192,15 @@ class IcebergSink(FolderTableSink):
                 return
             for table, mode, schema in self._tables(target):
                 found = self._load(catalog, table)
-                if found is not None:
-                    _check_layout(found, table, mode, schema, _grows(target, table))
+                if found is None:
+                    continue
+                refused = unwritable(found)
+                if refused:
+                    raise BadInput(
+                        f"Iceberg table {table!r}: lagless cannot write its {mode}s "
+                        f"({refused}); pick another --table"
+                    )
+                _check_layout(found, table, mode, schema, _grows(target, table))
 
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
@@ -543,6 +550,27 @@ def _holds_a_catalog(path: str) -> bool:
     except sqlite3.DatabaseError as exc:
         raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
     return found is not None
+
+
+def unwritable(found: Table) -> str | None:
+    """Why lagless's files would not keep the table's rules; None: they keep them. Its files
+    are unpartitioned and unsorted (Iceberg lets a writer leave a sort order unapplied: each
+    file says it is unsorted), and their columns optional (pyiceberg adds no file of optional
+    columns to a table whose columns are required, as identifier fields are)."""
+    version = found.metadata.format_version
+    if version not in (1, 2):
+        return f"format version {version}, of which lagless writes 1 and 2"
+    if not found.spec().is_unpartitioned():
+        fields = ", ".join(f"{f.name}: {f.transform}" for f in found.spec().fields)
+        return f"it is partitioned ({fields}), and lagless writes unpartitioned files"
+    schema = found.schema()
+    named = sorted(str(schema.find_column_name(i)) for i in schema.identifier_field_ids)
+    if named:
+        return (
+            f"it has identifier fields ({', '.join(named)}), which must be required columns, and "
+            "lagless's files leave every column optional"
+        )
+    return None
 
 
 def _grows(target: Target, table: str) -> bool:
