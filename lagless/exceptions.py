@@ -56,6 +56,11 @@ class ConcurrentImport(TransientError):
     (sinks/ledger.py's rule)."""
 
 
+class ConcurrentMaintenance(TransientError):
+    """Another writer changed the table under a maintenance round (a commit refused, a file or
+    snapshot the round read gone): the round is tried again on the table as it is now."""
+
+
 class UnreadDeletes(TerminalError):
     """An Iceberg table's delete files are of a kind lagless does not apply."""
 
@@ -81,6 +86,7 @@ _BY_NAME: dict[str, type[LaglessError]] = {
         DataLossError,
         NewTopics,
         ConcurrentImport,
+        ConcurrentMaintenance,
         UnreadDeletes,
     )
 }

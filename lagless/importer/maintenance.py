@@ -22,12 +22,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from lagless.exceptions import TerminalError
+from lagless.exceptions import ConcurrentMaintenance, TerminalError
 from lagless.first_line import first_line
 from lagless.sinks import Sink
 from lagless.sinks.maintenance import (
     RATIO,
-    ConcurrentMaintenance,
     Policy,
     Round,
     StoreMaintenance,

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-from lagless.exceptions import TransientError
+from lagless.exceptions import ConcurrentMaintenance
 from lagless.first_line import first_line
 
 # A reader opens, plans and decodes each file: past this size more files cost nothing more.
@@ -41,11 +41,6 @@ MOST_SMALL_FILES = 12
 # them are merged all together: a reader then opens one file, at most that much rewritten a
 # round.
 ALL_BELOW = 16
-
-
-class ConcurrentMaintenance(TransientError):
-    """Another writer changed the table under a round (a commit refused, a file or snapshot
-    the round read gone): the round is tried again on the table as it is now."""
 
 
 @contextmanager

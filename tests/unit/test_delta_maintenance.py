@@ -12,11 +12,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from lagless.exceptions import ConcurrentMaintenance
 from lagless.sinks import sink_from_url
 from lagless.sinks.delta import DeltaSink
 from lagless.sinks.delta.log import data_files
 from lagless.sinks.delta.maintenance import DeltaMaintenance
-from lagless.sinks.maintenance import ConcurrentMaintenance, Policy, Round, plan
+from lagless.sinks.maintenance import Policy, Round, plan
 
 POLICY = Policy(target_file_size=1024 * 1024, keep_history_s=3600, thorough=True)
 

@@ -13,10 +13,10 @@ import logging
 import pytest
 
 from lagless.cli import maintain as maintain_command
-from lagless.exceptions import TransientError
+from lagless.exceptions import ConcurrentMaintenance, TransientError
 from lagless.importer import maintenance as importer_maintenance
 from lagless.importer.maintenance import _maintained, run_round
-from lagless.sinks.maintenance import ConcurrentMaintenance, Health, Policy, Round, StoreMaintenance
+from lagless.sinks.maintenance import Health, Policy, Round, StoreMaintenance
 
 
 class Failing(StoreMaintenance):
