@@ -45,7 +45,12 @@ from lagless.importer.checkpoint import (
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.group import GroupCommitter
-from lagless.importer.routing import Destination, refuse_a_merge, topics_of
+from lagless.importer.routing import (
+    Destination,
+    refuse_a_collision,
+    refuse_a_merge,
+    topics_of,
+)
 from lagless.importer.spec import (
     Checked,
     ImportSpec,
@@ -349,6 +354,7 @@ def run_query(
             options = spec.source_options(slots, checked.held, sizes, checked)
             options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
+            log.info("the query runs, into %d tables", len(checked.destinations))
             warm_up = None  # the planning process is up from the first query on
             try:
                 _await(query, stop, writer, stop_file)
@@ -405,10 +411,13 @@ def _start_query(
 def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
-    whose table is an existing one's joins it. Returns the topics admitted."""
-    partitions = checked.reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    whose table is an existing one's joins it, unless the table takes one topic's records
+    (ImportSpec.one_topic_per_table): refused then. A topic still empty waits for its first
+    change event (spec.with_change_events). Returns the topics admitted."""
+    partitions = spec.partitions(checked.reader)
     known = set(checked.partitions)
-    new = [tp for tp in partitions if tp not in known and checked.destination_of(tp[0]) is None]
+    # Topics of no table: new ones, and those that waited for their first change event.
+    new = [tp for tp in partitions if checked.destination_of(tp[0]) is None]
     # New partitions of a known topic are its table's: the source reads them from offset 0.
     checked.partitions = sorted(known | set(partitions))
     if not new:
@@ -416,6 +425,14 @@ def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
     low, high = checked.reader.log.watermarks(new)
     tables = {each.target.table: each for each in checked.destinations}
     added = check_destinations(spec, checked.sink, checked.reader, new)
+    for each in added:
+        joined = tables.get(each.target.table)
+        if joined is None:
+            continue
+        if joined.spelled != each.spelled:
+            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
+        if spec.one_topic_per_table:
+            refuse_a_collision(spec.template, joined.target.table, joined.topics[0], each.topics[0])
     read_ledgers(spec, checked, added, low, high)
     prepare(spec, checked, added)
     for each in added:
@@ -423,13 +440,12 @@ def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
         if joined is None:
             checked.destinations.append(each)
             continue
-        if joined.spelled != each.spelled:
-            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
-    log.info("new topics %s: their tables are ready", ", ".join(topics_of(new)))
-    return topics_of(new)
+    admitted = topics_of(tp for each in added for tp in each.partitions)
+    log.info("new topics %s: their tables are ready", ", ".join(admitted))
+    return admitted
 
 
 def ended(
