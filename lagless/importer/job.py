@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,6 +118,9 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         gone = deleted_before_read(low, held, done)
         if gone is not None:
             collector.warn(gone)
+        for each in checked.destinations:
+            if each.warning is not None:
+                collector.warn(each.warning)
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
@@ -134,7 +137,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             )
             if not is_remote(spark):  # a Connect server's workers are started already
                 warm_up = WarmUp(spark, _task_modules(task_writer))
-                opened.callback(warm_up.join)
+                opened.push(_joined_unless_stopped(warm_up))
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
         # next import's other arguments.
@@ -154,6 +157,19 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
     return writer.summary
+
+
+def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:
+    """The warm-up's threads waited for as the run ends, unless a signal ends it: their Spark
+    job may take seconds, and a stop during start-up is to end within 10 s (the threads are
+    daemons; the JVM ends with this process)."""
+
+    def exit(kind: type[BaseException] | None, *_: object) -> bool:
+        if kind is None or not issubclass(kind, KeyboardInterrupt):
+            warm_up.join()
+        return False
+
+    return exit
 
 
 def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
@@ -378,7 +394,7 @@ def run_query(
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
-            if not admit_new_topics(spec, checked):
+            if not admit_new_topics(spec, checked, writer.collector.warn):
                 break  # gone again (deleted): a rerun resumes
             writer.failure = None
     if failure is None and not stop.is_set():
@@ -408,7 +424,9 @@ def _start_query(
     return writer_stream.start()
 
 
-def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
+def admit_new_topics(
+    spec: ImportSpec, checked: Checked, warn: Callable[[str], None] = log.warning
+) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
     whose table is an existing one's joins it, unless the table takes one topic's records
@@ -436,6 +454,8 @@ def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
     read_ledgers(spec, checked, added, low, high)
     prepare(spec, checked, added)
     for each in added:
+        if each.warning is not None:
+            warn(each.warning)
         joined = tables.get(each.target.table)
         if joined is None:
             checked.destinations.append(each)

@@ -116,6 +116,8 @@ class Destination:
     # The template spelled with its topics' names as they are (TableTemplate.spelled): a topic
     # that appears later joins the table only if it spells it alike.
     spelled: str = ""
+    # What the user is told of this table before the import runs (one line), if anything.
+    warning: str | None = None
 
     def ranges_of(self, per_partition: Mapping[TP, V]) -> dict[TP, V]:
         """The part of a batch's offsets (or ranges) that is this table's."""

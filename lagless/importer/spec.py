@@ -166,9 +166,10 @@ class ImportSpec:
         return self.target_for(self.table or self.topics[0], value_schema)
 
     def target_for(self, table: str, value_schema: ValueSchema | None = None) -> Target:
+        change_log = value_schema is not None and value_schema.change_log is not None
         return Target(
             sink_from_url(self.sink_url).table_name(table),
-            self.write,
+            "append" if change_log else self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
             (value_schema.key_fields if value_schema else ()) or self.key_fields,
@@ -495,7 +496,15 @@ def check_destinations(
         where = f"table {target.table!r} of {sink.url}"
         spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""
         destinations.append(
-            Destination(target, topics, own, where, value_schema.avro, spelled=spelled)
+            Destination(
+                target,
+                topics,
+                own,
+                where,
+                value_schema.avro,
+                spelled=spelled,
+                warning=value_schema.change_log,
+            )
         )
     return destinations
 
