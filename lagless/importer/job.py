@@ -117,6 +117,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         held = checked.held
         gone = deleted_before_read(low, held, done)
         if gone is not None:
+            refuse_an_incomplete_mirror(spec, low, held, done)
             collector.warn(gone)
         for each in checked.destinations:
             if each.warning is not None:
@@ -200,6 +201,27 @@ def deleted_before_read(low: Offsets, held: Offsets, done: Offsets) -> str | Non
     return (
         f"the broker deleted {sum(gone.values()):,} records of {len(gone)} partition(s) "
         f"({named}) before they were read: their logs start above offset 0 (retention)"
+    )
+
+
+def refuse_an_incomplete_mirror(
+    spec: ImportSpec, low: Offsets, held: Offsets, done: Offsets
+) -> None:
+    """A mirror whose change events the broker deleted before any run read them would miss
+    rows, with nothing said but a warning: refused (BadInput, each partition's count), as
+    Spark's failOnDataLoss refuses offsets lost under a checkpoint, unless
+    --skip-lost-offsets accepts the loss (the warning is said then)."""
+    if spec.value_format != "debezium" or not spec.fail_on_data_loss:
+        return
+    gone = {tp: o for tp, o in sorted(low.items()) if o and tp not in held and tp not in done}
+    if not gone:
+        return
+    counts = ", ".join(f"{t}[{p}] {o:,}" for (t, p), o in gone.items())
+    raise BadInput(
+        f"the broker deleted change events before the mirror read them ({counts}): the "
+        "mirror would miss rows. Re-snapshot those tables through Debezium (its "
+        "execute-snapshot signal) into a new --table and --checkpoint, or accept the loss "
+        "with --skip-lost-offsets"
     )
 
 
@@ -441,6 +463,7 @@ def admit_new_topics(
     if not new:
         return []
     low, high = checked.reader.log.watermarks(new)
+    refuse_an_incomplete_mirror(spec, low, {}, {})
     tables = {each.target.table: each for each in checked.destinations}
     added = check_destinations(spec, checked.sink, checked.reader, new)
     for each in added:
