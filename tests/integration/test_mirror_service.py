@@ -205,6 +205,7 @@ def test_a_signal_to_the_group_stops_a_mirror_starting_or_waiting(
         assert mirror.group() == []
     finally:
         mirror.kill()
+    print(f"{signal.Signals(number).name} ({when}): exit {ended} {took:.1f} s after it")
     said = mirror.err.read_text().splitlines()
     assert ended == code, said
     assert took < STOP_BOUND_S
