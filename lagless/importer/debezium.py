@@ -74,8 +74,7 @@ def mirror_columns(
         if not with_schema:
             raise BadInput(
                 "--value-format debezium found no change event with its schema in the topics "
-                "(Kafka Connect's JSON with schemas.enable=false, or none yet): give "
-                "--value-schema, or start the mirror once Debezium has sent its snapshot"
+                "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
         fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
