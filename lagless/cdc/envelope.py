@@ -7,9 +7,11 @@ The rules, all of them here:
 - op `r` (snapshot), `c`, `u`: the row `after` is upserted on the primary key, which is the
   Kafka key's fields (every column of `after`, converted by connect_types).
 - op `d`: the key's row is deleted (`--deletes soft`: kept, `_deleted` true, and the mirror's
-  own columns of the delete).
+  own columns of the delete); the key from the Kafka key, else from `before` (`--key-field`
+  on a table whose Kafka key lacks it; REPLICA IDENTITY FULL sends the whole row there).
 - A tombstone (a null value, which follows each delete for log compaction): deletes the key's
-  row, which the delete before it removed already: it changes nothing. Soft deletes skip it,
+  row, which the delete before it removed already: it changes nothing (one whose key does
+  not give the table's key is skipped). Soft deletes skip it,
   and so does the change log itself (`--write append`: a row per change event, flattened).
 - A primary-key change arrives as a delete of the old key and a create of the new: two keys,
   one row in the end.
@@ -207,14 +209,20 @@ class Envelope:
         self, key: bytes | None, payload: dict[str, Any], columns: list[Column] | None = None
     ) -> Change:
         keyed = self._key(key)
+        if keyed is None and isinstance(payload.get("before"), dict):
+            keyed = self._key_before(payload["before"], columns or self.columns(None)[0])
         if keyed is None:
-            return Change(error=KEY_MISSING)
+            # A tombstone whose key names no row of the table (a table without a primary
+            # key, --key-field): the delete before it removed the row from its `before`.
+            return Change(skip=True) if not payload else Change(error=KEY_MISSING)
         keyed.update(self._cdc_values(payload, deleted=True))
         return Change(row=keyed, delete=True)
 
     def _key(self, key: bytes | None) -> dict[str, Any] | None:
         """The key's fields from the Kafka key (with or without its schema), as the table's
         columns take them; None when it does not give them all."""
+        if not self.key_fields:  # a table without a key (its change log): nothing to read
+            return {}
         if key is None:
             return None
         try:
@@ -230,6 +238,14 @@ class Envelope:
                 return None
             found[name] = self._given[name].convert(raw)
         return found
+
+    def _key_before(self, before: dict[str, Any], columns: list[Column]) -> dict[str, Any] | None:
+        """The key's fields from a delete's `before` row, when the Kafka key does not give
+        them (--key-field, or REPLICA IDENTITY FULL: `before` holds the whole row)."""
+        row = self._row(before, columns)
+        if any(row.get(name) is None for name in self.key_fields):
+            return None
+        return {name: row[name] for name in self.key_fields}
 
     def columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
         if schema is None:

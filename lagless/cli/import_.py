@@ -80,7 +80,9 @@ def _add_what_to_read(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-lost-offsets",
         action="store_true",
-        help="skip offsets deleted by retention instead of failing",
+        help="skip offsets deleted by retention instead of failing; a mirror "
+        "(--value-format debezium) also refuses change events deleted before any run read "
+        "them, unless this accepts the loss",
     )
 
 

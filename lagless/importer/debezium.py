@@ -62,7 +62,9 @@ def mirror_columns(
 
     From the newest change events of the topics: the row's columns from the newest schema
     (unless `given`, --value-schema), the key from the Kafka key's fields (unless
-    `key_fields`, --key-field). BadInput when the topics hold no event to read them from."""
+    `key_fields`, --key-field). BadInput when the topics hold no event to read them from.
+    A table without a primary key (its events have no Kafka key) has no key: (), and the
+    mirror's own columns, as its change log keeps them (value_schema.py)."""
     from pyspark.sql.types import StructField, StructType
 
     newest = _newest_events(reader, partitions)
@@ -72,13 +74,13 @@ def mirror_columns(
         if not with_schema:
             raise BadInput(
                 "--value-format debezium found no change event with its schema in the topics "
-                "(Kafka Connect's JSON with schemas.enable=false, or none yet): give "
-                "--value-schema, or start the mirror once Debezium has sent its snapshot"
+                "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
         fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
     if not key_fields:
         key_fields = _key_fields(newest)
+        cdc_columns = cdc_columns or not key_fields
     for name in key_fields:
         if name not in fields.fieldNames():
             raise BadInput(f"key field {name!r} is not a column of the change events' rows")
@@ -126,10 +128,7 @@ def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[s
             return tuple(c.name for c in row_columns(json.loads(schema)))
         if isinstance(payload, dict) and payload:
             return tuple(payload)
-    raise BadInput(
-        "--value-format debezium needs the table's primary key: the change events have no "
-        "Kafka key (a table without a primary key?); give --key-field"
-    )
+    return ()  # no Kafka key: a table without a primary key
 
 
 class DebeziumValues:

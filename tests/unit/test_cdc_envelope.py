@@ -196,8 +196,28 @@ def test_what_is_not_a_change_to_apply_is_rejected_with_its_reason(value, reason
 
 
 def test_a_delete_without_the_key_fields_is_rejected():
-    assert envelope().change(compact({"other": 1}), None).error == KEY_MISSING
     assert envelope().change(None, event("d", None)).error == KEY_MISSING
+    assert envelope().change(None, event("d", None, before={"name": "a"})).error == KEY_MISSING
+    # Its tombstone changes nothing: skipped, not rejected.
+    assert envelope().change(compact({"other": 1}), None).skip
+    assert envelope().change(None, None).skip
+
+
+def test_a_delete_takes_the_key_fields_the_kafka_key_lacks_from_before():
+    """--key-field on a table whose Kafka key lacks it (none: no primary key), under REPLICA
+    IDENTITY FULL: `before` holds the whole row, and the key."""
+    by_name = Envelope(FIELDS, ("name",), "hard")
+    change = by_name.change(None, event("d", None, before={**ROW, "name": "x"}))
+    assert change.delete and change.row == {"name": "x"} and change.error is None
+    change = by_name.change(key(7), event("d", None, before={**ROW, "name": "y"}))
+    assert change.row == {"name": "y"}
+
+
+def test_a_table_without_a_key_logs_its_deletes():
+    """Its change log (key_fields empty): a delete is a row of its own, key or not."""
+    log = Envelope(FIELDS, (), "hard", change_log=True)
+    assert log.change(None, event("d", None)).row == {}
+    assert log.change(None, None).skip
 
 
 def test_a_payload_field_named_like_the_envelope_still_parses():
