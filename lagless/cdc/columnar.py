@@ -93,6 +93,8 @@ def changes(
     wanted = [c for c in columns if c.name in envelope.names]
     if new_schema is not None or not wanted or not all(c.read_as for c in wanted):
         return None
+    if not envelope.as_stored(columns):  # a narrower type or a default: an event at a time
+        return None
     chosen = {} if chosen is None else chosen
     try:
         parsed, readings = _read(payloads, wanted, envelope.cdc, chosen)

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -600,8 +600,20 @@ class BatchWriter:
                 return
             raise TerminalError(f"the change events' schemas did not evolve {destination.where}")
         grown = replace(target, fields=fields)
-        added = [name for name in fields.fieldNames() if name not in target.fields.fieldNames()]
-        log.info("%s: columns %s added by the change events", destination.where, added)
+        held = {f.name: f.dataType for f in target.fields}
+        added = [name for name in fields.fieldNames() if name not in held]
+        if added:
+            log.info("%s: columns %s added by the change events", destination.where, added)
+        for each in fields:
+            if each.name in held and held[each.name] != each.dataType:
+                log.info(
+                    "%s: column %r widened from %s to %s by the change events",
+                    destination.where,
+                    each.name,
+                    held[each.name].simpleString(),
+                    each.dataType.simpleString(),
+                )
+        _tell_columns_gone(destination, schemas, fields)
         self.checked.sink.check(grown)
         self.checked.sink.prepare(grown)
         destination.target = grown
@@ -653,6 +665,27 @@ class BatchWriter:
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
+
+
+def _tell_columns_gone(destination: Destination, schemas: list[str], fields: Any) -> None:
+    """A schema that adds a column and lacks one the table has: renamed or dropped upstream.
+    The column stays (NULL, or its default, in new rows): said in one line, with the refill."""
+    import json
+
+    from lagless.cdc.envelope import CDC_COLUMNS, DELETED, row_columns
+
+    own = {*CDC_COLUMNS, DELETED}
+    for schema in schemas:
+        given = {c.name for c in row_columns(json.loads(schema))}
+        gone = [n for n in fields.fieldNames() if n not in given and n not in own]
+        if gone:
+            log.warning(
+                "%s: columns %s are no longer in the change events (renamed or dropped "
+                "upstream): kept, NULL in the rows changed from now on; to refill the table, "
+                "re-snapshot it (docs/mirror.md, Schema changes)",
+                destination.where,
+                gone,
+            )
 
 
 def _each_table(

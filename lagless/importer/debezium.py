@@ -20,6 +20,7 @@ from lagless.cdc.envelope import (
     DELETED,
     Deletes,
     Envelope,
+    field_of,
     row_columns,
     split,
 )
@@ -76,7 +77,7 @@ def mirror_columns(
                 "--value-schema, or start the mirror once Debezium has sent its snapshot"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
-        fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
+        fields = StructType([field_of(c) for c in columns])
     if not key_fields:
         key_fields = _key_fields(newest)
     for name in key_fields:
