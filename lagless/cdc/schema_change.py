@@ -16,20 +16,18 @@ lagless but its errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from lagless.exceptions import SchemaChangeRefused
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 # --schema-changes: what a change the table cannot follow does. evolve: the table stops (its
 # part of each batch is left unwritten), the others go on; fail: the import stops (exit 2).
-# stop-table: any change of a column's type stops the table, a widening included.
-Policy = Literal["evolve", "stop-table", "fail"]
-POLICIES: tuple[Policy, ...] = ("evolve", "stop-table", "fail")
-DEFAULT_POLICY: Policy = "evolve"
+SchemaChanges = Literal["evolve", "fail"]
+SCHEMA_CHANGES: tuple[SchemaChanges, ...] = ("evolve", "fail")
 
 # Which widenings a store makes in place: (held, wanted) -> whether it can.
 Widening = Callable[["DataType", "DataType"], bool]
@@ -74,8 +72,8 @@ def widest(held: DataType, event: DataType) -> DataType | None:
     holds the other's values."""
     from pyspark.sql.types import DecimalType
 
-    if held == event or widens(event, held):
-        return held
+    if held.simpleString() == event.simpleString() or widens(event, held):
+        return held  # (a nested type's nullability aside, as stores differ in it)
     if widens(held, event):
         return event
     if isinstance(held, DecimalType) and isinstance(event, DecimalType):
@@ -89,6 +87,25 @@ def widest(held: DataType, event: DataType) -> DataType | None:
 def takes(held: DataType, event: DataType) -> bool:
     """A column of type `held` stores an event's value of type `event` as it is."""
     return widest(held, event) == held
+
+
+def merged(fields: StructType, held: Mapping[str, DataType | None], table: str) -> StructType:
+    """A mirror's columns from its newest change events (`fields`) against the table's
+    (`held`, each with its Spark type where the store tells it): each column the widest of
+    the two, so that events of either type are read into it. SchemaChangeRefused for a column
+    whose types neither hold the other's, with the table's first."""
+    from pyspark.sql.types import StructField, StructType
+
+    columns = []
+    for field in fields:
+        kind = held.get(field.name)
+        wider = field.dataType if kind is None else widest(kind, field.dataType)
+        if wider is not None and wider.simpleString() == field.dataType.simpleString():
+            wider = field.dataType
+        if wider is None:
+            refuse(table, field.name, kind or "", field.dataType)
+        columns.append(StructField(field.name, wider or field.dataType, True, field.metadata))
+    return StructType(columns)
 
 
 def refused(

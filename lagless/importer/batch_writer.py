@@ -10,23 +10,31 @@ the store holds the batch (checkpoint.py `mark_storing`; job.py reads it again a
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import NewTopics, Stopped, TerminalError
+from lagless.cdc.envelope import CDC_COLUMNS, DELETED, row_columns
+from lagless.exceptions import NewTopics, SchemaChangeRefused, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer import change_files
-from lagless.importer.checkpoint import batch_end_offsets, mark_storing, unmark_storing
+from lagless.importer.checkpoint import (
+    batch_end_offsets,
+    mark_storing,
+    stop_table,
+    unmark_storing,
+)
 from lagless.importer.dead_letter_topic import DeadLetterTopic
-from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
+from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged, tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.maintenance import schedule_for
 from lagless.importer.routing import Destination
@@ -198,6 +206,7 @@ class BatchWriter:
         parts = [
             (each, Batch(batch.id, each.ranges_of(batch.ranges)))
             for each in self.checked.destinations
+            if each.stopped is None
         ]
         return [part for part in parts if part[1].covered] or parts[:1]
 
@@ -460,7 +469,8 @@ class BatchWriter:
         written = Written()
         for destination, batch, mine in _each_table(collected, parts):
             partitions = sorted(destination.ranges_of(end))
-            self._upsert_part(spark, mine, destination, batch, partitions, written)
+            with self._stops_on_a_refused_change(destination):
+                self._upsert_part(spark, mine, destination, batch, partitions, written)
         change_files.remove(collected.column("file").to_pylist())
         return written
 
@@ -576,16 +586,31 @@ class BatchWriter:
                     records.where(F.col("topic").isin(*destination.topics)) if several else records
                 )
                 partitions = sorted(destination.ranges_of(end))
-                while True:  # a Debezium mirror's part again once its table has new columns
-                    try:
-                        self._write_rows(rows, destination, batch, partitions, written)
-                        break
-                    except SchemaChanged as changed:
-                        self._evolve(destination, changed.schemas)
+                with self._stops_on_a_refused_change(destination):
+                    while True:  # a mirror's part again once its table has new columns
+                        try:
+                            self._write_rows(rows, destination, batch, partitions, written)
+                            break
+                        except SchemaChanged as changed:
+                            self._evolve(destination, changed.schemas)
         finally:
             if kept:
                 records.unpersist()
         return written
+
+    @contextlib.contextmanager
+    def _stops_on_a_refused_change(self, destination: Destination) -> Iterator[None]:
+        """Around a table's part of a batch: a schema change it cannot follow (raised before
+        anything of the part commits) stops that table, for this run and the checkpoint's
+        next ones, and the other tables go on; with --schema-changes fail, the import."""
+        try:
+            yield
+        except SchemaChangeRefused as refused:
+            if self.spec.schema_changes == "fail":
+                raise
+            destination.stopped = str(refused)
+            stop_table(self.spec.checkpoint, destination.target.table, str(refused))
+            log.error("%s is stopped (the other tables go on): %s", destination.where, refused)
 
     def _evolve(self, destination: Destination, schemas: list[str], must_grow: bool = True) -> None:
         """A Debezium mirror's events brought columns its table lacks (SchemaChanged, raised
@@ -613,7 +638,10 @@ class BatchWriter:
                     held[each.name].simpleString(),
                     each.dataType.simpleString(),
                 )
-        _tell_columns_gone(destination, schemas, fields)
+        for schema in schemas:
+            given = [c.name for c in row_columns(json.loads(schema))]
+            own = [*CDC_COLUMNS, DELETED]
+            tell_columns_gone(destination.where, fields.fieldNames(), [*given, *own])
         self.checked.sink.check(grown)
         self.checked.sink.prepare(grown)
         destination.target = grown
@@ -665,27 +693,6 @@ class BatchWriter:
     def remaining_lag(self, end: Offsets) -> int:
         latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
-
-
-def _tell_columns_gone(destination: Destination, schemas: list[str], fields: Any) -> None:
-    """A schema that adds a column and lacks one the table has: renamed or dropped upstream.
-    The column stays (NULL, or its default, in new rows): said in one line, with the refill."""
-    import json
-
-    from lagless.cdc.envelope import CDC_COLUMNS, DELETED, row_columns
-
-    own = {*CDC_COLUMNS, DELETED}
-    for schema in schemas:
-        given = {c.name for c in row_columns(json.loads(schema))}
-        gone = [n for n in fields.fieldNames() if n not in given and n not in own]
-        if gone:
-            log.warning(
-                "%s: columns %s are no longer in the change events (renamed or dropped "
-                "upstream): kept, NULL in the rows changed from now on; to refill the table, "
-                "re-snapshot it (docs/mirror.md, Schema changes)",
-                destination.where,
-                gone,
-            )
 
 
 def _each_table(

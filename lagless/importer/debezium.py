@@ -9,6 +9,7 @@ the column is added (batch_writer.py: `SchemaChanged`)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
     from lagless.kafka.offset_reader import OffsetReader
     from lagless.sinks.base import Target
+
+log = logging.getLogger(__name__)
 
 # Columns the decoding adds to a batch's records, beside the row itself.
 ERROR = "_lagless_cdc_error"
@@ -131,6 +134,21 @@ def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[s
         "--value-format debezium needs the table's primary key: the change events have no "
         "Kafka key (a table without a primary key?); give --key-field"
     )
+
+
+def tell_columns_gone(where: str, table_columns: list[str], stored: list[str]) -> None:
+    """A warning, in one line, of the mirror's columns its change events no longer bring
+    (`stored`: the columns a batch writes): renamed or dropped upstream, they stay, NULL (or
+    their default) in the rows changed from now on; the way to refill them is a re-snapshot."""
+    gone = [name for name in table_columns if name not in stored]
+    if gone:
+        log.warning(
+            "%s: columns %s are no longer in the change events (renamed or dropped upstream): "
+            "kept, NULL in the rows changed from now on; to refill them, re-snapshot the table "
+            "(docs/mirror.md, Schema changes)",
+            where,
+            gone,
+        )
 
 
 class DebeziumValues:

@@ -116,6 +116,9 @@ class Destination:
     # The template spelled with its topics' names as they are (TableTemplate.spelled): a topic
     # that appears later joins the table only if it spells it alike.
     spelled: str = ""
+    # Why a schema change stopped the table (--schema-changes evolve): its parts of batches
+    # are left out; None while it is mirrored.
+    stopped: str | None = None
 
     def ranges_of(self, per_partition: Mapping[TP, V]) -> dict[TP, V]:
         """The part of a batch's offsets (or ranges) that is this table's."""

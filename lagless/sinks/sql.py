@@ -369,7 +369,7 @@ _WIDENED = {
 }
 
 
-def _spark_type(kind: str) -> DataType | None:
+def spark_type(kind: str) -> DataType | None:
     from pyspark.sql import types
 
     if kind.startswith("numeric(") and kind.endswith(")"):
@@ -382,7 +382,7 @@ def _wider(layout: Layout, name: str, held: str, wanted: str) -> bool:
     """A column of `layout` the table holds as `held` and the rows bring as `wanted`: True to
     widen it in place, False when the table's type takes the rows' values already. BadInput
     (SchemaChangeRefused for a mirror's) when neither holds the other's values."""
-    held_type, wanted_type = _spark_type(held), _spark_type(wanted)
+    held_type, wanted_type = spark_type(held), spark_type(wanted)
     wider = None
     if held_type is not None and wanted_type is not None:
         wider = widest(held_type, wanted_type)

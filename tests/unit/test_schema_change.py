@@ -13,6 +13,7 @@ from pyspark.sql import types as T
 from lagless.cdc.schema_change import (
     every_widening,
     iceberg_widening,
+    merged,
     refused,
     takes,
     widens,
@@ -134,3 +135,12 @@ def test_delta_rewrites_a_widened_mirror_keeping_its_ledger(tmp_path):
     assert widen.widened(again, pa.schema([("p", pa.int32())]), "t") is None  # narrower: kept
     with pytest.raises(SchemaChangeRefused, match="column 'p' is bigint in the table"):
         widen.widened(again, pa.schema([("p", pa.string())]), "t")
+
+
+def test_a_mirror_takes_the_widest_of_its_table_and_its_newest_events():
+    events = T.StructType([T.StructField("id", INT), T.StructField("n", INT)])
+    grown = merged(events, {"id": INT, "n": LONG, "gone": TEXT}, "t")
+    assert [f.dataType for f in grown] == [INT, LONG]  # held wider: kept
+    assert merged(events, {"n": None}, "t") == events  # a store that cannot tell
+    with pytest.raises(SchemaChangeRefused, match="column 'n' is string in the table"):
+        merged(events, {"n": TEXT}, "t")

@@ -40,6 +40,7 @@ from lagless.sinks.base import (
     WriteMode,
     Written,
     check_writable_path,
+    spark_types,
 )
 from lagless.sinks.delta import widen
 from lagless.sinks.delta.log import (
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.delta.upsert import WrittenFiles
     from lagless.sinks.maintenance import StoreMaintenance
@@ -240,6 +242,10 @@ class DeltaSink(FolderTableSink):
             )
             is not _LOST_TO_A_REPLAY
         )
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        delta = self._open_or_none(target.table)
+        return {} if delta is None else spark_types(widen.held_schema(delta))
 
     def _open_or_none(self, table: str) -> DeltaTable | None:
         from deltalake import DeltaTable

@@ -52,6 +52,7 @@ from lagless.sinks.base import (
     check_identifier,
     check_writable_path,
     in_schema,
+    spark_types,
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.maintenance import StoreMaintenance
 
@@ -225,6 +227,12 @@ class IcebergSink(FolderTableSink):
         from lagless.sinks.iceberg.maintenance import IcebergMaintenance
 
         return IcebergMaintenance(self)
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return {} if found is None else spark_types(found.schema().as_arrow())
 
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         if target.mode != "upsert":
