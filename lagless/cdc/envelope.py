@@ -25,8 +25,11 @@ The rules, all of them here:
   batch again; a type neither the table's nor a widening of it is refused
   (cdc/schema_change.py). An event of a narrower type is stored in the wider column. A column
   dropped upstream stays, NULL (or its default) in new rows.
-- Other ops (`t` truncate, `m` message) and values that are not envelopes are rejected with
-  their reason (dead letters).
+- op `t` (a TRUNCATE; Debezium skips them unless `skipped.operations=none`) empties the
+  table of every row written before it, once, where the source's tasks decode the events
+  (importer/change_files.py); on Spark's rows it is rejected as other ops are.
+- Other ops (`m` message) and values that are not envelopes are rejected with their reason
+  (dead letters).
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ class Change:
     skip: bool = False
     error: str | None = None
     new_schema: str | None = None
+    # A TRUNCATE (op t; Debezium sends them with skipped.operations=none): the table is
+    # emptied of every row written before it (importer/change_files.py `coalesce`).
+    truncate: bool = False
 
 
 def _loads(text: bytes) -> Any:
@@ -187,8 +193,11 @@ class Envelope:
         key_fields: tuple[str, ...],
         deletes: Deletes,
         change_log: bool = False,
+        truncates: bool = False,
     ) -> None:
         self.fields = fields
+        # Whether a TRUNCATE is applied (the tasks' change files) or rejected (Spark's rows).
+        self.truncates = truncates
         self.key_fields = key_fields
         self.deletes = deletes
         # --write append: each event is a row of its own; a tombstone is none.
@@ -218,6 +227,8 @@ class Envelope:
         columns, new_schema = self.columns(schema)
         if op == "d":
             return self._delete(key, payload, columns)
+        if op == "t" and self.truncates:
+            return Change(skip=True, truncate=True)
         if op not in ("r", "c", "u"):
             return Change(error=OTHER_OP)
         after = payload.get("after")

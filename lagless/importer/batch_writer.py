@@ -491,6 +491,9 @@ class BatchWriter:
             self._evolve(destination, schemas, must_grow=False)
         target = destination.target
         coalesced = change_files.coalesce(changes, target, self.log_times)
+        if coalesced.truncated and not self._holds(destination, batch):
+            log.info("%s: emptied by a TRUNCATE", destination.where)
+            self.checked.sink.empty(target)
         dead: dict[str, int] = {}
         rejected = coalesced.rejected
         if rejected.num_rows:
@@ -597,6 +600,14 @@ class BatchWriter:
             if kept:
                 records.unpersist()
         return written
+
+    def _holds(self, destination: Destination, batch: Batch) -> bool:
+        """The table's ledger holds the batch already (a replay): a TRUNCATE in it was applied
+        with it, and the rows after it; it is not applied again."""
+        held = self.checked.sink.ledger(destination.target, sorted(batch.covered))
+        return bool(batch.covered) and all(
+            held.get(tp, 0) >= end for tp, (_, end) in batch.covered.items()
+        )
 
     @contextlib.contextmanager
     def _stops_on_a_refused_change(self, destination: Destination) -> Iterator[None]:

@@ -299,6 +299,11 @@ class Sink(ABC):
         records of, the first offset above everything it holds (ledger.py). The import starts
         there, whatever its checkpoint says."""
 
+    def empty(self, target: Target) -> None:
+        """A mirror's TRUNCATE: every row of target's table removed (its ledger kept), before
+        the rows of the events after it are upserted with the batch's ranges."""
+        raise NotImplementedError(f"{type(self).__name__} does not apply a TRUNCATE")
+
     def table_types(self, target: Target) -> dict[str, DataType | None]:
         """The columns target's table has, each with its Spark type where the store tells it
         (None: SQLite's loose types, a type no change event widens); {}: no table yet. A

@@ -86,8 +86,10 @@ class Upstream:
         self.conn.execute("INSERT INTO u VALUES (1, 'a')")
         self.connector = DebeziumConnector(source, kafka.bootstrap, ["public.t", "public.u"])
         self.connector.extra["database.dbname"] = self.database
-        for table in ("public.t", "public.u"):
-            broker.create_topic(self.connector.topic(table), 2)
+        self.connector.extra["skipped.operations"] = "none"  # TRUNCATEs sent too
+        broker.create_topic(self.connector.topic("public.t"), 2)
+        # One partition: a TRUNCATE (no key) and the changes around it in one order.
+        broker.create_topic(self.connector.topic("public.u"), 1)
 
     def sql(self, *statements: str, events: int = 0) -> None:
         before = self.connector.events
@@ -196,12 +198,15 @@ def test_schema_changes_upstream_are_followed_step_by_step(upstream, tmp_path, s
 
     # A type the mirror cannot follow: that table stops, in one line with the true direction
     # and a remedy; the other table goes on, in this run and the next.
+    # u: a TRUNCATE between two inserts, in one batch: applied in its place.
     held = {sink: rows_in(sink, "t", ["id", "n"]) for sink in sinks}
     upstream.sql(
         "ALTER TABLE t ALTER COLUMN n TYPE text",
         "INSERT INTO t VALUES (9, 'nine')",
         "INSERT INTO u VALUES (3, 'c')",
-        events=2,
+        "TRUNCATE u",
+        "INSERT INTO u VALUES (4, 'd')",
+        events=4,
     )
     for sink in sinks:
         for _ in range(2):  # the rerun keeps the table stopped, and mirrors the other
@@ -214,4 +219,5 @@ def test_schema_changes_upstream_are_followed_step_by_step(upstream, tmp_path, s
             assert "execute-snapshot" in told and "\n" not in told
             assert rows_in(sink, "t", ["id", "n"]) == held[sink]
             assert rows_in(sink, "u", ["id", "s"]) == upstream.source_rows(["id", "s"], "u")
+            assert rows_in(sink, "u", ["id"])[0] == (4,)  # emptied once, not again on rerun
             upstream.sql("INSERT INTO u SELECT max(id) + 1, 'more' FROM u", events=1)

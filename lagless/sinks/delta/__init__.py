@@ -243,6 +243,11 @@ class DeltaSink(FolderTableSink):
             is not _LOST_TO_A_REPLAY
         )
 
+    def empty(self, target: Target) -> None:
+        delta = self._open_or_none(target.table)
+        if delta is not None:
+            delta.delete()  # one commit; the application transactions (the ledger) stay
+
     def table_types(self, target: Target) -> dict[str, DataType | None]:
         delta = self._open_or_none(target.table)
         return {} if delta is None else spark_types(widen.held_schema(delta))

@@ -228,6 +228,13 @@ class IcebergSink(FolderTableSink):
 
         return IcebergMaintenance(self)
 
+    def empty(self, target: Target) -> None:
+        """A snapshot without lagless's summary: the ledger is read past it (summary.py)."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        with self._catalog_errors():
+            self._table(target.table).delete(delete_filter=AlwaysTrue())
+
     def table_types(self, target: Target) -> dict[str, DataType | None]:
         with self._catalog_errors():
             catalog = self._catalog(create=False)

@@ -136,6 +136,13 @@ class PostgresSink(DriverSink, TaskWrittenSink):
 
         self._retried(attempt)
 
+    def empty(self, target: Target) -> None:
+        def attempt() -> None:
+            with self._connect() as conn:
+                conn.execute(f"DELETE FROM {quoted(target.table)}")
+
+        self._retried(attempt)
+
     def table_types(self, target: Target) -> dict[str, DataType | None]:
         with self._connect() as conn:
             found = conn.execute(
