@@ -69,6 +69,8 @@ class Decoded:
     # Each event's row schema where the table's columns do not take it yet (read an event at
     # a time only: None here).
     new_schema: pa.Array | None = None
+    # Each event's TRUNCATE flag (read an event at a time only: None here).
+    truncate: pa.Array | None = None
 
 
 def changes(
@@ -93,6 +95,8 @@ def changes(
     wanted = [c for c in columns if c.name in envelope.names]
     if new_schema is not None or not wanted or not all(c.read_as for c in wanted):
         return None
+    if not envelope.as_stored(columns):  # a narrower type or a default: an event at a time
+        return None
     chosen = {} if chosen is None else chosen
     try:
         parsed, readings = _read(payloads, wanted, envelope.cdc, chosen)
@@ -112,7 +116,7 @@ def changes(
     upsert_at = present_at[upsert.to_numpy(zero_copy_only=False)]
     other_at = np.setdiff1d(np.arange(len(values)), upsert_at, assume_unique=True)
     others = [envelope.change(keys[int(i)].as_py(), values[int(i)].as_py()) for i in other_at]
-    if any(change.new_schema is not None for change in others):
+    if any(change.new_schema is not None or change.truncate for change in others):
         return None
     order = np.argsort(np.concatenate([upsert_at, other_at]), kind="stable")
     errors = pa.concat_arrays(

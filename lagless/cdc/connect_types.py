@@ -78,6 +78,9 @@ class Column:
     data_type: DataType
     convert: Convert
     read_as: tuple[ReadAs, ...] = ()
+    # The Connect schema's default (its JSON value, as the events write one): the value of
+    # the rows that predate the column (cdc/envelope.py).
+    default: Any = None
 
 
 def _same(value: Any) -> Any:
@@ -298,7 +301,7 @@ def struct_columns(schema: dict[str, Any]) -> list[Column]:
     found = []
     for field in schema.get("fields") or []:
         data_type, convert, read_as = column_type(field)
-        found.append(Column(field["field"], data_type, convert, read_as))
+        found.append(Column(field["field"], data_type, convert, read_as, field.get("default")))
     return found
 
 

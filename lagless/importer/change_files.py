@@ -55,6 +55,7 @@ WRITER = f"{__name__}:writer"
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 # A change file's columns beside the record's coordinates and the row's: what the event does.
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
+TRUNCATE = "_lagless_truncate"
 _INDEX = "_lagless_index"
 
 
@@ -109,7 +110,8 @@ class ChangeFiles:
             if table is None:  # the driver prepares a topic's table before its first batch
                 raise TerminalError(f"topic {topic!r} has no table in this import's routes")
             fields = StructType.fromJson(json.loads(table["fields"]))
-            self._envelopes[topic] = Envelope(fields, tuple(table["key_fields"]), "hard")
+            keys = tuple(table["key_fields"])
+            self._envelopes[topic] = Envelope(fields, keys, "hard", truncates=True)
         return self._envelopes[topic]
 
     def _grown(self, topic: str, schema: str) -> bool:
@@ -120,7 +122,7 @@ class ChangeFiles:
             fields = evolved(envelope.fields, schema, self.tables[topic]["table"])
         except BadInput:
             return False
-        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard")
+        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard", truncates=True)
         return True
 
     def _decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -149,6 +151,8 @@ class ChangeFiles:
         columns[ERROR] = decoded.error
         columns[NEW_SCHEMA] = decoded.new_schema or pa.nulls(batch.num_rows, pa.string())
         columns[RAW] = pc.if_else(pc.is_valid(decoded.error), batch.column("value"), None)
+        if decoded.truncate is not None and pc.any(decoded.truncate).as_py():
+            columns[TRUNCATE] = decoded.truncate
         return pa.RecordBatch.from_pydict(columns)
 
     def _decode_each(
@@ -159,7 +163,7 @@ class ChangeFiles:
         from pyspark.sql.pandas.types import to_arrow_type
 
         envelope = self._envelopes[topic]
-        rows, deletes, skips, errors, schemas = [], [], [], [], []
+        rows, deletes, skips, errors, schemas, truncates = [], [], [], [], [], []
         for key, value in zip(keys, values, strict=True):
             change = envelope.change(key, value)
             schema = change.new_schema
@@ -174,6 +178,7 @@ class ChangeFiles:
             skips.append(change.skip)
             errors.append(change.error)
             schemas.append(schema)
+            truncates.append(change.truncate)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
         decoded = columnar.Decoded(
             rows=pa.array(rows, type=row_type),
@@ -181,6 +186,7 @@ class ChangeFiles:
             skip=pa.array(skips, type=pa.bool_()),
             error=pa.array(errors, type=pa.string()),
             new_schema=pa.array(schemas, type=pa.string()),
+            truncate=pa.array(truncates, type=pa.bool_()),
         )
         return decoded, row_type
 
@@ -250,6 +256,8 @@ class Coalesced:
     rows: pa.Table
     rejected: pa.Table
     newest: dict[TP, int]
+    # The batch holds a TRUNCATE: the table is emptied before `rows` (those after it) go in.
+    truncated: bool = False
 
 
 def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Coalesced:
@@ -289,6 +297,9 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     accepted = in_order.filter(
         pc.and_(pc.is_null(in_order.column(ERROR)), pc.invert(in_order.column(SKIP)))
     )
+    truncated = TRUNCATE in in_order.column_names and pc.any(in_order.column(TRUNCATE)).as_py()
+    if truncated:
+        accepted = _after_the_truncate(in_order, accepted)
     if target.value_format == "debezium":
         accepted = _carried_in_batch(accepted, target)
     # upsert_order.RANK, (LOG_TIME, topic, partition, offset), is (LOG_TIME, place) here: the
@@ -302,7 +313,27 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
         .get_column(_INDEX)
     )
     rows = accepted.take(pa.array(winners.to_numpy()))
-    return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest)
+    return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest, bool(truncated))
+
+
+def _after_the_truncate(in_order: pa.Table, accepted: pa.Table) -> pa.Table:
+    """The rows of the events after the batch's last TRUNCATE: in its partition, those of a
+    higher offset, exactly; in the others, those of a log time not below the truncate's (a
+    partition's running maximum of its records' timestamps, upsert_order.py's order between
+    partitions: a row of the same millisecond is kept rather than lost)."""
+    cut = in_order.filter(pc.fill_null(in_order.column(TRUNCATE), False))
+    columns = [cut.column(c).to_pylist() for c in (LOG_TIME, "topic", "partition", "offset")]
+    last = max(zip(*columns, strict=True))
+    log_time, topic, partition, offset = last
+    same = pc.and_(
+        pc.equal(accepted.column("topic"), topic), pc.equal(accepted.column("partition"), partition)
+    )
+    after = pc.if_else(
+        same,
+        pc.greater(accepted.column("offset"), offset),
+        pc.greater_equal(accepted.column(LOG_TIME), log_time),
+    )
+    return accepted.filter(after)
 
 
 def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:

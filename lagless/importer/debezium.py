@@ -9,6 +9,7 @@ the column is added (batch_writer.py: `SchemaChanged`)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from lagless.cdc.envelope import (
     DELETED,
     Deletes,
     Envelope,
+    field_of,
     row_columns,
     split,
 )
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
     from lagless.kafka.offset_reader import OffsetReader
     from lagless.sinks.base import Target
+
+log = logging.getLogger(__name__)
 
 # Columns the decoding adds to a batch's records, beside the row itself.
 ERROR = "_lagless_cdc_error"
@@ -77,7 +81,7 @@ def mirror_columns(
                 "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
-        fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
+        fields = StructType([field_of(c) for c in columns])
     if not key_fields:
         key_fields = _key_fields(newest)
         cdc_columns = cdc_columns or not key_fields
@@ -129,6 +133,21 @@ def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[s
         if isinstance(payload, dict) and payload:
             return tuple(payload)
     return ()  # no Kafka key: a table without a primary key
+
+
+def tell_columns_gone(where: str, table_columns: list[str], stored: list[str]) -> None:
+    """A warning, in one line, of the mirror's columns its change events no longer bring
+    (`stored`: the columns a batch writes): renamed or dropped upstream, they stay, NULL (or
+    their default) in the rows changed from now on; the way to refill them is a re-snapshot."""
+    gone = [name for name in table_columns if name not in stored]
+    if gone:
+        log.warning(
+            "%s: columns %s are no longer in the change events (renamed or dropped upstream): "
+            "kept, NULL in the rows changed from now on; to refill them, re-snapshot the table "
+            "(docs/mirror.md, Schema changes)",
+            where,
+            gone,
+        )
 
 
 class DebeziumValues:

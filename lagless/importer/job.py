@@ -24,6 +24,7 @@ from lagless.exceptions import (
     BadInput,
     LaglessError,
     NewTopics,
+    SchemaChangeRefused,
     Stopped,
     TerminalError,
     TransientError,
@@ -39,6 +40,7 @@ from lagless.importer.checkpoint import (
     last_end_offsets,
     marked_storing,
     newest_committed,
+    stop_table,
     uncommit,
     unmark_storing,
     write_first_start,
@@ -46,6 +48,7 @@ from lagless.importer.checkpoint import (
 )
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
+from lagless.importer.debezium import tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.routing import (
     Destination,
@@ -159,6 +162,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         described(writer.summary, spec, checked, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
+    refuse_stopped_tables(spec, checked)
     return writer.summary
 
 
@@ -175,6 +179,15 @@ def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:
     return exit
 
 
+def refuse_stopped_tables(spec: ImportSpec, checked: Checked) -> None:
+    """A bulk import that left a table stopped by a schema change (the others written) ends
+    with its reason (exit 2); a continuous one said it when the table stopped."""
+    stopped = [each for each in checked.destinations if each.stopped is not None]
+    if stopped and spec.mode == "bulk":
+        first = stopped[0]
+        raise SchemaChangeRefused(str(first.stopped), first.target.table)
+
+
 def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
     """A bulk import with nothing to read (the tables hold the log up to its end, or the log is
     empty): said without starting Spark. The tables are made (a first import of an empty topic
@@ -189,6 +202,7 @@ def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summ
     with collector:
         collector.finish(summary)
     log.info("nothing to import, up to date: %s", summary.as_dict())
+    refuse_stopped_tables(spec, checked)
     return summary
 
 
@@ -255,8 +269,9 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
-    replayed = a_batch_the_tables_lack(spec.checkpoint, destinations, lost)
-    for each in destinations:
+    mirrored = [each for each in destinations if each.stopped is None]
+    replayed = a_batch_the_tables_lack(spec.checkpoint, mirrored, lost)
+    for each in mirrored:
         refuse_a_recreated_topic(checked, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost, replayed)
     replay(spec.checkpoint, replayed)
@@ -317,6 +332,13 @@ def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination])
     """Create each table (safe to repeat), once every check passed."""
     checked.sink.retry_s = spec.retry_seconds
     for each in destinations:
+        if each.stopped is not None:
+            stop_table(spec.checkpoint, each.target.table, each.stopped)
+            log.error("%s is stopped (the other tables go on): %s", each.where, each.stopped)
+            continue
+        if each.target.value_format == "debezium":
+            held = list(checked.sink.table_types(each.target))
+            tell_columns_gone(each.where, held, each.target.schema().fieldNames())
         checked.sink.prepare(each.target)
 
 

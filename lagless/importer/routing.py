@@ -118,6 +118,9 @@ class Destination:
     spelled: str = ""
     # What the user is told of this table before the import runs (one line), if anything.
     warning: str | None = None
+    # Why a schema change stopped the table (--schema-changes evolve): its parts of batches
+    # are left out; None while it is mirrored.
+    stopped: str | None = None
 
     def ranges_of(self, per_partition: Mapping[TP, V]) -> dict[TP, V]:
         """The part of a batch's offsets (or ranges) that is this table's."""

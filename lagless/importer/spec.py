@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from lagless.exceptions import BadInput
+from lagless.cdc.schema_change import SCHEMA_CHANGES as SCHEMA_CHANGES
+from lagless.cdc.schema_change import SchemaChanges, merged
+from lagless.exceptions import BadInput, SchemaChangeRefused
 from lagless.importer import change_files
-from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
+from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets, stopped_tables
 from lagless.importer.cluster import check_tasks_reach_store, executors_share_disk, master_url
 from lagless.importer.routing import (
     Destination,
@@ -86,6 +88,9 @@ class ImportSpec:
     slots: int | None = None
     trigger_seconds: float = 0.5
     fail_on_data_loss: bool = True
+    # A Debezium mirror's change of a column it cannot follow (cdc/schema_change.py): evolve
+    # stops that table, fail the import.
+    schema_changes: SchemaChanges = "evolve"
     master: str | None = None
     group: str | None = None
     max_record_bytes: int | None = None
@@ -480,11 +485,14 @@ def check_destinations(
     else:
         tables = {spec.target().table: spec.topics}
     destinations = []
+    stopped = stopped_tables(spec.checkpoint)
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
         value_schema = resolve(spec, own, topics, reader)
         target = spec.target_for(table, value_schema)
-        sink.check(target)
+        reason = stopped.get(target.table)
+        if reason is None:
+            target, reason = _checked(spec, sink, target)
         if spec.routed:
             check_tasks_reach_store(
                 master_url(spec.master),
@@ -504,6 +512,7 @@ def check_destinations(
                 value_schema.avro,
                 spelled=spelled,
                 warning=value_schema.change_log,
+                stopped=reason,
             )
         )
     return destinations
@@ -531,6 +540,22 @@ def with_change_events(spec: ImportSpec, reader: OffsetReader, partitions: list[
     elif waiting:
         log.info("topics %s hold no change event yet: their tables wait for it", waiting)
     return [tp for tp in partitions if tp[0] in ready]
+
+
+def _checked(spec: ImportSpec, sink: Sink, target: Target) -> tuple[Target, str | None]:
+    """Sink.check of the target; a mirror's columns the widest of its table's and its newest
+    events' (schema_change.merged). A schema change the table cannot follow stops the table
+    (the reason returned), unless --schema-changes fail."""
+    try:
+        if target.value_format == "debezium" and target.fields is not None:
+            held = sink.table_types(target)
+            target = replace(target, fields=merged(target.fields, held, target.table))
+        sink.check(target)
+    except SchemaChangeRefused as refused:
+        if spec.schema_changes == "fail":
+            raise
+        return target, str(refused)
+    return target, None
 
 
 def _names_of(

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lagless.cdc.envelope import defaults
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
@@ -40,7 +42,9 @@ from lagless.sinks.base import (
     WriteMode,
     Written,
     check_writable_path,
+    spark_types,
 )
+from lagless.sinks.delta import widen
 from lagless.sinks.delta.log import (
     RANGES,
     AppTransactions,
@@ -54,9 +58,12 @@ from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.upsert_order import LOG_TIME
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.delta.upsert import WrittenFiles
     from lagless.sinks.maintenance import StoreMaintenance
@@ -266,6 +273,15 @@ class DeltaSink(FolderTableSink):
             self.storage.remove(path)
         return actions
 
+    def empty(self, target: Target) -> None:
+        delta = self._open_or_none(target.table)
+        if delta is not None:
+            delta.delete()  # one commit; the application transactions (the ledger) stay
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        delta = self._open_or_none(target.table)
+        return {} if delta is None else spark_types(widen.held_schema(delta))
+
     def _open_or_none(self, table: str) -> DeltaTable | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
@@ -283,13 +299,20 @@ class DeltaSink(FolderTableSink):
 
         keys = target.unique
         stored = _delta_types(rows.schema.remove(rows.schema.get_field_index(TOMBSTONE)))
-        delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
+        mirror = target.value_format == "debezium"
+        fills = defaults(target.fields) if mirror and target.fields else {}
+        delta = self._open(target.table, "upsert", stored, grows=mirror, fills=fills)
+        if mirror:
+            rows = widen.as_held(rows, delta)
         if self._transactions.is_replay(
             delta, self.storage.join(self.location, target.table), batch
         ):
             return ALREADY_HELD
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
-        graves_delta = self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
+        graves_schema = _delta_types(tombstones.schema)
+        graves_delta = self._open(target.tombstone_table, "upsert", graves_schema, grows=mirror)
+        if mirror:
+            tombstones = widen.as_held(tombstones, graves_delta)
 
         def current(table: str, delta: DeltaTable) -> Callable[[], Table]:
             """The table's current version, each time it is called: `delta` brought up to
@@ -339,12 +362,16 @@ class DeltaSink(FolderTableSink):
         return AddAction(path[len(folder) + 1 :], size, {}, modified, True, json.dumps(stats))
 
     def _open(
-        self, table: str, mode: WriteMode, schema: pa.Schema, grows: bool = False
+        self,
+        table: str,
+        mode: WriteMode,
+        schema: pa.Schema,
+        grows: bool = False,
+        fills: dict[str, Any] | None = None,
     ) -> DeltaTable:
         """The table, created in `schema` if missing; refuses files of other columns, unless
-        it `grows` (a Debezium mirror): then a column the files add is added to the table
-        (nullable), and one they lack stays (NULL in new rows)."""
-        from deltalake import DeltaTable, Field, Schema
+        it `grows` (a Debezium mirror: _grow)."""
+        from deltalake import DeltaTable, Schema
 
         path = self.storage.join(self.location, table)
         delta = self._open_or_none(table)  # ~15 ms here, create(mode="ignore") ~35 ms
@@ -365,20 +392,35 @@ class DeltaSink(FolderTableSink):
             )
             delta.update_incremental()
         if grows:
-            held = dict(_columns(delta.schema()))
-            grown = [c for c in Schema.from_arrow(schema).fields if c.name not in held]
-            if grown:
-                delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in grown])
-                delta.update_incremental()
-            held = dict(_columns(delta.schema()))
-            if all(held.get(name) == kind for name, kind in wanted):
-                return delta
+            self._grow(delta, table, schema, fills or {})
+            return delta
         if _columns(delta.schema()) != wanted and not (mode == "append" and _fills(delta, wanted)):
             raise TerminalError(
                 f"the batch's columns ({', '.join(schema.names)}) differ from those of Delta "
                 f"table {path!r}; pick another --table"
             )
         return delta
+
+    def _grow(
+        self, delta: DeltaTable, table: str, schema: pa.Schema, fills: dict[str, Any]
+    ) -> None:
+        """A mirror's table brought to its change events' columns: a column they add is
+        added (nullable; the rows held take its default, `fills`), a column they widen is
+        widened (widen.py: both rewrite the table, one commit), one they lack stays (NULL in
+        new rows). SchemaChangeRefused for a type the table cannot follow."""
+        from deltalake import Field, Schema
+
+        held = widen.held_schema(delta)
+        wider = widen.widened(delta, schema, table) or held
+        grown = [f for f in schema if f.name not in held.names]
+        if wider.equals(held) and not any(f.name in fills for f in grown):
+            if grown:
+                fields = Schema.from_arrow(pa.schema(grown)).fields
+                delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in fields])
+                delta.update_incremental()
+            return
+        log.info("Delta table %r rewritten in its change events' columns", table)
+        widen.rewrite(delta, pa.schema([*wider, *grown]), fills)
 
 
 def _unfilled(delta: DeltaTable, target: Target, table: str, mode: WriteMode) -> str | None:

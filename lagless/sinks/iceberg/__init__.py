@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.cdc.schema_change import check_widening, iceberg_widening, refuse, widest
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
@@ -51,6 +52,7 @@ from lagless.sinks.base import (
     check_identifier,
     check_writable_path,
     in_schema,
+    spark_types,
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.maintenance import StoreMaintenance
 
@@ -231,6 +234,19 @@ class IcebergSink(FolderTableSink):
         from lagless.sinks.iceberg.maintenance import IcebergMaintenance
 
         return IcebergMaintenance(self)
+
+    def empty(self, target: Target) -> None:
+        """A snapshot without lagless's summary: the ledger is read past it (summary.py)."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        with self._catalog_errors():
+            self._table(target.table).delete(delete_filter=AlwaysTrue())
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return {} if found is None else spark_types(found.schema().as_arrow())
 
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         if target.mode != "upsert":
@@ -593,6 +609,8 @@ def _check_layout(
             f"Iceberg table {table!r} has another layout ({layout}; columns "
             f"{', '.join(columns)}); pick another --table or --write mode"
         )
+    if grows:
+        _check_widening(found, table, schema)
     try:
         found.update_schema().union_by_name(schema)._apply()
     except (ValidationError, ValueError) as exc:
@@ -600,6 +618,30 @@ def _check_layout(
             f"incompatible schema change for Iceberg table {table!r}: {first_line(exc)}; pick "
             "another --table"
         ) from None
+
+
+def _check_widening(found: Table, table: str, schema: pa.Schema) -> None:
+    """A mirror's columns against its change events' (schema_change.py): a column they bring
+    narrower stays (the rows are cast to it); one they widen must be a promotion Iceberg makes
+    (union_by_name leaves a decimal's scale as it was, without a word): else
+    SchemaChangeRefused."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    held = found.schema().as_arrow()
+    for field in schema:
+        index = held.get_field_index(field.name)
+        if index < 0:
+            continue
+        try:
+            held_type = from_arrow_type(held.field(index).type)
+            wanted_type = from_arrow_type(field.type)
+        except TypeError:
+            continue  # not a type a change event brings; union_by_name judges it
+        wider = widest(held_type, wanted_type)
+        if wider is None:
+            refuse(table, field.name, held_type, wanted_type)
+        elif wider != held_type:
+            check_widening(table, field.name, held_type, wider, "Iceberg", iceberg_widening)
 
 
 def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:
