@@ -58,7 +58,7 @@ from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.upsert_order import LOG_TIME
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)  # not `log`: the package has a module of that name
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -419,7 +419,7 @@ class DeltaSink(FolderTableSink):
                 delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in fields])
                 delta.update_incremental()
             return
-        log.info("Delta table %r rewritten in its change events' columns", table)
+        logger.info("Delta table %r rewritten in its change events' columns", table)
         widen.rewrite(delta, pa.schema([*wider, *grown]), fills)
 
 
