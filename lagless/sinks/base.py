@@ -80,7 +80,7 @@ def spark_types(schema: pa.Schema) -> dict[str, DataType | None]:
     for column in schema:
         try:
             found[column.name] = from_arrow_type(column.type)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, NotImplementedError):  # a type Spark has not
             found[column.name] = None
     return found
 

@@ -1,8 +1,10 @@
 """Schema changes upstream, one after another, through real PostgreSQL and real Debezium into
-SQLite and Delta (issue 56): a column added with a default, columns widened (int -> bigint,
-numeric(10,2) -> numeric(12,4), varchar(10) -> varchar(50)), a fresh mirror of the whole
-topic (old and new schemas in one batch), a column renamed, a type the mirror cannot follow.
-Each step's mirror is compared with the source, value by value."""
+SQLite, Delta and PostgreSQL (issue 56), one routed import of two tables, t and u: a column
+added with a default, columns widened (int -> bigint, numeric(10,2) -> numeric(12,4),
+varchar(10) -> varchar(50)), a fresh mirror of the whole topic (old and new schemas in one
+batch), a column renamed, a type the mirror cannot follow (t stops, u goes on, twice), a
+TRUNCATE of u between two inserts. Each step's tables are compared with the source, value by
+value. (Iceberg's widening and refusals: tests/unit/test_schema_change.py.)"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -48,11 +51,15 @@ def rows_in(sink: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
         with sqlite3.connect(rest) as conn:
             quoted = ", ".join(f'"{c}"' for c in columns)
             found = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
-    else:
-        from deltalake import DeltaTable
-
+    elif scheme == "delta":
         read = DeltaTable(f"{rest}/{table}").to_pyarrow_table(columns=columns).to_pylist()
         found = [tuple(row[c] for c in columns) for row in read]
+    else:
+        import psycopg
+
+        with psycopg.connect(sink) as conn:
+            quoted = ", ".join(f'"{c}"' for c in columns)
+            found = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
     return sorted(tuple(_plain(v) for v in row) for row in found)
 
 
@@ -139,8 +146,10 @@ def upstream(source, kafka, broker, tmp_path) -> Iterator[Upstream]:
         each.close(source)
 
 
-def test_schema_changes_upstream_are_followed_step_by_step(upstream, tmp_path, spark, caplog):
-    sinks = [f"sqlite:///{tmp_path}/mirror.db", f"delta:///{tmp_path}/delta"]
+def test_schema_changes_upstream_are_followed_step_by_step(
+    upstream, source, tmp_path, spark, caplog
+):
+    sinks = [f"sqlite:///{tmp_path}/mirror.db", f"delta:///{tmp_path}/delta", source.url]
     upstream.connector.start()
     upstream.connector.wait_for_events(6)
     upstream.connector.wait_quiet()
@@ -178,6 +187,12 @@ def test_schema_changes_upstream_are_followed_step_by_step(upstream, tmp_path, s
         pa.int64(),
         pa.decimal128(12, 4),
     )
+    with psycopg.connect(source.url) as conn:
+        widened_pg = conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 't'::regclass AND attname IN ('n', 'p') ORDER BY attname"
+        ).fetchall()
+    assert widened_pg == [("bigint",), ("numeric(12,4)",)]
 
     # A fresh mirror of the whole topic: old and new schemas in one batch, the widest kept.
     upstream.mirror(sinks[0], spark, prefix="again_")
@@ -213,7 +228,8 @@ def test_schema_changes_upstream_are_followed_step_by_step(upstream, tmp_path, s
             with pytest.raises(SchemaChangeRefused) as refused:
                 upstream.mirror(sink, spark)
             told = str(refused.value)
-            # As the store names its types (SQLite: int, text; Delta: bigint, string).
+            # As the store names its types (SQLite: int, text; Delta, PostgreSQL: bigint,
+            # string).
             direction = r"column 'n' is (big)?int in the table, the change events now make it "
             assert re.search(direction + "(string|text)", told), told
             assert "execute-snapshot" in told and "\n" not in told

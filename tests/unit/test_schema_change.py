@@ -20,6 +20,7 @@ from lagless.cdc.schema_change import (
     widest,
 )
 from lagless.exceptions import SchemaChangeRefused
+from lagless.sinks import Target, sink_from_url
 from lagless.sinks.delta import widen
 from lagless.sinks.sql import Layout, evolve
 
@@ -144,3 +145,21 @@ def test_a_mirror_takes_the_widest_of_its_table_and_its_newest_events():
     assert merged(events, {"n": None}, "t") == events  # a store that cannot tell
     with pytest.raises(SchemaChangeRefused, match="column 'n' is string in the table"):
         merged(events, {"n": TEXT}, "t")
+
+
+def mirror(*fields: T.StructField) -> Target:
+    return Target("t", "upsert", "debezium", T.StructType(list(fields)), ("id",))
+
+
+def test_iceberg_promotes_what_it_can_and_refuses_a_decimal_scale_change(tmp_path):
+    sink = sink_from_url(f"iceberg:///{tmp_path}/lake")
+    key = T.StructField("id", INT)
+    sink.prepare(mirror(key, T.StructField("n", INT), T.StructField("p", dec(10, 2))))
+    wider = mirror(key, T.StructField("n", LONG), T.StructField("p", dec(12, 2)))
+    sink.check(wider)
+    sink.prepare(wider)
+    held = sink.table_types(wider)
+    assert (held["n"], held["p"]) == (LONG, dec(12, 2))
+    sink.check(mirror(key, T.StructField("n", INT)))  # narrower: the column stays long
+    with pytest.raises(SchemaChangeRefused, match="Iceberg cannot widen a column that way"):
+        sink.check(mirror(key, T.StructField("p", dec(14, 4))))
