@@ -7,7 +7,8 @@ gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL 
 
 | Connect | column | the JSON value |
 | --- | --- | --- |
-| int8/16/32/64, float32/64, boolean, string | tinyint ... double, boolean, string | as is |
+| int8/16/32/64, boolean, string | tinyint ... bigint, boolean, string | as is |
+| float32/64 | float, double | a number, or "NaN", "Infinity", "-Infinity" |
 | bytes | binary | base64 |
 | Decimal (`scale`, `connect.decimal.precision`) | decimal(p, s) | base64, unscaled |
 | VariableScaleDecimal (struct scale, value) | string | exact decimal text |
@@ -17,6 +18,12 @@ gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL 
 | ZonedTimestamp | timestamp (an instant, UTC) | ISO 8601 text with its offset |
 | Json, Uuid, Enum, Xml, ZonedTime | string | text |
 | array, map, struct | array, map, struct of the above | |
+
+Dates and timestamps hold 0001-01-01 to 9999-12-31, the range every store and Spark read:
+PostgreSQL's `infinity` and `-infinity` (which Debezium sends as sentinels: `INFINITY`) are
+stored as that range's last and first instant (9999-12-31 23:59:59.999999, 0001-01-01), and
+any other value outside it (BC, year 10000) is refused (ValueError: the event is dead-lettered
+with its reason, cdc/envelope.py), never stored changed.
 
 `decimal.handling.mode=string` or `double` gives string or float64 fields (no logical name):
 those columns are text or double. Without a schema (`schemas.enable=false`), `--value-schema`
@@ -32,6 +39,7 @@ import base64
 import datetime
 import decimal
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -81,6 +89,19 @@ class Column:
 
 
 def _same(value: Any) -> Any:
+    return value
+
+
+# Kafka Connect's JSON writes a float's NaN and infinities as text.
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _float(value: Any) -> Any:
+    """float32/float64: a number, or NaN and ±Infinity as Connect's JSON writes them."""
+    if isinstance(value, str):
+        if value not in _FLOAT_WORDS:
+            raise ValueError(f"{value[:40]!r} is not a number")
+        return _FLOAT_WORDS[value]
     return value
 
 
@@ -140,34 +161,75 @@ def _time_of_day(per_second: int) -> Convert:
     return convert
 
 
+# The dates and instants every store holds (and Spark and Python read): 0001-01-01 to
+# 9999-12-31 23:59:59.999999, as days and as µs since the epoch.
+FIRST_DAY, LAST_DAY = -719_162, 2_932_896
+FIRST_MICROS, LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
+# PostgreSQL's infinity and -infinity as Debezium sends them (seen from Debezium 3.6): a
+# timestamp's PgJDBC sentinels (ms: DATE_POSITIVE_INFINITY / 1000) in the column's unit, a
+# date's their epoch day wrapped into 32 bits, a zoned timestamp's text.
+_INFINITE_DAYS = {-622_191_234: LAST_DAY, -625_821_272: FIRST_DAY}
+_INFINITE_TIMESTAMPS = {
+    1000: {9_223_372_036_825_200: LAST_MICROS, -9_223_372_036_832_400: FIRST_MICROS},
+    1_000_000: {9_223_372_036_825_200_000: LAST_MICROS, -9_223_372_036_832_400_000: FIRST_MICROS},
+}
+_INFINITE_TIMESTAMPS[1_000_000_000] = _INFINITE_TIMESTAMPS[1_000_000]
+_INFINITE_TEXT = {"infinity": LAST_MICROS, "-infinity": FIRST_MICROS}
+OUT_OF_RANGE = "outside 0001-01-01 .. 9999-12-31, the dates every store holds"
+
+
+def in_range_micros(micros: int) -> int:
+    if not FIRST_MICROS <= micros <= LAST_MICROS:
+        raise ValueError(f"timestamp {micros} µs since the epoch is {OUT_OF_RANGE}")
+    return micros
+
+
+def in_range_days(days: int) -> int:
+    if not FIRST_DAY <= days <= LAST_DAY:
+        raise ValueError(f"date {days} days since the epoch is {OUT_OF_RANGE}")
+    return days
+
+
 def _micros(per_second: int) -> Convert:
-    if per_second == 1_000_000:
-        return _same
-    if per_second > 1_000_000:
-        factor = per_second // 1_000_000
-        return lambda value: int(value) // factor
-    factor = 1_000_000 // per_second
-    return lambda value: int(value) * factor
+    infinite = _INFINITE_TIMESTAMPS.get(per_second, {})
+
+    def convert(value: Any) -> Any:
+        value = int(value)
+        if value in infinite:
+            return infinite[value]
+        if per_second >= 1_000_000:
+            return in_range_micros(value // (per_second // 1_000_000))
+        return in_range_micros(value * (1_000_000 // per_second))
+
+    return convert
 
 
+_MICROS = _micros(1_000_000)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _zoned_micros(value: Any) -> Any:
     """ZonedTimestamp: ISO 8601 text with an offset, as an instant (µs since the epoch)."""
     if isinstance(value, int):
-        return value
-    instant = datetime.datetime.fromisoformat(value)
+        return _MICROS(value)
+    if value in _INFINITE_TEXT:
+        return _INFINITE_TEXT[value]
+    try:
+        instant = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"timestamp {value[:40]!r} is {OUT_OF_RANGE}, or not one") from None
     if instant.tzinfo is None:
         instant = instant.replace(tzinfo=datetime.UTC)
     delta = instant - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return in_range_micros(micros)
 
 
 def _days(value: Any) -> Any:
     if isinstance(value, str):
         return (datetime.date.fromisoformat(value) - datetime.date(1970, 1, 1)).days
-    return value
+    value = int(value)
+    return _INFINITE_DAYS[value] if value in _INFINITE_DAYS else in_range_days(value)
 
 
 # Columnar reading (ReadAs): the JSON type each Spark type's values are parsed as.
@@ -182,6 +244,8 @@ _JSON_OF = {
     "StringType": "text",
 }
 _EACH_TEXT = (ReadAs("text", each=True),)
+# Numbers, or a batch whose values are all text (NaN, Infinity) read each.
+_FLOATS = (ReadAs("float"), *_EACH_TEXT)
 
 
 def _timestamp(per_second: int) -> tuple[ReadAs, ...]:
@@ -248,7 +312,8 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
     if name in _TIMES:
         return T.StringType(), _time_of_day(_TIMES[name]), (ReadAs("int", each=True),)
     if name in _TIMESTAMPS:
-        return T.TimestampNTZType(), _micros(_TIMESTAMPS[name]), _timestamp(_TIMESTAMPS[name])
+        per_second = _TIMESTAMPS[name]
+        return T.TimestampNTZType(), _micros(per_second), _timestamp(per_second)
     if name == "io.debezium.time.ZonedTimestamp":
         return T.TimestampType(), _zoned_micros, _EACH_TEXT
     if name in _TEXTS:
@@ -268,6 +333,8 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
         data_type = getattr(T, _PRIMITIVES[kind])()
         if kind == "bytes":
             return data_type, _from_base64, _EACH_TEXT
+        if _JSON_OF[_PRIMITIVES[kind]] == "float":
+            return data_type, _float, _FLOATS
         return data_type, _same, (ReadAs(_JSON_OF[_PRIMITIVES[kind]]),)
     raise BadInput(f"Kafka Connect type {json.dumps(schema)[:200]} cannot be stored")
 
@@ -320,7 +387,9 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
         # µs (a timestamp without zone, Debezium's default) or ISO text (timestamptz)
         convert, read_as = _zoned_micros, (*_timestamp(1_000_000), *_EACH_TEXT)
     elif isinstance(data_type, T.TimestampNTZType):
-        read_as = _timestamp(1_000_000)
+        convert, read_as = _MICROS, _timestamp(1_000_000)
+    elif isinstance(data_type, T.FloatType | T.DoubleType):
+        convert, read_as = _float, _FLOATS
     elif isinstance(data_type, T.ArrayType):
         convert = _each(for_spark_type(name, data_type.elementType).convert)
     elif isinstance(data_type, T.StructType):

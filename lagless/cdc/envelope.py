@@ -25,6 +25,9 @@ The rules, all of them here:
   upstream stays, NULL in new rows.
 - Other ops (`t` truncate, `m` message) and values that are not envelopes are rejected with
   their reason (dead letters).
+- A value its column cannot take (a date out of range, text in a number column of
+  --value-schema, ...: connect_types) rejects its event alone, with the column and the
+  reason (`UNSTORABLE`); every other event goes on.
 """
 
 from __future__ import annotations
@@ -54,7 +57,11 @@ NOT_AN_EVENT = "value is not a Debezium change event (no op)"
 OTHER_OP = "change event of an op a mirror does not apply (truncate, message)"
 NO_AFTER = "change event without its after row"
 KEY_MISSING = "change event whose Kafka key does not give the key fields"
-REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING)
+UNSTORABLE = "change event with a value its column cannot take"
+REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING, UNSTORABLE)
+# What a column's conversion raises on a value it cannot take (binascii.Error and
+# decimal's errors are ValueError and ArithmeticError).
+CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, KeyError, AttributeError)
 
 SCHEMA_HEAD = b'{"schema":'
 PAYLOAD_AT = b',"payload":'
@@ -153,6 +160,14 @@ def evolved(fields: StructType, new_row_schema: str, table: str) -> StructType:
     return StructType([*fields.fields, *added])
 
 
+class Unstorable(Exception):
+    """A value its column cannot take: the event's rejection, one line."""
+
+    def __init__(self, column: str, cause: BaseException | str) -> None:
+        reason = str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__
+        super().__init__(f"{UNSTORABLE}: column {column!r}: {reason}")
+
+
 class Envelope:
     """Reads change events into Changes for a table of columns `fields` (the row's, then the
     mirror's own columns asked for) keyed on `key_fields`."""
@@ -197,7 +212,10 @@ class Envelope:
         after = payload.get("after")
         if not isinstance(after, dict):
             return Change(error=NO_AFTER)
-        row = self._row(after, columns)
+        try:
+            row = self._row(after, columns)
+        except Unstorable as exc:
+            return Change(error=str(exc))
         if any(row.get(name) is None for name in self.key_fields):
             return Change(error=KEY_MISSING)
         row.update(self._cdc_values(payload, deleted=False))
@@ -228,7 +246,10 @@ class Envelope:
             raw = payload.get(name)
             if raw is None or name not in self._given:
                 return None
-            found[name] = self._given[name].convert(raw)
+            try:
+                found[name] = self._given[name].convert(raw)
+            except CONVERSION_ERRORS:
+                return None
         return found
 
     def columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
@@ -248,7 +269,10 @@ class Envelope:
         for column in columns:
             raw = after.get(column.name)
             if raw is not None and column.name in row:
-                row[column.name] = column.convert(raw)
+                try:
+                    row[column.name] = column.convert(raw)
+                except CONVERSION_ERRORS as exc:
+                    raise Unstorable(column.name, exc) from None
         return row
 
     def _cdc_values(self, payload: dict[str, Any], deleted: bool) -> dict[str, Any]:

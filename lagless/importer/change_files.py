@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -159,30 +159,19 @@ class ChangeFiles:
         from pyspark.sql.pandas.types import to_arrow_type
 
         envelope = self._envelopes[topic]
-        rows, deletes, skips, errors, schemas = [], [], [], [], []
+        changes = []
         for key, value in zip(keys, values, strict=True):
             change = envelope.change(key, value)
-            schema = change.new_schema
-            if schema is not None:
+            if change.new_schema is not None:
+                schema = change.new_schema
                 if self._grown(topic, schema):
                     envelope = self._envelopes[topic]
-                    change = envelope.change(key, value)
+                    change = replace(envelope.change(key, value), new_schema=schema)
                 else:
-                    change = Change(skip=True)  # nothing of the batch commits
-            rows.append(change.row)
-            deletes.append(change.delete)
-            skips.append(change.skip)
-            errors.append(change.error)
-            schemas.append(schema)
+                    change = Change(skip=True, new_schema=schema)  # nothing of the batch commits
+            changes.append(change)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
-        decoded = columnar.Decoded(
-            rows=pa.array(rows, type=row_type),
-            delete=pa.array(deletes, type=pa.bool_()),
-            skip=pa.array(skips, type=pa.bool_()),
-            error=pa.array(errors, type=pa.string()),
-            new_schema=pa.array(schemas, type=pa.string()),
-        )
-        return decoded, row_type
+        return columnar.of_changes(changes, row_type), row_type
 
 
 def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
