@@ -41,6 +41,7 @@ from lagless.cdc.envelope import (
     Envelope,
     Unstorable,
 )
+from lagless.cdc.unavailable import TEXT_FORMS, UNAVAILABLE
 
 if TYPE_CHECKING:
     from lagless.cdc.connect_types import Column, ReadAs
@@ -295,6 +296,9 @@ def _converted(parsed: pa.Array, column: Column, read_as: ReadAs, target: pa.Dat
         parsed = _in_range(_as_micros(parsed, read_as.per_second), FIRST_MICROS, LAST_MICROS)
     if pa.types.is_date32(target):
         parsed = _in_range(parsed, FIRST_DAY, LAST_DAY).cast(pa.int32())
+    if pa.types.is_string(target):  # connect_types' as_text
+        other_form = pc.is_in(parsed, value_set=pa.array(TEXT_FORMS, pa.string()))
+        return pc.if_else(other_form, pa.scalar(UNAVAILABLE), parsed)
     return parsed.cast(target)
 
 

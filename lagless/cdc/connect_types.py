@@ -30,7 +30,7 @@ those columns are text or double. Without a schema (`schemas.enable=false`), `--
 names the columns' Spark types and `for_spark_type` reads each JSON value as Debezium's
 defaults write it (decimals base64 or text, dates as days, timestamps without zone as µs).
 
-Runs on executors: imports nothing of lagless but its errors.
+Runs on executors: imports nothing of lagless but its errors and cdc.
 """
 
 from __future__ import annotations
@@ -44,15 +44,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lagless.cdc.unavailable import UNAVAILABLE, UNAVAILABLE_BYTES, as_text
 from lagless.exceptions import BadInput
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType
 
-# Debezium's value of a TOASTed column an update did not change (PostgreSQL sends none): the
-# column keeps what it had (the stores' upserts: `keeps_unavailable`).
-UNAVAILABLE = "__debezium_unavailable_value"
-UNAVAILABLE_BYTES = UNAVAILABLE.encode()
+__all__ = ["UNAVAILABLE", "UNAVAILABLE_BYTES"]
+
 # Spark's largest decimal: a wider Connect decimal is kept as its exact text.
 MAX_PRECISION = 38
 
@@ -317,7 +316,8 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
     if name == "io.debezium.time.ZonedTimestamp":
         return T.TimestampType(), _zoned_micros, _EACH_TEXT
     if name in _TEXTS:
-        return T.StringType(), _same, (ReadAs("text"),)
+        # Debezium's TOAST placeholder takes other forms in hstore and uuid[] (cdc/unavailable.py)
+        return T.StringType(), as_text, (ReadAs("text"),)
     if kind == "array":
         item_type, item, _ = column_type(schema["items"])
         return T.ArrayType(item_type, True), _each(item), ()
@@ -335,6 +335,8 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
             return data_type, _from_base64, _EACH_TEXT
         if _JSON_OF[_PRIMITIVES[kind]] == "float":
             return data_type, _float, _FLOATS
+        if kind == "string":
+            return data_type, as_text, (ReadAs("text"),)
         return data_type, _same, (ReadAs(_JSON_OF[_PRIMITIVES[kind]]),)
     raise BadInput(f"Kafka Connect type {json.dumps(schema)[:200]} cannot be stored")
 
@@ -390,6 +392,8 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
         convert, read_as = _MICROS, _timestamp(1_000_000)
     elif isinstance(data_type, T.FloatType | T.DoubleType):
         convert, read_as = _float, _FLOATS
+    elif isinstance(data_type, T.StringType):
+        convert, read_as = as_text, (ReadAs("text"),)
     elif isinstance(data_type, T.ArrayType):
         convert = _each(for_spark_type(name, data_type.elementType).convert)
     elif isinstance(data_type, T.StructType):
@@ -397,23 +401,3 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     elif type(data_type).__name__ in _JSON_OF:
         read_as = (ReadAs(_JSON_OF[type(data_type).__name__]),)
     return Column(name, data_type, convert, read_as)
-
-
-def keeps_unavailable(data_type: DataType) -> bool:
-    """A column whose value may be Debezium's UNAVAILABLE (text, or its bytes): a store keeps
-    the value it holds where a row brings that one."""
-    from pyspark.sql.types import BinaryType, StringType
-
-    return isinstance(data_type, StringType | BinaryType)
-
-
-def kept_columns(fields: StructType, key: tuple[str, ...]) -> list[tuple[str, bool]]:
-    """(name, whether bytes) of each column whose UNAVAILABLE keeps the stored value: the
-    stores' upserts compare each with the marker as their SQL writes it."""
-    from pyspark.sql.types import BinaryType
-
-    return [
-        (f.name, isinstance(f.dataType, BinaryType))
-        for f in fields
-        if keeps_unavailable(f.dataType) and f.name not in key
-    ]

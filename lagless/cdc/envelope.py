@@ -17,8 +17,9 @@ The rules, all of them here:
   offset of the key's partition), so a replayed batch changes nothing; Debezium's own replays
   (at least once: a restarted connector sends again what followed its last offset flush) come
   in their order again, ending where the first delivery ended.
-- A TOASTed column an update did not change comes as UNAVAILABLE: the row keeps the column's
-  value (the stores' upserts, connect_types.keeps_unavailable).
+- A TOASTed column an update did not change comes as Debezium's placeholder, in its type's
+  form: the row keeps the column's value, or NULL where the mirror holds no row of the key
+  (the stores' upserts; cdc/unavailable.py), never the placeholder.
 - An event whose `after` has a column the table lacks, or a column of another type, carries
   its schema (`Change.new_schema`): the import adds the column (nullable) and writes the
   batch again, or refuses an incompatible type (exit 2, nothing written). A column dropped

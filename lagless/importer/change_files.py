@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagless.cdc import columnar
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import Change, Envelope, evolved
+from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.rows import NULL_KEY, VALIDATE
 from lagless.planner.ranges import OffsetRange
@@ -56,6 +56,7 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024
 # A change file's columns beside the record's coordinates and the row's: what the event does.
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
 _INDEX = "_lagless_index"
+_UNAVAILABLE = "_lagless_unavailable"
 
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
@@ -302,16 +303,17 @@ def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
 
     assert target.fields is not None
     group = [*target.unique, "partition"]
-    for name, binary in kept_columns(target.fields, target.unique):
+    for name, data_type in kept_columns(target.fields, target.unique):
         if name not in rows.column_names:
             continue
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
         column = rows.column(name)
-        if not pc.any(pc.equal(column, pa.scalar(marker, column.type))).as_py():
+        mask = unavailable_mask(column, data_type)
+        if not pc.any(mask).as_py():
             continue
         frame = pl.from_arrow(rows.select([*group, name]))
         assert isinstance(frame, pl.DataFrame)
-        unavailable = pl.col(name).eq_missing(pl.lit(marker))
+        frame = frame.with_columns(pl.Series(_UNAVAILABLE, mask))
+        unavailable = pl.col(_UNAVAILABLE)
         known = (
             pl.when(~unavailable)
             .then(pl.struct(pl.col(name).alias("v")))

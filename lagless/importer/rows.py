@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lagless.cdc import envelope
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
@@ -313,10 +313,13 @@ def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
     by_key = Window.partitionBy(*target.unique, "partition").orderBy("offset")
     upto = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     carried = {}
-    for name, binary in kept_columns(target.fields, target.unique):
+    for name, data_type in kept_columns(target.fields, target.unique):
         column = F.col(name)
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
-        unavailable = F.coalesce(column == F.lit(marker), F.lit(False))
+        nested = unavailable_json(data_type)
+        if nested is None:
+            unavailable = F.coalesce(column == F.lit(unavailable_value(data_type)), F.lit(False))
+        else:  # maps have no equality in Spark: their JSON text, as the SQL stores hold it
+            unavailable = F.coalesce(F.to_json(column) == F.lit(nested), F.lit(False))
         known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(upto)
         carried[name] = F.when(unavailable & known.isNotNull(), known["v"]).otherwise(column)
     if carried:
