@@ -53,8 +53,8 @@ _BASE64 = np.full(256, 255, np.uint8)
 _BASE64[
     np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
 ] = np.arange(64, dtype=np.uint8)
-# What _decimal_guessed reads as a decimal's text, not base64.
-_DECIMAL_TEXT = r"\.|^[+-]*[0-9]+$"
+# What _decimal_schemaless reads as text, or refuses: each value's convert decides.
+_DECIMAL_TEXT = r"\.|^-|^[0-9]+$"
 # Arrow's JSON reader naming a column whose values are of another JSON type than asked.
 _OTHER_TYPE = re.compile(r"Column\(/after/([^)/]*)\) changed from")
 # The payloads' op, after and source, each a column of the batch's present values.

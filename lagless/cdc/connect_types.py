@@ -28,7 +28,8 @@ with its reason, cdc/envelope.py), never stored changed.
 `decimal.handling.mode=string` or `double` gives string or float64 fields (no logical name):
 those columns are text or double. Without a schema (`schemas.enable=false`), `--value-schema`
 names the columns' Spark types and `for_spark_type` reads each JSON value as Debezium's
-defaults write it (decimals base64 or text, dates as days, timestamps without zone as µs).
+defaults write it (dates as days, timestamps without zone as µs; decimals by what the value
+is: `_decimal_schemaless`).
 
 Runs on executors: imports nothing of lagless but its errors and cdc.
 """
@@ -40,6 +41,7 @@ import datetime
 import decimal
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,7 +72,7 @@ class ReadAs:
     each: bool = False
     per_second: int = 0
     # Connect's Decimal (base64 of the unscaled integer), "base64"; or --value-schema's
-    # decimal, text where it looks like a number (`_decimal_guessed`), "guessed": decoded at
+    # decimal, text where it looks like a number (`_decimal_schemaless`), "guessed": decoded at
     # once where the unscaled values fit 64 bits.
     decimal: str = ""
 
@@ -118,19 +120,48 @@ def _decimal(scale: int) -> Convert:
     return lambda value: decimal.Decimal(_unscaled(value)).scaleb(-scale)
 
 
-def _decimal_guessed(scale: int) -> Convert:
-    """A decimal column of --value-schema: the events carry no schema to tell Debezium's
-    decimal.handling.mode, so the value tells: a number (double), text with a '.' or only
-    digits (string), else base64 (precise). Four digits are base64 of three bytes as well:
-    read as text, as Debezium's string mode writes them."""
+_BASE64_TEXT = re.compile(
+    r"(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?|"
+    r"[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}="
+)
+
+
+def _decimal_schemaless(precision: int, scale: int) -> Convert:
+    """A DECIMAL(precision, scale) column of --value-schema: the events carry no schema to
+    tell Debezium's decimal.handling.mode, so the JSON value tells. A struct is a
+    VariableScaleDecimal (`{"scale", "value"}`, precise mode of a numeric without scale); a
+    number is double mode's; text with a '.' or a '-', or that is not base64, string mode's;
+    other text base64 of the unscaled value (precise mode, the default) at `scale`. Digits
+    alone are base64 and text at once: base64 where the column has a scale (string mode then
+    writes a '.'), refused where it has none. A value the column cannot hold exactly (more
+    decimals, too many digits, NaN) is refused, never rounded."""
     precise = _decimal(scale)
+    unit = decimal.Decimal(1).scaleb(-scale)
+
+    def exact(value: decimal.Decimal) -> decimal.Decimal:
+        if not value.is_finite():
+            raise ValueError(f"{value} is no number a DECIMAL holds")
+        fitted = value.quantize(unit, context=decimal.Context(prec=MAX_PRECISION + 2))
+        if fitted != value or abs(fitted) >= decimal.Decimal(10) ** (precision - scale):
+            raise ValueError(f"{value} does not fit DECIMAL({precision},{scale}) exactly")
+        return fitted
 
     def convert(value: Any) -> Any:
-        if isinstance(value, int | float):
-            return decimal.Decimal(str(value))
-        if "." in value or value.lstrip("+-").isdigit():
-            return decimal.Decimal(value)
-        return precise(value)
+        if isinstance(value, dict):
+            unscaled = decimal.Decimal(_unscaled(value["value"]))
+            return exact(unscaled.scaleb(-int(value["scale"])))
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise TypeError(f"a JSON {type(value).__name__} is no decimal")
+        if not isinstance(value, str):
+            return exact(decimal.Decimal(repr(value) if isinstance(value, float) else value))
+        if "." in value or value.startswith("-") or not _BASE64_TEXT.fullmatch(value):
+            return exact(decimal.Decimal(value))
+        if value.isdigit() and scale == 0:
+            raise ValueError(
+                f"{value!r} is base64 (decimal.handling.mode=precise) and a number's text "
+                "(string) at once; declare the column STRING, or its scale"
+            )
+        return exact(precise(value))
 
     return convert
 
@@ -379,7 +410,7 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     convert: Convert = _same
     read_as: tuple[ReadAs, ...] = ()
     if isinstance(data_type, T.DecimalType):
-        convert = _decimal_guessed(data_type.scale)
+        convert = _decimal_schemaless(data_type.precision, data_type.scale)
         read_as = (ReadAs("text", each=True, decimal="guessed"),)
     elif isinstance(data_type, T.BinaryType):
         convert, read_as = _from_base64, _EACH_TEXT

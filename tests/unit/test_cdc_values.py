@@ -213,3 +213,45 @@ def test_no_value_of_any_json_type_stops_a_batch(afters):
     )
     if at_once is not None:
         assert at_once.error.to_pylist() == decoded.error.to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("precision", "scale", "sent", "stored"),
+    [
+        # base64 of the unscaled value (decimal.handling.mode=precise, Debezium's default),
+        # among them base64 made of digits alone (read as text before: 0.00 and 9999.00)
+        (12, 2, "0000", "-29293.56"),
+        (12, 2, "9999", "-5326.11"),
+        (12, 2, "AJY=", "1.50"),
+        (12, 2, "+AB=", "-20.48"),
+        # a VariableScaleDecimal struct (a numeric without scale)
+        (12, 2, {"scale": 1, "value": "Iw=="}, "3.50"),
+        # string and double modes
+        (12, 2, "-12", "-12.00"),
+        (12, 2, "1234.5", "1234.50"),
+        (12, 2, 1234.5, "1234.50"),
+        (10, 0, 7, "7"),
+    ],
+)
+def test_a_schemaless_decimal_is_decoded_exactly(precision, scale, sent, stored):
+    convert = for_spark_type("n", T.DecimalType(precision, scale)).convert
+    assert str(convert(sent)) == stored
+
+
+@pytest.mark.parametrize(
+    ("precision", "scale", "sent", "reason"),
+    [
+        (12, 2, "1234.567", "does not fit"),  # more decimals than the column holds
+        (4, 2, "123.00", "does not fit"),  # more digits
+        (12, 2, 0.1 + 0.2, "does not fit"),  # a double that is no decimal of scale 2
+        (12, 2, "NaN", "no number"),
+        (10, 0, "1234", "base64 .* and a number's text"),  # cannot tell the mode
+        (12, 2, ["AJY="], "no decimal"),
+    ],
+)
+def test_a_schemaless_decimal_that_cannot_be_decoded_exactly_is_refused(
+    precision, scale, sent, reason
+):
+    convert = for_spark_type("n", T.DecimalType(precision, scale)).convert
+    with pytest.raises((ValueError, TypeError), match=reason):
+        convert(sent)
