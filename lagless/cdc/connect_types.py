@@ -197,8 +197,14 @@ FIRST_DAY, LAST_DAY = -719_162, 2_932_896
 FIRST_MICROS, LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 # PostgreSQL's infinity and -infinity as Debezium sends them (seen from Debezium 3.6): a
 # timestamp's PgJDBC sentinels (ms: DATE_POSITIVE_INFINITY / 1000) in the column's unit, a
-# date's their epoch day wrapped into 32 bits, a zoned timestamp's text.
-_INFINITE_DAYS = {-622_191_234: LAST_DAY, -625_821_272: FIRST_DAY}
+# date's their epoch day wrapped into 32 bits (its snapshot's and its streaming's differ), a
+# zoned timestamp's text.
+_INFINITE_DAYS = {
+    -622_191_234: LAST_DAY,
+    -625_821_272: FIRST_DAY,
+    -2_147_472_692: LAST_DAY,
+    -2_147_472_691: FIRST_DAY,
+}
 _INFINITE_TIMESTAMPS = {
     1000: {9_223_372_036_825_200: LAST_MICROS, -9_223_372_036_832_400: FIRST_MICROS},
     1_000_000: {9_223_372_036_825_200_000: LAST_MICROS, -9_223_372_036_832_400_000: FIRST_MICROS},

@@ -50,12 +50,12 @@ def missing(field: str) -> str:
 
 def _checks(
     target: Target, max_record_bytes: int | None, avro: AvroDecoding | None
-) -> list[tuple[Column, str]]:
+) -> list[tuple[Column, str | Column]]:
     """(condition, reason) in the order they are tried: the first that holds is the reason."""
     from pyspark.sql import functions as F
 
     value = F.col("value")
-    checks: list[tuple[Column, str]] = []
+    checks: list[tuple[Column, str | Column]] = []
     if target.mode == "upsert" and not target.key_fields:
         checks.append((F.col("key").isNull(), NULL_KEY))
     if max_record_bytes is not None:
@@ -66,8 +66,8 @@ def _checks(
             checks.append(
                 (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
             )
-    if target.value_format == "debezium":
-        return checks + [(F.col(debezium.ERROR) == text, text) for text in envelope.REASONS]
+    if target.value_format == "debezium":  # the envelope's reason (envelope.REASONS), as is
+        return [*checks, (F.col(debezium.ERROR).isNotNull(), F.col(debezium.ERROR))]
     if target.fields is None:
         return checks
     parsed = F.col(_PARSED)
@@ -109,8 +109,10 @@ def _key_fields_from_kafka_key(target: Target) -> dict[str, Column]:
 def rejection_reasons(
     target: Target, max_record_bytes: int | None = None, avro: AvroDecoding | None = None
 ) -> list[str]:
-    """Every error text `rejection` can give for this target."""
-    return [text for _, text in _checks(target, max_record_bytes, avro)]
+    """Every error text `rejection` can give for this target (a Debezium event's reason
+    begins with one of envelope.REASONS: UNSTORABLE names the column and why)."""
+    texts = [text for _, text in _checks(target, max_record_bytes, avro) if isinstance(text, str)]
+    return texts + (list(envelope.REASONS) if target.value_format == "debezium" else [])
 
 
 def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding | None) -> Column:
@@ -119,7 +121,7 @@ def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding 
 
     reason = F.lit(None).cast("string")
     for condition, text in reversed(_checks(target, max_record_bytes, avro)):
-        reason = F.when(condition, F.lit(text)).otherwise(reason)
+        reason = F.when(condition, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
     return reason
 
 

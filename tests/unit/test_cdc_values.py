@@ -104,6 +104,8 @@ def test_text_that_is_no_number_is_refused_in_a_float_column():
         ("io.debezium.time.ZonedTimestamp", "-infinity", FIRST_MICROS),
         ("io.debezium.time.Date", -622_191_234, LAST_DAY),
         ("io.debezium.time.Date", -625_821_272, FIRST_DAY),
+        ("io.debezium.time.Date", -2_147_472_692, LAST_DAY),  # streamed, not snapshot
+        ("io.debezium.time.Date", -2_147_472_691, FIRST_DAY),
         # the range's own ends are exact
         ("io.debezium.time.Timestamp", 253_402_300_799_999, 253_402_300_799_999_000),
         ("io.debezium.time.Date", LAST_DAY, LAST_DAY),
@@ -123,6 +125,7 @@ def test_infinity_is_the_last_or_first_instant_every_store_holds(name, sent, sto
         ("io.debezium.time.Timestamp", 253_402_300_800_123),  # 10000-01-01
         ("io.debezium.time.MicroTimestamp", 9_223_372_036_854_775_807),  # 294276-12-31
         ("io.debezium.time.Date", 2_932_897),  # 10000-01-01
+        ("io.debezium.time.Date", -2_440_550),  # 4713-01-01 BC, streamed
         ("io.debezium.time.ZonedTimestamp", "+10000-01-01T00:00:00.000000Z"),
     ],
 )
