@@ -19,8 +19,9 @@ The rules, all of them here:
   offset of the key's partition), so a replayed batch changes nothing; Debezium's own replays
   (at least once: a restarted connector sends again what followed its last offset flush) come
   in their order again, ending where the first delivery ended.
-- A TOASTed column an update did not change comes as UNAVAILABLE: the row keeps the column's
-  value (the stores' upserts, connect_types.keeps_unavailable).
+- A TOASTed column an update did not change comes as Debezium's placeholder, in its type's
+  form: the row keeps the column's value, or NULL where the mirror holds no row of the key
+  (the stores' upserts; cdc/unavailable.py), never the placeholder.
 - An event whose `after` has a column the table lacks, or a column of a wider type, carries
   its schema (`Change.new_schema`): the import adds the column (nullable; its Connect default
   the value of the rows and events that predate it) or widens it in place, and writes the
@@ -32,6 +33,9 @@ The rules, all of them here:
   (importer/change_files.py); on Spark's rows it is rejected as other ops are.
 - Other ops (`m` message) and values that are not envelopes are rejected with their reason
   (dead letters).
+- A value its column cannot take (a date out of range, text in a number column of
+  --value-schema, ...: connect_types) rejects its event alone, with the column and the
+  reason (`UNSTORABLE`); every other event goes on.
 """
 
 from __future__ import annotations
@@ -63,7 +67,11 @@ NO_AFTER = "change event without its after row"
 KEY_MISSING = "change event whose Kafka key does not give the key fields"
 # A table field's metadata key: its Connect default (field_of).
 DEFAULT = "connect.default"
-REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING)
+UNSTORABLE = "change event with a value its column cannot take"
+REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING, UNSTORABLE)
+# What a column's conversion raises on a value it cannot take (binascii.Error and
+# decimal's errors are ValueError and ArithmeticError).
+CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, KeyError, AttributeError)
 
 SCHEMA_HEAD = b'{"schema":'
 PAYLOAD_AT = b',"payload":'
@@ -185,6 +193,14 @@ def evolved(fields: StructType, new_row_schema: str, table: str) -> StructType:
     return StructType([*columns.values(), *added])
 
 
+class Unstorable(Exception):
+    """A value its column cannot take: the event's rejection, one line."""
+
+    def __init__(self, column: str, cause: BaseException | str) -> None:
+        reason = str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__
+        super().__init__(f"{UNSTORABLE}: column {column!r}: {reason}")
+
+
 class Envelope:
     """Reads change events into Changes for a table of columns `fields` (the row's, then the
     mirror's own columns asked for) keyed on `key_fields`."""
@@ -236,7 +252,10 @@ class Envelope:
         after = payload.get("after")
         if not isinstance(after, dict):
             return Change(error=NO_AFTER)
-        row = self._row(after, columns)
+        try:
+            row = self._row(after, columns)
+        except Unstorable as exc:
+            return Change(error=str(exc))
         if any(row.get(name) is None for name in self.key_fields):
             return Change(error=KEY_MISSING)
         row.update(self._cdc_values(payload, deleted=False))
@@ -273,7 +292,10 @@ class Envelope:
             raw = payload.get(name)
             if raw is None or name not in self._given:
                 return None
-            found[name] = self._given[name].convert(raw)
+            try:
+                found[name] = self._given[name].convert(raw)
+            except CONVERSION_ERRORS:
+                return None
         return found
 
     def _key_before(self, before: dict[str, Any], columns: list[Column]) -> dict[str, Any] | None:
@@ -314,7 +336,10 @@ class Envelope:
         for column in columns:
             raw = after.get(column.name)
             if raw is not None and column.name in row:
-                row[column.name] = column.convert(raw)
+                try:
+                    row[column.name] = column.convert(raw)
+                except CONVERSION_ERRORS as exc:
+                    raise Unstorable(column.name, exc) from None
         return row
 
     def _cdc_values(self, payload: dict[str, Any], deleted: bool) -> dict[str, Any]:

@@ -816,9 +816,10 @@ def _of_partition(topic: str, partition: int, one_topic: bool) -> str:
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates."""
+    """Records per partition, then per rejection reason (a reason text the error begins
+    with: a Debezium event's names its column after it), as SQL aggregates."""
     one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
         [f"count_if({_of_partition(t, p, one_topic)})" for t, p in partitions]
-        + [f"count_if({ERROR} = {sql_string(r)})" for r in reasons]
+        + [f"count_if(startswith({ERROR}, {sql_string(r)}))" for r in reasons]
     )

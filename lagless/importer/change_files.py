@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagless.cdc import columnar
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import Change, Envelope, evolved
+from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.rows import NULL_KEY, VALIDATE
 from lagless.planner.ranges import OffsetRange
@@ -57,6 +57,7 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
 TRUNCATE = "_lagless_truncate"
 _INDEX = "_lagless_index"
+_UNAVAILABLE = "_lagless_unavailable"
 
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
@@ -163,32 +164,19 @@ class ChangeFiles:
         from pyspark.sql.pandas.types import to_arrow_type
 
         envelope = self._envelopes[topic]
-        rows, deletes, skips, errors, schemas, truncates = [], [], [], [], [], []
+        changes = []
         for key, value in zip(keys, values, strict=True):
             change = envelope.change(key, value)
-            schema = change.new_schema
-            if schema is not None:
+            if change.new_schema is not None:
+                schema = change.new_schema
                 if self._grown(topic, schema):
                     envelope = self._envelopes[topic]
-                    change = envelope.change(key, value)
+                    change = replace(envelope.change(key, value), new_schema=schema)
                 else:
-                    change = Change(skip=True)  # nothing of the batch commits
-            rows.append(change.row)
-            deletes.append(change.delete)
-            skips.append(change.skip)
-            errors.append(change.error)
-            schemas.append(schema)
-            truncates.append(change.truncate)
+                    change = Change(skip=True, new_schema=schema)  # nothing of the batch commits
+            changes.append(change)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
-        decoded = columnar.Decoded(
-            rows=pa.array(rows, type=row_type),
-            delete=pa.array(deletes, type=pa.bool_()),
-            skip=pa.array(skips, type=pa.bool_()),
-            error=pa.array(errors, type=pa.string()),
-            new_schema=pa.array(schemas, type=pa.string()),
-            truncate=pa.array(truncates, type=pa.bool_()),
-        )
-        return decoded, row_type
+        return columnar.of_changes(changes, row_type), row_type
 
 
 def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -344,16 +332,17 @@ def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
 
     assert target.fields is not None
     group = [*target.unique, "partition"]
-    for name, binary in kept_columns(target.fields, target.unique):
+    for name, data_type in kept_columns(target.fields, target.unique):
         if name not in rows.column_names:
             continue
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
         column = rows.column(name)
-        if not pc.any(pc.equal(column, pa.scalar(marker, column.type))).as_py():
+        mask = unavailable_mask(column, data_type)
+        if not pc.any(mask).as_py():
             continue
         frame = pl.from_arrow(rows.select([*group, name]))
         assert isinstance(frame, pl.DataFrame)
-        unavailable = pl.col(name).eq_missing(pl.lit(marker))
+        frame = frame.with_columns(pl.Series(_UNAVAILABLE, mask))
+        unavailable = pl.col(_UNAVAILABLE)
         known = (
             pl.when(~unavailable)
             .then(pl.struct(pl.col(name).alias("v")))

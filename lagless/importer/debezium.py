@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lagless.cdc import columnar
 from lagless.cdc.envelope import (
     CDC_COLUMNS,
     CDC_TYPES,
@@ -176,24 +177,18 @@ class DebeziumValues:
         envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log)
         row_type = to_arrow_type(fields, timezone="UTC")
         for batch in batches:
-            rows, errors, deletes, skips, schemas = [], [], [], [], []
             keys = batch.column("key").to_pylist()
             values = batch.column("value").to_pylist()
-            for key, value in zip(keys, values, strict=True):
-                change = envelope.change(key, value)
-                rows.append(change.row)
-                errors.append(change.error)
-                deletes.append(change.delete)
-                skips.append(change.skip)
-                schemas.append(change.new_schema)
+            changes = [envelope.change(k, v) for k, v in zip(keys, values, strict=True)]
+            decoded = columnar.of_changes(changes, row_type)
             yield _with_columns(
                 batch,
                 {
-                    self.column: pa.array(rows, type=row_type),
-                    ERROR: pa.array(errors, type=pa.string()),
-                    DELETE: pa.array(deletes, type=pa.bool_()),
-                    SKIP: pa.array(skips, type=pa.bool_()),
-                    NEW_SCHEMA: pa.array(schemas, type=pa.string()),
+                    self.column: decoded.rows,
+                    ERROR: decoded.error,
+                    DELETE: decoded.delete,
+                    SKIP: decoded.skip,
+                    NEW_SCHEMA: decoded.new_schema,
                 },
             )
 

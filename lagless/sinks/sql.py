@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import CDC_COLUMNS, DELETED, defaults
 from lagless.cdc.schema_change import every_widening, refuse, widest
+from lagless.cdc.unavailable import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns, unavailable_json
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.ledger import TP, Batch, HeldRecord
@@ -93,8 +93,9 @@ class Layout:
     columns: tuple[tuple[str, str], ...]  # name, SQL type
     unique: tuple[str, ...]
     newer_only: bool = False
-    # Debezium: columns whose value UNAVAILABLE (a TOASTed value an update did not change)
-    # keeps the stored one, each with that value's SQL literal.
+    # Debezium: columns whose placeholder (a TOASTed value an update did not change:
+    # cdc/unavailable.py) keeps the stored one, or is NULL where none is stored, each with
+    # the placeholder's SQL literal in the column's type.
     keeps: tuple[tuple[str, str], ...] = ()
     # Debezium: a column the table has and the rows lack (dropped upstream) stays, NULL in
     # new rows; other tables refuse it.
@@ -165,16 +166,22 @@ def soft_deleted_columns(target: Target) -> tuple[str, ...]:
 
 
 def _keeps(target: Target, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+    from pyspark.sql.types import BinaryType
+
     assert target.fields is not None
-    text = _literal(UNAVAILABLE)
-    if dialect == "sqlite":
-        raw = f"X'{UNAVAILABLE_BYTES.hex()}'"
-    else:
-        raw = f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"
-    return tuple(
-        (name, raw if binary else text)
-        for name, binary in kept_columns(target.fields, target.unique)
-    )
+    found = []
+    for name, data_type in kept_columns(target.fields, target.unique):
+        nested = unavailable_json(data_type)
+        if nested is not None:
+            literal = _literal(nested) + ("::jsonb" if dialect == "postgresql" else "")
+        elif not isinstance(data_type, BinaryType):
+            literal = _literal(UNAVAILABLE)
+        elif dialect == "sqlite":
+            literal = f"X'{UNAVAILABLE_BYTES.hex()}'"
+        else:
+            literal = f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"
+        found.append((name, literal))
+    return tuple(found)
 
 
 def tombstone_layout(target: Target, dialect: Dialect) -> Layout:
@@ -397,12 +404,22 @@ def _wider(layout: Layout, name: str, held: str, wanted: str) -> bool:
 
 
 def _selected(layout: Layout, alias: str) -> str:
-    return ", ".join(
-        f"CAST({alias}.{quoted(name)} AS {kind})"
-        if kind in _CAST_ON_INSERT
-        else f"{alias}.{quoted(name)}"
-        for name, kind in layout.columns
-    )
+    """The columns of `alias`'s rows as the table takes them: Debezium's placeholder is NULL
+    where the table holds no row of the key to keep a value from (ON CONFLICT keeps it)."""
+    kept = dict(layout.keeps)
+    held = " AND ".join(f"h.{quoted(k)} = {alias}.{quoted(k)}" for k in layout.unique)
+    selected = []
+    for name, kind in layout.columns:
+        value = f"{alias}.{quoted(name)}"
+        if kind in _CAST_ON_INSERT:
+            value = f"CAST({value} AS {kind})"
+        if name in kept:
+            value = (
+                f"CASE WHEN {value} = {kept[name]} THEN CASE WHEN EXISTS (SELECT 1 FROM "
+                f"{quoted(layout.table)} AS h WHERE {held}) THEN {value} END ELSE {value} END"
+            )
+        selected.append(value)
+    return ", ".join(selected)
 
 
 def insert(layout: Layout, source: str, where: str = "true") -> str:

@@ -518,7 +518,7 @@ class IcebergSink(FolderTableSink):
             held = _held_rows(table, rows, keys, None if whole_rows else ranked, read)
             graves = _held_rows(self._table(target.tombstone_table), rows, keys, ranked, read)
             planned = plan(rows, held, keys, graves)
-            if planned.replaced.num_rows and whole_rows:
+            if whole_rows:  # a placeholder is the held value, or NULL
                 planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, held, keys, props, read)
