@@ -1,0 +1,111 @@
+"""How the suite is split between pytest-xdist's workers (scripts/test runs `-n N --dist
+loadgroup`), decided here once, from what each test uses, so a new test needs no marker.
+
+- **Groups**: a test using a fixture of module, class or package scope (one Debezium run, one
+  `serve`, one broker for many assertions) runs on the same worker as every other test using
+  it: the group is where that fixture is defined. A test may also carry its own
+  `@pytest.mark.xdist_group("name")`, which wins. Every other test is free: each worker has its
+  own session fixtures (`spark`, `postgres`, `noida`, `s3`, `connect_server`; their ports and
+  folders are picked free), so they run anywhere.
+- **Order**: the slowest work first, by the durations recorded in tests/durations.json (a test
+  not in it counts as the median), so that the last minutes are not one long test on one
+  worker while the other idles. A group keeps its tests together and in their own order.
+- **Recording**: `LAGLESS_RECORD_DURATIONS=tests/durations.json ./scripts/test ...` writes
+  each test's setup + call + teardown seconds there (merged with what the file held), for the
+  next run to order by.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).resolve().parent.parent / "durations.json"
+RECORD = "LAGLESS_RECORD_DURATIONS"
+GROUP_MARK = "xdist_group"
+SHARED_SCOPES = ("module", "class", "package")
+
+
+def base_nodeid(nodeid: str) -> str:
+    """The test's id without the `@group` suffix xdist's loadgroup adds."""
+    head, at, tail = nodeid.rpartition("@")
+    return head if at and "::" not in tail and "]" not in tail else nodeid
+
+
+def recorded(path: Path = DURATIONS) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """Where the first fixture of module/class/package scope the test uses is defined."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        for definition in info.name2fixturedefs.get(name, ()):
+            if definition.scope in SHARED_SCOPES:
+                return f"{definition.baseid or 'root'}::{name}"
+    return None
+
+
+def assign_groups(items: Iterable[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(GROUP_MARK) is None:
+            group = shared_fixture_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def group_of(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker(GROUP_MARK)
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
+    """Units (a group's tests together, or one free test) ordered by their recorded seconds,
+    the longest first; ties keep the collection's order."""
+    guess = statistics.median(seconds.values()) if seconds else 1.0
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(group_of(item) or item.nodeid, []).append(item)
+    cost = {
+        key: sum(seconds.get(base_nodeid(i.nodeid), guess) for i in tests)
+        for key, tests in units.items()
+    }
+    ordered = sorted(units, key=lambda key: -cost[key])
+    return [item for key in ordered for item in units[key]]
+
+
+class DurationRecorder:
+    """Sums each test's phases as reports arrive (on xdist's controller, from every worker)
+    and writes them, merged with the file's, when the session ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = base_nodeid(report.nodeid)
+        self.seconds[nodeid] = round(self.seconds.get(nodeid, 0.0) + report.duration, 2)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.seconds or hasattr(session.config, "workerinput"):
+            return
+        merged = {**recorded(self.path), **self.seconds}
+        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
+
+
+def configure(config: pytest.Config) -> None:
+    where = os.environ.get(RECORD)
+    if where and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(Path(where)), "lagless-durations")
