@@ -32,6 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     schedule.assign_groups(items)
     if hasattr(config, "workerinput"):
         items[:] = schedule.slowest_first(items, schedule.recorded())
+        schedule.write_groups(config, items)
 
 
 @pytest.fixture

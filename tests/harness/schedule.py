@@ -20,21 +20,19 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 DURATIONS = Path(__file__).resolve().parent.parent / "durations.json"
 RECORD = "LAGLESS_RECORD_DURATIONS"
 GROUP_MARK = "xdist_group"
+# The workers' key (workerinput) for the file they write their groups into.
+GROUPS_FILE = "lagless_groups_file"
 SHARED_SCOPES = ("module", "class", "package")
-
-
-def base_nodeid(nodeid: str) -> str:
-    """The test's id without the `@group` suffix xdist's loadgroup adds."""
-    head, at, tail = nodeid.rpartition("@")
-    return head if at and "::" not in tail and "]" not in tail else nodeid
 
 
 def recorded(path: Path = DURATIONS) -> dict[str, float]:
@@ -78,10 +76,7 @@ def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[p
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(group_of(item) or item.nodeid, []).append(item)
-    cost = {
-        key: sum(seconds.get(base_nodeid(i.nodeid), guess) for i in tests)
-        for key, tests in units.items()
-    }
+    cost = {key: sum(seconds.get(i.nodeid, guess) for i in tests) for key, tests in units.items()}
     ordered = sorted(units, key=lambda key: -cost[key])
     return [item for key in ordered for item in units[key]]
 
@@ -95,7 +90,7 @@ class DurationRecorder:
         self.seconds: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        nodeid = base_nodeid(report.nodeid)
+        nodeid = report.nodeid
         self.seconds[nodeid] = round(self.seconds.get(nodeid, 0.0) + report.duration, 2)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -105,7 +100,64 @@ class DurationRecorder:
         self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
 
 
+def write_groups(config: pytest.Config, items: Iterable[pytest.Item]) -> None:
+    """On a worker: each grouped test's group, for the controller's scheduler (GroupWork)."""
+    worker: dict[str, Any] = getattr(config, "workerinput", {})
+    where = worker.get(GROUPS_FILE)
+    if where is None:
+        return
+    groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+    partial = Path(f"{where}.{worker['workerid']}")
+    partial.write_text(json.dumps(groups))
+    os.replace(partial, where)  # every worker writes the same; the last whole one stays
+
+
+class GroupWork:
+    """On the controller of `-n N --dist loadgroup`: xdist's own loadgroup scheduler reads the
+    group from a suffix it adds to each test's id, which pytest 9 no longer lets it add, so the
+    workers write their groups to a file instead and this scheduler reads it: a group is one
+    unit of work, every other test a unit of its own, sent in the collection's order."""
+
+    def __init__(self) -> None:
+        handle, name = tempfile.mkstemp(prefix="lagless-groups-", suffix=".json")
+        os.close(handle)
+        self.path = Path(name)
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[GROUPS_FILE] = str(self.path)
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        from xdist.scheduler import LoadScopeScheduling
+
+        path = self.path
+
+        class ByGroup(LoadScopeScheduling):
+            groups: dict[str, str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self.groups is None:
+                    self.groups = {str(k): str(v) for k, v in recorded_groups(path).items()}
+                return self.groups.get(nodeid, nodeid)
+
+        return ByGroup(config, log)
+
+    def pytest_unconfigure(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def recorded_groups(path: Path) -> dict[str, Any]:
+    try:
+        groups = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return groups if isinstance(groups, dict) else {}
+
+
 def configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
     where = os.environ.get(RECORD)
-    if where and not hasattr(config, "workerinput"):
+    if where:
         config.pluginmanager.register(DurationRecorder(Path(where)), "lagless-durations")
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+        config.pluginmanager.register(GroupWork(), "lagless-groups")
