@@ -8,8 +8,9 @@ loadgroup`), decided here once, from what each test uses, so a new test needs no
   own session fixtures (`spark`, `postgres`, `noida`, `s3`, `connect_server`; their ports and
   folders are picked free), so they run anywhere.
 - **Order**: the slowest work first, by the durations recorded in tests/durations.json (a test
-  not in it counts as the median), so that the last minutes are not one long test on one
-  worker while the other idles. A group keeps its tests together and in their own order.
+  not in it counts as 0.5 s in tests/unit, 15 s elsewhere), so that the last minutes are not
+  one long test on one worker while the other idles. A group keeps its tests together and in
+  their own order.
 - **Recording**: `LAGLESS_RECORD_DURATIONS=tests/durations.json ./scripts/test ...` writes
   each test's setup + call + teardown seconds there (merged with what the file held), for the
   next run to order by.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,6 +33,9 @@ GROUP_MARK = "xdist_group"
 # The workers' key (workerinput) for the file they write their groups into.
 GROUPS_FILE = "lagless_groups_file"
 SHARED_SCOPES = ("module", "class", "package")
+# Seconds a test not in tests/durations.json is taken to need.
+UNIT_GUESS_S = 0.5
+OTHER_GUESS_S = 15.0
 
 
 def recorded(path: Path = DURATIONS) -> dict[str, float]:
@@ -72,13 +75,20 @@ def group_of(item: pytest.Item) -> str | None:
 def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
     """Units (a group's tests together, or one free test) ordered by their recorded seconds,
     the longest first; ties keep the collection's order."""
-    guess = statistics.median(seconds.values()) if seconds else 1.0
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(group_of(item) or item.nodeid, []).append(item)
-    cost = {key: sum(seconds.get(i.nodeid, guess) for i in tests) for key, tests in units.items()}
+    cost = {
+        key: sum(seconds.get(i.nodeid, guessed(i.nodeid)) for i in tests)
+        for key, tests in units.items()
+    }
     ordered = sorted(units, key=lambda key: -cost[key])
     return [item for key in ordered for item in units[key]]
+
+
+def guessed(nodeid: str) -> float:
+    """A test's seconds when none were recorded: a unit test's are few, the others' many."""
+    return UNIT_GUESS_S if nodeid.startswith("tests/unit/") else OTHER_GUESS_S
 
 
 class DurationRecorder:
