@@ -32,6 +32,8 @@ RECORD = "LAGLESS_RECORD_DURATIONS"
 GROUP_MARK = "xdist_group"
 # The workers' key (workerinput) for the file they write their groups into.
 GROUPS_FILE = "lagless_groups_file"
+# The distributions GroupWork schedules (the others, loadfile, loadscope, each, are xdist's).
+DISTS = ("load", "loadgroup")
 SHARED_SCOPES = ("module", "class", "package")
 # Seconds a test not in tests/durations.json is taken to need.
 UNIT_GUESS_S = 0.5
@@ -123,7 +125,7 @@ def write_groups(config: pytest.Config, items: Iterable[pytest.Item]) -> None:
 
 
 class GroupWork:
-    """On the controller of `-n N --dist loadgroup`: xdist's own loadgroup scheduler reads the
+    """On the controller of `-n N [--dist loadgroup]`: xdist's own loadgroup scheduler reads the
     group from a suffix it adds to each test's id, which pytest 9 no longer lets it add, so the
     workers write their groups to a file instead and this scheduler reads it: a group is one
     unit of work, every other test a unit of its own, sent in the collection's order."""
@@ -169,5 +171,7 @@ def configure(config: pytest.Config) -> None:
     where = os.environ.get(RECORD)
     if where:
         config.pluginmanager.register(DurationRecorder(Path(where)), "lagless-durations")
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+    # `-n N` alone distributes by `load`: its groups are kept too (a module fixture set up on
+    # two workers would run its tests out of their order).
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") in DISTS:
         config.pluginmanager.register(GroupWork(), "lagless-groups")
