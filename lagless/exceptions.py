@@ -33,6 +33,17 @@ class BadInput(LaglessError):
     """The user asked for something that cannot work: exit code 2, one line, nothing written."""
 
 
+class SchemaChangeRefused(BadInput):
+    """A Debezium mirror's change events changed a column in a way its table cannot follow (a
+    type neither the table's nor a widening of it, a widening the store cannot make): one
+    line, with the true direction and a remedy (cdc/schema_change.py). `table`: the table's
+    name, by which --schema-changes stops only that table."""
+
+    def __init__(self, message: str, table: str = "") -> None:
+        super().__init__(message)
+        self.table = table
+
+
 class TerminalError(LaglessError):
     """A failure that retrying will not cure."""
 
@@ -56,6 +67,11 @@ class ConcurrentImport(TransientError):
     (sinks/ledger.py's rule)."""
 
 
+class ConcurrentMaintenance(TransientError):
+    """Another writer changed the table under a maintenance round (a commit refused, a file or
+    snapshot the round read gone): the round is tried again on the table as it is now."""
+
+
 class UnreadDeletes(TerminalError):
     """An Iceberg table's delete files are of a kind lagless does not apply."""
 
@@ -76,11 +92,13 @@ _BY_NAME: dict[str, type[LaglessError]] = {
     cls.__name__: cls
     for cls in (
         BadInput,
+        SchemaChangeRefused,
         TerminalError,
         TransientError,
         DataLossError,
         NewTopics,
         ConcurrentImport,
+        ConcurrentMaintenance,
         UnreadDeletes,
     )
 }

@@ -82,20 +82,41 @@ class StopFile(threading.Event):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM outside `stop_requests`, raised as Python raises KeyboardInterrupt for SIGINT,
-    so a command stopped before its work began still ends with one line and 128 + signal."""
+    """SIGINT or SIGTERM outside `stop_requests`, raised as Python raises KeyboardInterrupt
+    for SIGINT, so a command stopped before its work began still ends with one line and
+    128 + signal."""
 
     def __init__(self, number: int) -> None:
         super().__init__()
         self.signal_number = number
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM raises Interrupted in the main thread (Python's default ends the process with
-    no word)."""
+def _interrupt(number: int, _frame: object) -> None:
+    raise Interrupted(number)
 
-    def interrupt(number: int, _frame: object) -> None:
-        raise Interrupted(number)
 
+def interrupt_on_signals() -> None:
+    """SIGINT and SIGTERM raise Interrupted in the main thread, whatever the process
+    inherited. Python's default ends the process with no word on SIGTERM, and keeps SIGINT
+    ignored where the parent ignored it: a command started in the background of a script
+    (`lagless import ... &`) inherits SIGINT ignored, and a Ctrl-C to its process group
+    during an import's start-up was lost (the import then ran on: issue 56)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _interrupt)
+
+
+@contextmanager
+def kept_handlers() -> Iterator[None]:
+    """lagless's SIGINT and SIGTERM handlers kept over code that installs its own: PySpark's
+    SparkContext sets a SIGINT handler that calls into the JVM (see above) and, where the
+    process inherited SIGINT ignored, makes it heard only from then on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the embedded broker over TCP and one local Spark session per test run."""
+"""Shared fixtures: the embedded broker over TCP and one local Spark session per test run (per
+worker under pytest-xdist: tests/harness/schedule.py splits the run)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import settings
 
 from lagless.broker import EmbeddedBroker
 from lagless.kafka.config import KafkaConfig
+from tests.harness import schedule
 
 # No per-example deadline: on a loaded 2-core machine an example can take a second without any
 # fault of the code; the properties, not their speed, are what the tests assert.
@@ -17,6 +19,20 @@ settings.register_profile("lagless", deadline=None)
 settings.load_profile("lagless")
 
 _names = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    schedule.configure(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist and the slowest work first, when workers share the run
+    (tests/harness/schedule.py); a run without workers keeps the collection's order."""
+    schedule.assign_groups(items)
+    if hasattr(config, "workerinput"):
+        items[:] = schedule.slowest_first(items, schedule.recorded())
+        schedule.write_groups(config, items)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ column does not read, a new schema, nested columns, soft deletes) is read an eve
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from lagless.cdc.connect_types import FIRST_DAY, FIRST_MICROS, LAST_DAY, LAST_MICROS
 from lagless.cdc.envelope import (
     DELETED,
     KEY_MISSING,
@@ -35,8 +37,11 @@ from lagless.cdc.envelope import (
     PAYLOAD_AT,
     SCHEMA_HEAD,
     SOURCE_TS_MS,
+    Change,
     Envelope,
+    Unstorable,
 )
+from lagless.cdc.unavailable import TEXT_FORMS, UNAVAILABLE
 
 if TYPE_CHECKING:
     from lagless.cdc.connect_types import Column, ReadAs
@@ -48,8 +53,8 @@ _BASE64 = np.full(256, 255, np.uint8)
 _BASE64[
     np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
 ] = np.arange(64, dtype=np.uint8)
-# What _decimal_guessed reads as a decimal's text, not base64.
-_DECIMAL_TEXT = r"\.|^[+-]*[0-9]+$"
+# What _decimal_schemaless reads as text, or refuses: each value's convert decides.
+_DECIMAL_TEXT = r"\.|^-|^[0-9]+$"
 # Arrow's JSON reader naming a column whose values are of another JSON type than asked.
 _OTHER_TYPE = re.compile(r"Column\(/after/([^)/]*)\) changed from")
 # The payloads' op, after and source, each a column of the batch's present values.
@@ -69,6 +74,47 @@ class Decoded:
     # Each event's row schema where the table's columns do not take it yet (read an event at
     # a time only: None here).
     new_schema: pa.Array | None = None
+    # Each event's TRUNCATE flag (read an event at a time only: None here).
+    truncate: pa.Array | None = None
+
+
+def of_changes(changes: Sequence[Change], row_type: pa.StructType) -> Decoded:
+    """Changes read an event at a time (Envelope.change) as a Decoded batch: an event whose row
+    Arrow refuses in `row_type` (a value its column cannot hold) is rejected alone, with its
+    column and the reason (UNSTORABLE), never the batch."""
+    rows = [change.row for change in changes]
+    errors = [change.error for change in changes]
+    try:
+        array = pa.array(rows, type=row_type)
+    except _ARROW_REFUSES:
+        for at, row in enumerate(rows):
+            refused = None if row is None else _refused(row, row_type)
+            if refused is not None:
+                rows[at], errors[at] = None, refused
+        array = pa.array(rows, type=row_type)
+    schemas = [change.new_schema for change in changes]
+    deletes = [c.delete and e is None for c, e in zip(changes, errors, strict=True)]
+    return Decoded(
+        rows=array,
+        delete=pa.array(deletes, pa.bool_()),
+        skip=pa.array([change.skip for change in changes], pa.bool_()),
+        error=pa.array(errors, pa.string()),
+        new_schema=pa.array(schemas, pa.string()),
+        truncate=pa.array([change.truncate for change in changes], pa.bool_()),
+    )
+
+
+_ARROW_REFUSES = (pa.ArrowException, ValueError, TypeError, OverflowError)
+
+
+def _refused(row: dict[str, object], row_type: pa.StructType) -> str | None:
+    """Why Arrow refuses the row in `row_type` (the first column it refuses), or None."""
+    for field in row_type:
+        try:
+            pa.array([row.get(field.name)], type=field.type)
+        except _ARROW_REFUSES as exc:
+            return str(Unstorable(field.name, exc))
+    return None
 
 
 def changes(
@@ -93,6 +139,8 @@ def changes(
     wanted = [c for c in columns if c.name in envelope.names]
     if new_schema is not None or not wanted or not all(c.read_as for c in wanted):
         return None
+    if not envelope.as_stored(columns):  # a narrower type or a default: an event at a time
+        return None
     chosen = {} if chosen is None else chosen
     try:
         parsed, readings = _read(payloads, wanted, envelope.cdc, chosen)
@@ -112,7 +160,7 @@ def changes(
     upsert_at = present_at[upsert.to_numpy(zero_copy_only=False)]
     other_at = np.setdiff1d(np.arange(len(values)), upsert_at, assume_unique=True)
     others = [envelope.change(keys[int(i)].as_py(), values[int(i)].as_py()) for i in other_at]
-    if any(change.new_schema is not None for change in others):
+    if any(change.new_schema is not None or change.truncate for change in others):
         return None
     order = np.argsort(np.concatenate([upsert_at, other_at]), kind="stable")
     errors = pa.concat_arrays(
@@ -250,10 +298,24 @@ def _converted(parsed: pa.Array, column: Column, read_as: ReadAs, target: pa.Dat
         convert = column.convert
         return pa.array([None if v is None else convert(v) for v in parsed.to_pylist()], target)
     if read_as.per_second:
-        parsed = _as_micros(parsed, read_as.per_second)
+        parsed = _in_range(_as_micros(parsed, read_as.per_second), FIRST_MICROS, LAST_MICROS)
     if pa.types.is_date32(target):
-        parsed = parsed.cast(pa.int32())
+        parsed = _in_range(parsed, FIRST_DAY, LAST_DAY).cast(pa.int32())
+    if pa.types.is_string(target):  # connect_types' as_text
+        other_form = pc.is_in(parsed, value_set=pa.array(TEXT_FORMS, pa.string()))
+        return pc.if_else(other_form, pa.scalar(UNAVAILABLE), parsed)
     return parsed.cast(target)
+
+
+def _in_range(parsed: pa.Array, first: int, last: int) -> pa.Array:
+    """Dates or timestamps within the range every store holds; ValueError when one is not
+    (an infinity or a value out of range: the batch is read an event at a time, which maps
+    or refuses each, connect_types)."""
+    bounds = pc.min_max(parsed)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is not None and (low < first or high > last):
+        raise ValueError("a date or timestamp outside the range every store holds")
+    return parsed
 
 
 def _decimals(texts: pa.Array, target: pa.Decimal128Type, guessed: bool) -> pa.Array | None:

@@ -7,7 +7,8 @@ gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL 
 
 | Connect | column | the JSON value |
 | --- | --- | --- |
-| int8/16/32/64, float32/64, boolean, string | tinyint ... double, boolean, string | as is |
+| int8/16/32/64, boolean, string | tinyint ... bigint, boolean, string | as is |
+| float32/64 | float, double | a number, or "NaN", "Infinity", "-Infinity" |
 | bytes | binary | base64 |
 | Decimal (`scale`, `connect.decimal.precision`) | decimal(p, s) | base64, unscaled |
 | VariableScaleDecimal (struct scale, value) | string | exact decimal text |
@@ -18,12 +19,19 @@ gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL 
 | Json, Uuid, Enum, Xml, ZonedTime | string | text |
 | array, map, struct | array, map, struct of the above | |
 
+Dates and timestamps hold 0001-01-01 to 9999-12-31, the range every store and Spark read:
+PostgreSQL's `infinity` and `-infinity` (which Debezium sends as sentinels: `INFINITY`) are
+stored as that range's last and first instant (9999-12-31 23:59:59.999999, 0001-01-01), and
+any other value outside it (BC, year 10000) is refused (ValueError: the event is dead-lettered
+with its reason, cdc/envelope.py), never stored changed.
+
 `decimal.handling.mode=string` or `double` gives string or float64 fields (no logical name):
 those columns are text or double. Without a schema (`schemas.enable=false`), `--value-schema`
 names the columns' Spark types and `for_spark_type` reads each JSON value as Debezium's
-defaults write it (decimals base64 or text, dates as days, timestamps without zone as µs).
+defaults write it (dates as days, timestamps without zone as µs; decimals by what the value
+is: `_decimal_schemaless`).
 
-Runs on executors: imports nothing of lagless but its errors.
+Runs on executors: imports nothing of lagless but its errors and cdc.
 """
 
 from __future__ import annotations
@@ -32,19 +40,20 @@ import base64
 import datetime
 import decimal
 import json
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lagless.cdc.unavailable import UNAVAILABLE, UNAVAILABLE_BYTES, as_text
 from lagless.exceptions import BadInput
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType
 
-# Debezium's value of a TOASTed column an update did not change (PostgreSQL sends none): the
-# column keeps what it had (the stores' upserts: `keeps_unavailable`).
-UNAVAILABLE = "__debezium_unavailable_value"
-UNAVAILABLE_BYTES = UNAVAILABLE.encode()
+__all__ = ["UNAVAILABLE", "UNAVAILABLE_BYTES"]
+
 # Spark's largest decimal: a wider Connect decimal is kept as its exact text.
 MAX_PRECISION = 38
 
@@ -63,7 +72,7 @@ class ReadAs:
     each: bool = False
     per_second: int = 0
     # Connect's Decimal (base64 of the unscaled integer), "base64"; or --value-schema's
-    # decimal, text where it looks like a number (`_decimal_guessed`), "guessed": decoded at
+    # decimal, text where it looks like a number (`_decimal_schemaless`), "guessed": decoded at
     # once where the unscaled values fit 64 bits.
     decimal: str = ""
 
@@ -78,9 +87,25 @@ class Column:
     data_type: DataType
     convert: Convert
     read_as: tuple[ReadAs, ...] = ()
+    # The Connect schema's default (its JSON value, as the events write one): the value of
+    # the rows that predate the column (cdc/envelope.py).
+    default: Any = None
 
 
 def _same(value: Any) -> Any:
+    return value
+
+
+# Kafka Connect's JSON writes a float's NaN and infinities as text.
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _float(value: Any) -> Any:
+    """float32/float64: a number, or NaN and ±Infinity as Connect's JSON writes them."""
+    if isinstance(value, str):
+        if value not in _FLOAT_WORDS:
+            raise ValueError(f"{value[:40]!r} is not a number")
+        return _FLOAT_WORDS[value]
     return value
 
 
@@ -98,19 +123,48 @@ def _decimal(scale: int) -> Convert:
     return lambda value: decimal.Decimal(_unscaled(value)).scaleb(-scale)
 
 
-def _decimal_guessed(scale: int) -> Convert:
-    """A decimal column of --value-schema: the events carry no schema to tell Debezium's
-    decimal.handling.mode, so the value tells: a number (double), text with a '.' or only
-    digits (string), else base64 (precise). Four digits are base64 of three bytes as well:
-    read as text, as Debezium's string mode writes them."""
+_BASE64_TEXT = re.compile(
+    r"(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?|"
+    r"[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}="
+)
+
+
+def _decimal_schemaless(precision: int, scale: int) -> Convert:
+    """A DECIMAL(precision, scale) column of --value-schema: the events carry no schema to
+    tell Debezium's decimal.handling.mode, so the JSON value tells. A struct is a
+    VariableScaleDecimal (`{"scale", "value"}`, precise mode of a numeric without scale); a
+    number is double mode's; text with a '.' or a '-', or that is not base64, string mode's;
+    other text base64 of the unscaled value (precise mode, the default) at `scale`. Digits
+    alone are base64 and text at once: base64 where the column has a scale (string mode then
+    writes a '.'), refused where it has none. A value the column cannot hold exactly (more
+    decimals, too many digits, NaN) is refused, never rounded."""
     precise = _decimal(scale)
+    unit = decimal.Decimal(1).scaleb(-scale)
+
+    def exact(value: decimal.Decimal) -> decimal.Decimal:
+        if not value.is_finite():
+            raise ValueError(f"{value} is no number a DECIMAL holds")
+        fitted = value.quantize(unit, context=decimal.Context(prec=MAX_PRECISION + 2))
+        if fitted != value or abs(fitted) >= decimal.Decimal(10) ** (precision - scale):
+            raise ValueError(f"{value} does not fit DECIMAL({precision},{scale}) exactly")
+        return fitted
 
     def convert(value: Any) -> Any:
-        if isinstance(value, int | float):
-            return decimal.Decimal(str(value))
-        if "." in value or value.lstrip("+-").isdigit():
-            return decimal.Decimal(value)
-        return precise(value)
+        if isinstance(value, dict):
+            unscaled = decimal.Decimal(_unscaled(value["value"]))
+            return exact(unscaled.scaleb(-int(value["scale"])))
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise TypeError(f"a JSON {type(value).__name__} is no decimal")
+        if not isinstance(value, str):
+            return exact(decimal.Decimal(repr(value) if isinstance(value, float) else value))
+        if "." in value or value.startswith("-") or not _BASE64_TEXT.fullmatch(value):
+            return exact(decimal.Decimal(value))
+        if value.isdigit() and scale == 0:
+            raise ValueError(
+                f"{value!r} is base64 (decimal.handling.mode=precise) and a number's text "
+                "(string) at once; declare the column STRING, or its scale"
+            )
+        return exact(precise(value))
 
     return convert
 
@@ -140,34 +194,81 @@ def _time_of_day(per_second: int) -> Convert:
     return convert
 
 
+# The dates and instants every store holds (and Spark and Python read): 0001-01-01 to
+# 9999-12-31 23:59:59.999999, as days and as µs since the epoch.
+FIRST_DAY, LAST_DAY = -719_162, 2_932_896
+FIRST_MICROS, LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
+# PostgreSQL's infinity and -infinity as Debezium sends them (seen from Debezium 3.6): a
+# timestamp's PgJDBC sentinels (ms: DATE_POSITIVE_INFINITY / 1000) in the column's unit, a
+# date's their epoch day wrapped into 32 bits (its snapshot's and its streaming's differ), a
+# zoned timestamp's text.
+_INFINITE_DAYS = {
+    -622_191_234: LAST_DAY,
+    -625_821_272: FIRST_DAY,
+    -2_147_472_692: LAST_DAY,
+    -2_147_472_691: FIRST_DAY,
+}
+_INFINITE_TIMESTAMPS = {
+    1000: {9_223_372_036_825_200: LAST_MICROS, -9_223_372_036_832_400: FIRST_MICROS},
+    1_000_000: {9_223_372_036_825_200_000: LAST_MICROS, -9_223_372_036_832_400_000: FIRST_MICROS},
+}
+_INFINITE_TIMESTAMPS[1_000_000_000] = _INFINITE_TIMESTAMPS[1_000_000]
+_INFINITE_TEXT = {"infinity": LAST_MICROS, "-infinity": FIRST_MICROS}
+OUT_OF_RANGE = "outside 0001-01-01 .. 9999-12-31, the dates every store holds"
+
+
+def in_range_micros(micros: int) -> int:
+    if not FIRST_MICROS <= micros <= LAST_MICROS:
+        raise ValueError(f"timestamp {micros} µs since the epoch is {OUT_OF_RANGE}")
+    return micros
+
+
+def in_range_days(days: int) -> int:
+    if not FIRST_DAY <= days <= LAST_DAY:
+        raise ValueError(f"date {days} days since the epoch is {OUT_OF_RANGE}")
+    return days
+
+
 def _micros(per_second: int) -> Convert:
-    if per_second == 1_000_000:
-        return _same
-    if per_second > 1_000_000:
-        factor = per_second // 1_000_000
-        return lambda value: int(value) // factor
-    factor = 1_000_000 // per_second
-    return lambda value: int(value) * factor
+    infinite = _INFINITE_TIMESTAMPS.get(per_second, {})
+
+    def convert(value: Any) -> Any:
+        value = int(value)
+        if value in infinite:
+            return infinite[value]
+        if per_second >= 1_000_000:
+            return in_range_micros(value // (per_second // 1_000_000))
+        return in_range_micros(value * (1_000_000 // per_second))
+
+    return convert
 
 
+_MICROS = _micros(1_000_000)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _zoned_micros(value: Any) -> Any:
     """ZonedTimestamp: ISO 8601 text with an offset, as an instant (µs since the epoch)."""
     if isinstance(value, int):
-        return value
-    instant = datetime.datetime.fromisoformat(value)
+        return _MICROS(value)
+    if value in _INFINITE_TEXT:
+        return _INFINITE_TEXT[value]
+    try:
+        instant = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"timestamp {value[:40]!r} is {OUT_OF_RANGE}, or not one") from None
     if instant.tzinfo is None:
         instant = instant.replace(tzinfo=datetime.UTC)
     delta = instant - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return in_range_micros(micros)
 
 
 def _days(value: Any) -> Any:
     if isinstance(value, str):
         return (datetime.date.fromisoformat(value) - datetime.date(1970, 1, 1)).days
-    return value
+    value = int(value)
+    return _INFINITE_DAYS[value] if value in _INFINITE_DAYS else in_range_days(value)
 
 
 # Columnar reading (ReadAs): the JSON type each Spark type's values are parsed as.
@@ -182,6 +283,8 @@ _JSON_OF = {
     "StringType": "text",
 }
 _EACH_TEXT = (ReadAs("text", each=True),)
+# Numbers, or a batch whose values are all text (NaN, Infinity) read each.
+_FLOATS = (ReadAs("float"), *_EACH_TEXT)
 
 
 def _timestamp(per_second: int) -> tuple[ReadAs, ...]:
@@ -248,11 +351,13 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
     if name in _TIMES:
         return T.StringType(), _time_of_day(_TIMES[name]), (ReadAs("int", each=True),)
     if name in _TIMESTAMPS:
-        return T.TimestampNTZType(), _micros(_TIMESTAMPS[name]), _timestamp(_TIMESTAMPS[name])
+        per_second = _TIMESTAMPS[name]
+        return T.TimestampNTZType(), _micros(per_second), _timestamp(per_second)
     if name == "io.debezium.time.ZonedTimestamp":
         return T.TimestampType(), _zoned_micros, _EACH_TEXT
     if name in _TEXTS:
-        return T.StringType(), _same, (ReadAs("text"),)
+        # Debezium's TOAST placeholder takes other forms in hstore and uuid[] (cdc/unavailable.py)
+        return T.StringType(), as_text, (ReadAs("text"),)
     if kind == "array":
         item_type, item, _ = column_type(schema["items"])
         return T.ArrayType(item_type, True), _each(item), ()
@@ -268,6 +373,10 @@ def column_type(schema: dict[str, Any]) -> tuple[DataType, Convert, tuple[ReadAs
         data_type = getattr(T, _PRIMITIVES[kind])()
         if kind == "bytes":
             return data_type, _from_base64, _EACH_TEXT
+        if _JSON_OF[_PRIMITIVES[kind]] == "float":
+            return data_type, _float, _FLOATS
+        if kind == "string":
+            return data_type, as_text, (ReadAs("text"),)
         return data_type, _same, (ReadAs(_JSON_OF[_PRIMITIVES[kind]]),)
     raise BadInput(f"Kafka Connect type {json.dumps(schema)[:200]} cannot be stored")
 
@@ -298,7 +407,7 @@ def struct_columns(schema: dict[str, Any]) -> list[Column]:
     found = []
     for field in schema.get("fields") or []:
         data_type, convert, read_as = column_type(field)
-        found.append(Column(field["field"], data_type, convert, read_as))
+        found.append(Column(field["field"], data_type, convert, read_as, field.get("default")))
     return found
 
 
@@ -310,7 +419,7 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     convert: Convert = _same
     read_as: tuple[ReadAs, ...] = ()
     if isinstance(data_type, T.DecimalType):
-        convert = _decimal_guessed(data_type.scale)
+        convert = _decimal_schemaless(data_type.precision, data_type.scale)
         read_as = (ReadAs("text", each=True, decimal="guessed"),)
     elif isinstance(data_type, T.BinaryType):
         convert, read_as = _from_base64, _EACH_TEXT
@@ -320,7 +429,11 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
         # µs (a timestamp without zone, Debezium's default) or ISO text (timestamptz)
         convert, read_as = _zoned_micros, (*_timestamp(1_000_000), *_EACH_TEXT)
     elif isinstance(data_type, T.TimestampNTZType):
-        read_as = _timestamp(1_000_000)
+        convert, read_as = _MICROS, _timestamp(1_000_000)
+    elif isinstance(data_type, T.FloatType | T.DoubleType):
+        convert, read_as = _float, _FLOATS
+    elif isinstance(data_type, T.StringType):
+        convert, read_as = as_text, (ReadAs("text"),)
     elif isinstance(data_type, T.ArrayType):
         convert = _each(for_spark_type(name, data_type.elementType).convert)
     elif isinstance(data_type, T.StructType):
@@ -328,23 +441,3 @@ def for_spark_type(name: str, data_type: DataType) -> Column:
     elif type(data_type).__name__ in _JSON_OF:
         read_as = (ReadAs(_JSON_OF[type(data_type).__name__]),)
     return Column(name, data_type, convert, read_as)
-
-
-def keeps_unavailable(data_type: DataType) -> bool:
-    """A column whose value may be Debezium's UNAVAILABLE (text, or its bytes): a store keeps
-    the value it holds where a row brings that one."""
-    from pyspark.sql.types import BinaryType, StringType
-
-    return isinstance(data_type, StringType | BinaryType)
-
-
-def kept_columns(fields: StructType, key: tuple[str, ...]) -> list[tuple[str, bool]]:
-    """(name, whether bytes) of each column whose UNAVAILABLE keeps the stored value: the
-    stores' upserts compare each with the marker as their SQL writes it."""
-    from pyspark.sql.types import BinaryType
-
-    return [
-        (f.name, isinstance(f.dataType, BinaryType))
-        for f in fields
-        if keeps_unavailable(f.dataType) and f.name not in key
-    ]

@@ -7,9 +7,11 @@ The rules, all of them here:
 - op `r` (snapshot), `c`, `u`: the row `after` is upserted on the primary key, which is the
   Kafka key's fields (every column of `after`, converted by connect_types).
 - op `d`: the key's row is deleted (`--deletes soft`: kept, `_deleted` true, and the mirror's
-  own columns of the delete).
+  own columns of the delete); the key from the Kafka key, else from `before` (`--key-field`
+  on a table whose Kafka key lacks it; REPLICA IDENTITY FULL sends the whole row there).
 - A tombstone (a null value, which follows each delete for log compaction): deletes the key's
-  row, which the delete before it removed already: it changes nothing. Soft deletes skip it,
+  row, which the delete before it removed already: it changes nothing (one whose key does
+  not give the table's key is skipped). Soft deletes skip it,
   and so does the change log itself (`--write append`: a row per change event, flattened).
 - A primary-key change arrives as a delete of the old key and a create of the new: two keys,
   one row in the end.
@@ -17,14 +19,23 @@ The rules, all of them here:
   offset of the key's partition), so a replayed batch changes nothing; Debezium's own replays
   (at least once: a restarted connector sends again what followed its last offset flush) come
   in their order again, ending where the first delivery ended.
-- A TOASTed column an update did not change comes as UNAVAILABLE: the row keeps the column's
-  value (the stores' upserts, connect_types.keeps_unavailable).
-- An event whose `after` has a column the table lacks, or a column of another type, carries
-  its schema (`Change.new_schema`): the import adds the column (nullable) and writes the
-  batch again, or refuses an incompatible type (exit 2, nothing written). A column dropped
-  upstream stays, NULL in new rows.
-- Other ops (`t` truncate, `m` message) and values that are not envelopes are rejected with
-  their reason (dead letters).
+- A TOASTed column an update did not change comes as Debezium's placeholder, in its type's
+  form: the row keeps the column's value, or NULL where the mirror holds no row of the key
+  (the stores' upserts; cdc/unavailable.py), never the placeholder.
+- An event whose `after` has a column the table lacks, or a column of a wider type, carries
+  its schema (`Change.new_schema`): the import adds the column (nullable; its Connect default
+  the value of the rows and events that predate it) or widens it in place, and writes the
+  batch again; a type neither the table's nor a widening of it is refused
+  (cdc/schema_change.py). An event of a narrower type is stored in the wider column. A column
+  dropped upstream stays, NULL (or its default) in new rows.
+- op `t` (a TRUNCATE; Debezium skips them unless `skipped.operations=none`) empties the
+  table of every row written before it, once, where the source's tasks decode the events
+  (importer/change_files.py); on Spark's rows it is rejected as other ops are.
+- Other ops (`m` message) and values that are not envelopes are rejected with their reason
+  (dead letters).
+- A value its column cannot take (a date out of range, text in a number column of
+  --value-schema, ...: connect_types) rejects its event alone, with the column and the
+  reason (`UNSTORABLE`); every other event goes on.
 """
 
 from __future__ import annotations
@@ -37,10 +48,10 @@ import orjson
 from pyspark.sql.types import BooleanType, LongType, StringType
 
 from lagless.cdc.connect_types import Column, for_spark_type, struct_columns
-from lagless.exceptions import BadInput
+from lagless.cdc.schema_change import refuse, takes, widest
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 Deletes = Literal["hard", "soft"]
 
@@ -54,7 +65,13 @@ NOT_AN_EVENT = "value is not a Debezium change event (no op)"
 OTHER_OP = "change event of an op a mirror does not apply (truncate, message)"
 NO_AFTER = "change event without its after row"
 KEY_MISSING = "change event whose Kafka key does not give the key fields"
-REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING)
+# A table field's metadata key: its Connect default (field_of).
+DEFAULT = "connect.default"
+UNSTORABLE = "change event with a value its column cannot take"
+REASONS = (NOT_JSON, NOT_AN_EVENT, OTHER_OP, NO_AFTER, KEY_MISSING, UNSTORABLE)
+# What a column's conversion raises on a value it cannot take (binascii.Error and
+# decimal's errors are ValueError and ArithmeticError).
+CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, KeyError, AttributeError)
 
 SCHEMA_HEAD = b'{"schema":'
 PAYLOAD_AT = b',"payload":'
@@ -71,6 +88,9 @@ class Change:
     skip: bool = False
     error: str | None = None
     new_schema: str | None = None
+    # A TRUNCATE (op t; Debezium sends them with skipped.operations=none): the table is
+    # emptied of every row written before it (importer/change_files.py `coalesce`).
+    truncate: bool = False
 
 
 def _loads(text: bytes) -> Any:
@@ -134,23 +154,51 @@ def row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
     return envelope_schema
 
 
+def field_of(column: Column) -> StructField:
+    """A row column as the table's field (nullable), its Connect default kept in the field's
+    metadata (DEFAULT): the value of the rows and events that predate it."""
+    from pyspark.sql.types import StructField
+
+    metadata = {} if column.default is None else {DEFAULT: column.default}
+    return StructField(column.name, column.data_type, True, metadata)
+
+
+def defaults(fields: StructType) -> dict[str, Any]:
+    """Each column's Connect default (field_of), as its column takes it."""
+    return {
+        f.name: for_spark_type(f.name, f.dataType).convert(f.metadata[DEFAULT])
+        for f in fields
+        if f.metadata.get(DEFAULT) is not None
+    }
+
+
 def evolved(fields: StructType, new_row_schema: str, table: str) -> StructType:
     """The table's columns after an event of `new_row_schema`: each column it adds, nullable,
-    at the end; a column it lacks stays. BadInput for a column whose type changed."""
+    at the end; a column whose type it widens, widened (schema_change.widest); a column it
+    lacks stays. SchemaChangeRefused for a column whose type neither holds the other's."""
     from pyspark.sql.types import StructField, StructType
 
+    columns = {f.name: f for f in fields}
     added = []
-    known = {f.name: f.dataType for f in fields}
     for column in row_columns(json.loads(new_row_schema)):
-        if column.name not in known:
-            added.append(StructField(column.name, column.data_type, True))
-        elif known[column.name] != column.data_type:
-            raise BadInput(
-                f"incompatible schema change: column {column.name!r} of table {table!r} is "
-                f"{known[column.name].simpleString()}, the change events make it "
-                f"{column.data_type.simpleString()}; mirror into another --table"
-            )
-    return StructType([*fields.fields, *added])
+        held = columns.get(column.name)
+        if held is None:
+            added.append(field_of(column))
+            continue
+        wider = widest(held.dataType, column.data_type)
+        if wider is None:
+            refuse(table, column.name, held.dataType, column.data_type)
+        elif wider != held.dataType:
+            columns[column.name] = StructField(held.name, wider, True, held.metadata)
+    return StructType([*columns.values(), *added])
+
+
+class Unstorable(Exception):
+    """A value its column cannot take: the event's rejection, one line."""
+
+    def __init__(self, column: str, cause: BaseException | str) -> None:
+        reason = str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__
+        super().__init__(f"{UNSTORABLE}: column {column!r}: {reason}")
 
 
 class Envelope:
@@ -163,8 +211,11 @@ class Envelope:
         key_fields: tuple[str, ...],
         deletes: Deletes,
         change_log: bool = False,
+        truncates: bool = False,
     ) -> None:
         self.fields = fields
+        # Whether a TRUNCATE is applied (the tasks' change files) or rejected (Spark's rows).
+        self.truncates = truncates
         self.key_fields = key_fields
         self.deletes = deletes
         # --write append: each event is a row of its own; a tombstone is none.
@@ -174,6 +225,8 @@ class Envelope:
         self._types = {f.name: f.dataType for f in fields}
         # The table's own reading of each column, for events without a schema and keys.
         self._given = {f.name: for_spark_type(f.name, f.dataType) for f in fields}
+        # The value of a column an event's schema lacks: its default (none: NULL).
+        self._defaults = defaults(fields)
         # By schema text: the event's columns, and the text again when the table lacks some.
         self._schemas: dict[bytes, tuple[list[Column], str | None]] = {}
 
@@ -192,12 +245,17 @@ class Envelope:
         columns, new_schema = self.columns(schema)
         if op == "d":
             return self._delete(key, payload, columns)
+        if op == "t" and self.truncates:
+            return Change(skip=True, truncate=True)
         if op not in ("r", "c", "u"):
             return Change(error=OTHER_OP)
         after = payload.get("after")
         if not isinstance(after, dict):
             return Change(error=NO_AFTER)
-        row = self._row(after, columns)
+        try:
+            row = self._row(after, columns)
+        except Unstorable as exc:
+            return Change(error=str(exc))
         if any(row.get(name) is None for name in self.key_fields):
             return Change(error=KEY_MISSING)
         row.update(self._cdc_values(payload, deleted=False))
@@ -207,14 +265,20 @@ class Envelope:
         self, key: bytes | None, payload: dict[str, Any], columns: list[Column] | None = None
     ) -> Change:
         keyed = self._key(key)
+        if keyed is None and isinstance(payload.get("before"), dict):
+            keyed = self._key_before(payload["before"], columns or self.columns(None)[0])
         if keyed is None:
-            return Change(error=KEY_MISSING)
+            # A tombstone whose key names no row of the table (a table without a primary
+            # key, --key-field): the delete before it removed the row from its `before`.
+            return Change(skip=True) if not payload else Change(error=KEY_MISSING)
         keyed.update(self._cdc_values(payload, deleted=True))
         return Change(row=keyed, delete=True)
 
     def _key(self, key: bytes | None) -> dict[str, Any] | None:
         """The key's fields from the Kafka key (with or without its schema), as the table's
         columns take them; None when it does not give them all."""
+        if not self.key_fields:  # a table without a key (its change log): nothing to read
+            return {}
         if key is None:
             return None
         try:
@@ -228,8 +292,19 @@ class Envelope:
             raw = payload.get(name)
             if raw is None or name not in self._given:
                 return None
-            found[name] = self._given[name].convert(raw)
+            try:
+                found[name] = self._given[name].convert(raw)
+            except CONVERSION_ERRORS:
+                return None
         return found
+
+    def _key_before(self, before: dict[str, Any], columns: list[Column]) -> dict[str, Any] | None:
+        """The key's fields from a delete's `before` row, when the Kafka key does not give
+        them (--key-field, or REPLICA IDENTITY FULL: `before` holds the whole row)."""
+        row = self._row(before, columns)
+        if any(row.get(name) is None for name in self.key_fields):
+            return None
+        return {name: row[name] for name in self.key_fields}
 
     def columns(self, schema: bytes | None) -> tuple[list[Column], str | None]:
         if schema is None:
@@ -238,17 +313,33 @@ class Envelope:
         if known is None:
             parsed = json.loads(schema)
             columns = row_columns(parsed)
-            fits = all(self._types.get(c.name) == c.data_type for c in columns)
+            fits = all(
+                c.name in self._types and takes(self._types[c.name], c.data_type) for c in columns
+            )
             new = None if fits else json.dumps(row_schema(parsed), separators=(",", ":"))
             known = self._schemas[schema] = (columns, new)
         return known
 
+    def as_stored(self, columns: list[Column]) -> bool:
+        """An event of these columns gives each its table's type, and each column with a
+        default its value: a batch's values may be read at once (cdc/columnar.py)."""
+        given = {c.name for c in columns}
+        return all(self._types.get(c.name) == c.data_type for c in columns) and all(
+            name in given for name in self._defaults
+        )
+
     def _row(self, after: dict[str, Any], columns: list[Column]) -> dict[str, Any]:
         row: dict[str, Any] = dict.fromkeys(self.names)
+        if self._defaults:
+            given = {c.name for c in columns}
+            row.update((n, v) for n, v in self._defaults.items() if n not in given)
         for column in columns:
             raw = after.get(column.name)
             if raw is not None and column.name in row:
-                row[column.name] = column.convert(raw)
+                try:
+                    row[column.name] = column.convert(raw)
+                except CONVERSION_ERRORS as exc:
+                    raise Unstorable(column.name, exc) from None
         return row
 
     def _cdc_values(self, payload: dict[str, Any], deleted: bool) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from lagless.cli.options import (
 from lagless.importer.class_archive import build_in_background
 from lagless.importer.job import run_import
 from lagless.importer.spark import is_connect
-from lagless.importer.spec import ImportSpec
+from lagless.importer.spec import SCHEMA_CHANGES, ImportSpec
 from lagless.progress import RichCollector
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks.url import relative_that_looks_absolute
@@ -80,7 +80,9 @@ def _add_what_to_read(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-lost-offsets",
         action="store_true",
-        help="skip offsets deleted by retention instead of failing",
+        help="skip offsets deleted by retention instead of failing; a mirror "
+        "(--value-format debezium) also refuses change events deleted before any run read "
+        "them, unless this accepts the loss",
     )
 
 
@@ -135,6 +137,15 @@ def _add_how_values_are_read(parser: argparse.ArgumentParser) -> None:
         "--cdc-columns",
         action="store_true",
         help="debezium: add the mirror's own columns _op, _source_ts_ms and _lsn",
+    )
+    parser.add_argument(
+        "--schema-changes",
+        choices=SCHEMA_CHANGES,
+        default="evolve",
+        help="debezium: columns added and widened upstream are added and widened in the table; "
+        "a change it cannot follow (another type, a narrowing the store cannot widen to) stops "
+        "that table while the others go on (evolve), or the import (fail); docs/mirror.md "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--deletes",
@@ -303,6 +314,7 @@ def spec_from_args(args: argparse.Namespace) -> ImportSpec:
         slots=args.slots,
         trigger_seconds=args.trigger_seconds,
         fail_on_data_loss=not args.skip_lost_offsets,
+        schema_changes=args.schema_changes,
         master=args.master,
         group=args.group,
         max_record_bytes=args.max_record_bytes,

@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from lagless import logs
 from lagless.exceptions import BadInput, Stopped, TransientError, from_spark
-from lagless.signals import interrupt_on_sigterm
+from lagless.signals import interrupt_on_signals
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -176,9 +176,11 @@ def one_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # First: a stop asked for while the command's modules load is heard too (signals.py).
+    interrupt_on_signals()
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(command_in(argv))
     try:
+        parser = build_parser(command_in(argv))
         wrong = misspelt(parser, argv)
         if wrong is not None:
             parser.error(wrong)
@@ -187,8 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _flushed(int(done.code or 0))
     except BrokenPipeError:  # `lagless import --help | head -1`
         return _reader_gone()
+    except KeyboardInterrupt as stopped:  # before the command began
+        print(one_line(stopped), file=sys.stderr, flush=True)
+        return exit_code(stopped)
     where = logs.configure(args.log_level, args.log_file, args.log_json)
-    interrupt_on_sigterm()
     log.debug("lagless %s", " ".join(argv))
     try:
         code = int(args.func(args) or 0)

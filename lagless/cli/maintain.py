@@ -11,6 +11,7 @@ import json
 from rich.console import Console
 
 from lagless.cli.options import add_maintenance_arguments, not_empty
+from lagless.exceptions import TransientError
 from lagless.importer.maintenance import maintain_once
 from lagless.sinks.maintenance import Policy
 
@@ -45,4 +46,10 @@ def handle(args: argparse.Namespace) -> int:
         console = Console()
         for done in rounds:
             console.print(done.text())
+    skipped = [done.table for done in rounds if done.conflicted]
+    if skipped:
+        raise TransientError(
+            f"{', '.join(skipped)}: other writers kept changing them during maintenance, the "
+            "other tables were maintained; a rerun maintains them"
+        )
     return 0

@@ -10,6 +10,8 @@ the store holds the batch (checkpoint.py `mark_storing`; job.py reads it again a
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 import time
@@ -21,12 +23,18 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.exceptions import NewTopics, Stopped, TerminalError
+from lagless.cdc.envelope import CDC_COLUMNS, DELETED, row_columns
+from lagless.exceptions import NewTopics, SchemaChangeRefused, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer import change_files
-from lagless.importer.checkpoint import batch_end_offsets, mark_storing, unmark_storing
+from lagless.importer.checkpoint import (
+    batch_end_offsets,
+    mark_storing,
+    stop_table,
+    unmark_storing,
+)
 from lagless.importer.dead_letter_topic import DeadLetterTopic
-from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged
+from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged, tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.maintenance import schedule_for
 from lagless.importer.routing import Destination
@@ -198,6 +206,7 @@ class BatchWriter:
         parts = [
             (each, Batch(batch.id, each.ranges_of(batch.ranges)))
             for each in self.checked.destinations
+            if each.stopped is None
         ]
         return [part for part in parts if part[1].covered] or parts[:1]
 
@@ -460,7 +469,8 @@ class BatchWriter:
         written = Written()
         for destination, batch, mine in _each_table(collected, parts):
             partitions = sorted(destination.ranges_of(end))
-            self._upsert_part(spark, mine, destination, batch, partitions, written)
+            with self._stops_on_a_refused_change(destination):
+                self._upsert_part(spark, mine, destination, batch, partitions, written)
         change_files.remove(collected.column("file").to_pylist())
         return written
 
@@ -481,6 +491,9 @@ class BatchWriter:
             self._evolve(destination, schemas, must_grow=False)
         target = destination.target
         coalesced = change_files.coalesce(changes, target, self.log_times)
+        if coalesced.truncated and not self._holds(destination, batch):
+            log.info("%s: emptied by a TRUNCATE", destination.where)
+            self.checked.sink.empty(target)
         dead: dict[str, int] = {}
         rejected = coalesced.rejected
         if rejected.num_rows:
@@ -576,16 +589,39 @@ class BatchWriter:
                     records.where(F.col("topic").isin(*destination.topics)) if several else records
                 )
                 partitions = sorted(destination.ranges_of(end))
-                while True:  # a Debezium mirror's part again once its table has new columns
-                    try:
-                        self._write_rows(rows, destination, batch, partitions, written)
-                        break
-                    except SchemaChanged as changed:
-                        self._evolve(destination, changed.schemas)
+                with self._stops_on_a_refused_change(destination):
+                    while True:  # a mirror's part again once its table has new columns
+                        try:
+                            self._write_rows(rows, destination, batch, partitions, written)
+                            break
+                        except SchemaChanged as changed:
+                            self._evolve(destination, changed.schemas)
         finally:
             if kept:
                 records.unpersist()
         return written
+
+    def _holds(self, destination: Destination, batch: Batch) -> bool:
+        """The table's ledger holds the batch already (a replay): a TRUNCATE in it was applied
+        with it, and the rows after it; it is not applied again."""
+        held = self.checked.sink.ledger(destination.target, sorted(batch.covered))
+        return bool(batch.covered) and all(
+            held.get(tp, 0) >= end for tp, (_, end) in batch.covered.items()
+        )
+
+    @contextlib.contextmanager
+    def _stops_on_a_refused_change(self, destination: Destination) -> Iterator[None]:
+        """Around a table's part of a batch: a schema change it cannot follow (raised before
+        anything of the part commits) stops that table, for this run and the checkpoint's
+        next ones, and the other tables go on; with --schema-changes fail, the import."""
+        try:
+            yield
+        except SchemaChangeRefused as refused:
+            if self.spec.schema_changes == "fail":
+                raise
+            destination.stopped = str(refused)
+            stop_table(self.spec.checkpoint, destination.target.table, str(refused))
+            log.error("%s is stopped (the other tables go on): %s", destination.where, refused)
 
     def _evolve(self, destination: Destination, schemas: list[str], must_grow: bool = True) -> None:
         """A Debezium mirror's events brought columns its table lacks (SchemaChanged, raised
@@ -600,8 +636,23 @@ class BatchWriter:
                 return
             raise TerminalError(f"the change events' schemas did not evolve {destination.where}")
         grown = replace(target, fields=fields)
-        added = [name for name in fields.fieldNames() if name not in target.fields.fieldNames()]
-        log.info("%s: columns %s added by the change events", destination.where, added)
+        held = {f.name: f.dataType for f in target.fields}
+        added = [name for name in fields.fieldNames() if name not in held]
+        if added:
+            log.info("%s: columns %s added by the change events", destination.where, added)
+        for each in fields:
+            if each.name in held and held[each.name] != each.dataType:
+                log.info(
+                    "%s: column %r widened from %s to %s by the change events",
+                    destination.where,
+                    each.name,
+                    held[each.name].simpleString(),
+                    each.dataType.simpleString(),
+                )
+        for schema in schemas:
+            given = [c.name for c in row_columns(json.loads(schema))]
+            own = [*CDC_COLUMNS, DELETED]
+            tell_columns_gone(destination.where, fields.fieldNames(), [*given, *own])
         self.checked.sink.check(grown)
         self.checked.sink.prepare(grown)
         destination.target = grown
@@ -765,9 +816,10 @@ def _of_partition(topic: str, partition: int, one_topic: bool) -> str:
 
 
 def _counts_sql(partitions: list[tuple[str, int]], reasons: list[str]) -> str:
-    """Records per partition, then per rejection reason, as SQL aggregates."""
+    """Records per partition, then per rejection reason (a reason text the error begins
+    with: a Debezium event's names its column after it), as SQL aggregates."""
     one_topic = len({topic for topic, _ in partitions}) == 1
     return ", ".join(
         [f"count_if({_of_partition(t, p, one_topic)})" for t, p in partitions]
-        + [f"count_if({ERROR} = {sql_string(r)})" for r in reasons]
+        + [f"count_if(startswith({ERROR}, {sql_string(r)}))" for r in reasons]
     )

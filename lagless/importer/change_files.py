@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagless.cdc import columnar
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import Change, Envelope, evolved
+from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.rows import NULL_KEY, VALIDATE
 from lagless.planner.ranges import OffsetRange
@@ -55,7 +55,9 @@ WRITER = f"{__name__}:writer"
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 # A change file's columns beside the record's coordinates and the row's: what the event does.
 SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
+TRUNCATE = "_lagless_truncate"
 _INDEX = "_lagless_index"
+_UNAVAILABLE = "_lagless_unavailable"
 
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
@@ -109,7 +111,8 @@ class ChangeFiles:
             if table is None:  # the driver prepares a topic's table before its first batch
                 raise TerminalError(f"topic {topic!r} has no table in this import's routes")
             fields = StructType.fromJson(json.loads(table["fields"]))
-            self._envelopes[topic] = Envelope(fields, tuple(table["key_fields"]), "hard")
+            keys = tuple(table["key_fields"])
+            self._envelopes[topic] = Envelope(fields, keys, "hard", truncates=True)
         return self._envelopes[topic]
 
     def _grown(self, topic: str, schema: str) -> bool:
@@ -120,7 +123,7 @@ class ChangeFiles:
             fields = evolved(envelope.fields, schema, self.tables[topic]["table"])
         except BadInput:
             return False
-        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard")
+        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard", truncates=True)
         return True
 
     def _decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -149,6 +152,8 @@ class ChangeFiles:
         columns[ERROR] = decoded.error
         columns[NEW_SCHEMA] = decoded.new_schema or pa.nulls(batch.num_rows, pa.string())
         columns[RAW] = pc.if_else(pc.is_valid(decoded.error), batch.column("value"), None)
+        if decoded.truncate is not None and pc.any(decoded.truncate).as_py():
+            columns[TRUNCATE] = decoded.truncate
         return pa.RecordBatch.from_pydict(columns)
 
     def _decode_each(
@@ -159,30 +164,19 @@ class ChangeFiles:
         from pyspark.sql.pandas.types import to_arrow_type
 
         envelope = self._envelopes[topic]
-        rows, deletes, skips, errors, schemas = [], [], [], [], []
+        changes = []
         for key, value in zip(keys, values, strict=True):
             change = envelope.change(key, value)
-            schema = change.new_schema
-            if schema is not None:
+            if change.new_schema is not None:
+                schema = change.new_schema
                 if self._grown(topic, schema):
                     envelope = self._envelopes[topic]
-                    change = envelope.change(key, value)
+                    change = replace(envelope.change(key, value), new_schema=schema)
                 else:
-                    change = Change(skip=True)  # nothing of the batch commits
-            rows.append(change.row)
-            deletes.append(change.delete)
-            skips.append(change.skip)
-            errors.append(change.error)
-            schemas.append(schema)
+                    change = Change(skip=True, new_schema=schema)  # nothing of the batch commits
+            changes.append(change)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
-        decoded = columnar.Decoded(
-            rows=pa.array(rows, type=row_type),
-            delete=pa.array(deletes, type=pa.bool_()),
-            skip=pa.array(skips, type=pa.bool_()),
-            error=pa.array(errors, type=pa.string()),
-            new_schema=pa.array(schemas, type=pa.string()),
-        )
-        return decoded, row_type
+        return columnar.of_changes(changes, row_type), row_type
 
 
 def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -250,6 +244,8 @@ class Coalesced:
     rows: pa.Table
     rejected: pa.Table
     newest: dict[TP, int]
+    # The batch holds a TRUNCATE: the table is emptied before `rows` (those after it) go in.
+    truncated: bool = False
 
 
 def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Coalesced:
@@ -289,6 +285,9 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     accepted = in_order.filter(
         pc.and_(pc.is_null(in_order.column(ERROR)), pc.invert(in_order.column(SKIP)))
     )
+    truncated = TRUNCATE in in_order.column_names and pc.any(in_order.column(TRUNCATE)).as_py()
+    if truncated:
+        accepted = _after_the_truncate(in_order, accepted)
     if target.value_format == "debezium":
         accepted = _carried_in_batch(accepted, target)
     # upsert_order.RANK, (LOG_TIME, topic, partition, offset), is (LOG_TIME, place) here: the
@@ -302,7 +301,27 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
         .get_column(_INDEX)
     )
     rows = accepted.take(pa.array(winners.to_numpy()))
-    return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest)
+    return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest, bool(truncated))
+
+
+def _after_the_truncate(in_order: pa.Table, accepted: pa.Table) -> pa.Table:
+    """The rows of the events after the batch's last TRUNCATE: in its partition, those of a
+    higher offset, exactly; in the others, those of a log time not below the truncate's (a
+    partition's running maximum of its records' timestamps, upsert_order.py's order between
+    partitions: a row of the same millisecond is kept rather than lost)."""
+    cut = in_order.filter(pc.fill_null(in_order.column(TRUNCATE), False))
+    columns = [cut.column(c).to_pylist() for c in (LOG_TIME, "topic", "partition", "offset")]
+    last = max(zip(*columns, strict=True))
+    log_time, topic, partition, offset = last
+    same = pc.and_(
+        pc.equal(accepted.column("topic"), topic), pc.equal(accepted.column("partition"), partition)
+    )
+    after = pc.if_else(
+        same,
+        pc.greater(accepted.column("offset"), offset),
+        pc.greater_equal(accepted.column(LOG_TIME), log_time),
+    )
+    return accepted.filter(after)
 
 
 def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
@@ -313,16 +332,17 @@ def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
 
     assert target.fields is not None
     group = [*target.unique, "partition"]
-    for name, binary in kept_columns(target.fields, target.unique):
+    for name, data_type in kept_columns(target.fields, target.unique):
         if name not in rows.column_names:
             continue
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
         column = rows.column(name)
-        if not pc.any(pc.equal(column, pa.scalar(marker, column.type))).as_py():
+        mask = unavailable_mask(column, data_type)
+        if not pc.any(mask).as_py():
             continue
         frame = pl.from_arrow(rows.select([*group, name]))
         assert isinstance(frame, pl.DataFrame)
-        unavailable = pl.col(name).eq_missing(pl.lit(marker))
+        frame = frame.with_columns(pl.Series(_UNAVAILABLE, mask))
+        unavailable = pl.col(_UNAVAILABLE)
         known = (
             pl.when(~unavailable)
             .then(pl.struct(pl.col(name).alias("v")))

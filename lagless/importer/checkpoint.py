@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import urllib.parse
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -215,6 +216,33 @@ def newest_committed(checkpoint: str) -> tuple[int, Offsets | None, Offsets] | N
         return None
     newest = done[-1]
     return newest, _batch_start(checkpoint, newest), batch_end_offsets(checkpoint, newest)
+
+
+# Tables a schema change stopped (--schema-changes evolve): one file each, the reason in it.
+STOPPED = "stopped-tables"
+
+
+def stop_table(checkpoint: str, table: str, reason: str) -> None:
+    """`table` is left out of this checkpoint's batches from now on (importer/job.py); a rerun
+    keeps it out, and says why."""
+    folder = os.path.join(checkpoint, STOPPED)
+    os.makedirs(folder, exist_ok=True)
+    where = os.path.join(folder, urllib.parse.quote(table, safe=""))
+    with open(f"{where}.partial", "w", encoding="utf-8") as handle:
+        json.dump({"table": table, "reason": reason}, handle)
+    os.replace(f"{where}.partial", where)
+
+
+def stopped_tables(checkpoint: str) -> dict[str, str]:
+    """The tables stop_table stopped, each with its reason."""
+    folder = os.path.join(checkpoint, STOPPED)
+    found = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".partial"):
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                doc = json.load(handle)
+            found[str(doc["table"])] = str(doc["reason"])
+    return found
 
 
 def mark_storing(checkpoint: str, batch_id: int) -> None:

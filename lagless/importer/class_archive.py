@@ -29,13 +29,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    pass
 
 SWITCH = "LAGLESS_CLASS_ARCHIVE"
 # The archive's own warnings (classes it cannot hold) are not the user's business.
@@ -154,7 +153,7 @@ def build_in_background() -> bool:
 def _run(step: str, archive: Path) -> bool:
     env = {**os.environ, SWITCH: "off"}
     child = subprocess.run(
-        [sys.executable, "-m", "lagless.importer.class_archive", step, str(archive)],
+        [sys.executable, "-m", "lagless.importer.class_archive_session", step, str(archive)],
         env=env,
         capture_output=True,
         text=True,
@@ -170,53 +169,9 @@ def _run(step: str, archive: Path) -> bool:
     return not os.path.exists(f"/proc/{jvm}")
 
 
-def _session(java_option: str) -> None:
-    """Start a session with `java_option`, run jobs like an import's (the warm-up's, a batch
-    read of a Python source, a stream through foreachBatch into Arrow, as the query of an
-    import runs), print the JVM's pid."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from lagless.importer.spark import quiet_logging_option, spark_session
-    from lagless.importer.warm_up import WarmUp
-    from lagless.source.warmup import SOURCE_MODULES, TASKS_OPTION, WARM_UP_SOURCE
-
-    spark = spark_session(
-        "local[2]",
-        conf={"spark.driver.extraJavaOptions": f"{quiet_logging_option()} {java_option}"},
-    )
-    warm_up = WarmUp(spark, SOURCE_MODULES)
-    warm_up.plan_reads()
-    warm_up.join()
-    frame = spark.read.format(WARM_UP_SOURCE).option(TASKS_OPTION, "2").load()
-    frame.toArrow()
-    frame.selectExpr("task + 1 AS next").write.format("noop").mode("overwrite").save()
-
-    def each_batch(batch: DataFrame, batch_id: int) -> None:
-        counted = Observation(f"archive_{batch_id}")
-        observed = batch.observe(counted, F.expr("count_if(task = 0) AS zero"))
-        observed.selectExpr("task + 1 AS next").toArrow()
-        counted.get  # noqa: B018 - reading it is the point
-
-    with tempfile.TemporaryDirectory(prefix="lagless-archive-") as checkpoint:
-        stream = spark.readStream.format(WARM_UP_SOURCE).option(TASKS_OPTION, "2").load()
-        writer = stream.writeStream.foreachBatch(each_batch).option(
-            "checkpointLocation", checkpoint
-        )
-        writer.trigger(availableNow=True).start().awaitTermination()
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
-    spark.stop()
-    print(pid)
-
-
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["dump"]:
-        _session(f"-XX:ArchiveClassesAtExit={argv[1]} {SILENT}")
-    elif argv[:1] == ["check"]:
-        _session(f"-XX:SharedArchiveFile={argv[1]} {SILENT}")
-    else:
-        built = build()
-        print(built if built else "no class archive (Java not found, or the dump failed)")
+    built = build()
+    print(built if built else "no class archive (Java not found, or the dump failed)")
     return 0
 
 

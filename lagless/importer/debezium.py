@@ -9,17 +9,20 @@ the column is added (batch_writer.py: `SchemaChanged`)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lagless.cdc import columnar
 from lagless.cdc.envelope import (
     CDC_COLUMNS,
     CDC_TYPES,
     DELETED,
     Deletes,
     Envelope,
+    field_of,
     row_columns,
     split,
 )
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 
     from lagless.kafka.offset_reader import OffsetReader
     from lagless.sinks.base import Target
+
+log = logging.getLogger(__name__)
 
 # Columns the decoding adds to a batch's records, beside the row itself.
 ERROR = "_lagless_cdc_error"
@@ -62,7 +67,9 @@ def mirror_columns(
 
     From the newest change events of the topics: the row's columns from the newest schema
     (unless `given`, --value-schema), the key from the Kafka key's fields (unless
-    `key_fields`, --key-field). BadInput when the topics hold no event to read them from."""
+    `key_fields`, --key-field). BadInput when the topics hold no event to read them from.
+    A table without a primary key (its events have no Kafka key) has no key: (), and the
+    mirror's own columns, as its change log keeps them (value_schema.py)."""
     from pyspark.sql.types import StructField, StructType
 
     newest = _newest_events(reader, partitions)
@@ -72,13 +79,13 @@ def mirror_columns(
         if not with_schema:
             raise BadInput(
                 "--value-format debezium found no change event with its schema in the topics "
-                "(Kafka Connect's JSON with schemas.enable=false, or none yet): give "
-                "--value-schema, or start the mirror once Debezium has sent its snapshot"
+                "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
-        fields = StructType([StructField(c.name, c.data_type, True) for c in columns])
+        fields = StructType([field_of(c) for c in columns])
     if not key_fields:
         key_fields = _key_fields(newest)
+        cdc_columns = cdc_columns or not key_fields
     for name in key_fields:
         if name not in fields.fieldNames():
             raise BadInput(f"key field {name!r} is not a column of the change events' rows")
@@ -126,10 +133,22 @@ def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[s
             return tuple(c.name for c in row_columns(json.loads(schema)))
         if isinstance(payload, dict) and payload:
             return tuple(payload)
-    raise BadInput(
-        "--value-format debezium needs the table's primary key: the change events have no "
-        "Kafka key (a table without a primary key?); give --key-field"
-    )
+    return ()  # no Kafka key: a table without a primary key
+
+
+def tell_columns_gone(where: str, table_columns: list[str], stored: list[str]) -> None:
+    """A warning, in one line, of the mirror's columns its change events no longer bring
+    (`stored`: the columns a batch writes): renamed or dropped upstream, they stay, NULL (or
+    their default) in the rows changed from now on; the way to refill them is a re-snapshot."""
+    gone = [name for name in table_columns if name not in stored]
+    if gone:
+        log.warning(
+            "%s: columns %s are no longer in the change events (renamed or dropped upstream): "
+            "kept, NULL in the rows changed from now on; to refill them, re-snapshot the table "
+            "(docs/mirror.md, Schema changes)",
+            where,
+            gone,
+        )
 
 
 class DebeziumValues:
@@ -158,24 +177,18 @@ class DebeziumValues:
         envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log)
         row_type = to_arrow_type(fields, timezone="UTC")
         for batch in batches:
-            rows, errors, deletes, skips, schemas = [], [], [], [], []
             keys = batch.column("key").to_pylist()
             values = batch.column("value").to_pylist()
-            for key, value in zip(keys, values, strict=True):
-                change = envelope.change(key, value)
-                rows.append(change.row)
-                errors.append(change.error)
-                deletes.append(change.delete)
-                skips.append(change.skip)
-                schemas.append(change.new_schema)
+            changes = [envelope.change(k, v) for k, v in zip(keys, values, strict=True)]
+            decoded = columnar.of_changes(changes, row_type)
             yield _with_columns(
                 batch,
                 {
-                    self.column: pa.array(rows, type=row_type),
-                    ERROR: pa.array(errors, type=pa.string()),
-                    DELETE: pa.array(deletes, type=pa.bool_()),
-                    SKIP: pa.array(skips, type=pa.bool_()),
-                    NEW_SCHEMA: pa.array(schemas, type=pa.string()),
+                    self.column: decoded.rows,
+                    ERROR: decoded.error,
+                    DELETE: decoded.delete,
+                    SKIP: decoded.skip,
+                    NEW_SCHEMA: decoded.new_schema,
                 },
             )
 

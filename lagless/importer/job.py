@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from lagless.exceptions import (
     BadInput,
     LaglessError,
     NewTopics,
+    SchemaChangeRefused,
     Stopped,
     TerminalError,
     TransientError,
@@ -39,6 +40,7 @@ from lagless.importer.checkpoint import (
     last_end_offsets,
     marked_storing,
     newest_committed,
+    stop_table,
     uncommit,
     unmark_storing,
     write_first_start,
@@ -46,8 +48,14 @@ from lagless.importer.checkpoint import (
 )
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.dead_letter_topic import DeadLetterTopic
+from lagless.importer.debezium import tell_columns_gone
 from lagless.importer.group import GroupCommitter
-from lagless.importer.routing import Destination, refuse_a_merge, topics_of
+from lagless.importer.routing import (
+    Destination,
+    refuse_a_collision,
+    refuse_a_merge,
+    topics_of,
+)
 from lagless.importer.spec import (
     Checked,
     ImportSpec,
@@ -114,7 +122,11 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         held = checked.held
         gone = deleted_before_read(low, held, done)
         if gone is not None:
+            refuse_an_incomplete_mirror(spec, low, held, done)
             collector.warn(gone)
+        for each in checked.destinations:
+            if each.warning is not None:
+                collector.warn(each.warning)
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
@@ -131,7 +143,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
             )
             if not is_remote(spark):  # a Connect server's workers are started already
                 warm_up = WarmUp(spark, _task_modules(task_writer))
-                opened.callback(warm_up.join)
+                opened.push(_joined_unless_stopped(warm_up))
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
         # next import's other arguments.
@@ -150,7 +162,30 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         described(writer.summary, spec, checked, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
+    refuse_stopped_tables(spec, checked)
     return writer.summary
+
+
+def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:
+    """The warm-up's threads waited for as the run ends, unless a signal ends it: their Spark
+    job may take seconds, and a stop during start-up is to end within 10 s (the threads are
+    daemons; the JVM ends with this process)."""
+
+    def exit(kind: type[BaseException] | None, *_: object) -> bool:
+        if kind is None or not issubclass(kind, KeyboardInterrupt):
+            warm_up.join()
+        return False
+
+    return exit
+
+
+def refuse_stopped_tables(spec: ImportSpec, checked: Checked) -> None:
+    """A bulk import that left a table stopped by a schema change (the others written) ends
+    with its reason (exit 2); a continuous one said it when the table stopped."""
+    stopped = [each for each in checked.destinations if each.stopped is not None]
+    if stopped and spec.mode == "bulk":
+        first = stopped[0]
+        raise SchemaChangeRefused(str(first.stopped), first.target.table)
 
 
 def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
@@ -167,6 +202,7 @@ def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summ
     with collector:
         collector.finish(summary)
     log.info("nothing to import, up to date: %s", summary.as_dict())
+    refuse_stopped_tables(spec, checked)
     return summary
 
 
@@ -181,6 +217,27 @@ def deleted_before_read(low: Offsets, held: Offsets, done: Offsets) -> str | Non
     return (
         f"the broker deleted {sum(gone.values()):,} records of {len(gone)} partition(s) "
         f"({named}) before they were read: their logs start above offset 0 (retention)"
+    )
+
+
+def refuse_an_incomplete_mirror(
+    spec: ImportSpec, low: Offsets, held: Offsets, done: Offsets
+) -> None:
+    """A mirror whose change events the broker deleted before any run read them would miss
+    rows, with nothing said but a warning: refused (BadInput, each partition's count), as
+    Spark's failOnDataLoss refuses offsets lost under a checkpoint, unless
+    --skip-lost-offsets accepts the loss (the warning is said then)."""
+    if spec.value_format != "debezium" or not spec.fail_on_data_loss:
+        return
+    gone = {tp: o for tp, o in sorted(low.items()) if o and tp not in held and tp not in done}
+    if not gone:
+        return
+    counts = ", ".join(f"{t}[{p}] {o:,}" for (t, p), o in gone.items())
+    raise BadInput(
+        f"the broker deleted change events before the mirror read them ({counts}): the "
+        "mirror would miss rows. Re-snapshot those tables through Debezium (its "
+        "execute-snapshot signal) into a new --table and --checkpoint, or accept the loss "
+        "with --skip-lost-offsets"
     )
 
 
@@ -212,8 +269,9 @@ def read_ledgers(
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
-    replayed = a_batch_the_tables_lack(spec.checkpoint, destinations, lost)
-    for each in destinations:
+    mirrored = [each for each in destinations if each.stopped is None]
+    replayed = a_batch_the_tables_lack(spec.checkpoint, mirrored, lost)
+    for each in mirrored:
         refuse_a_recreated_topic(checked, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost, replayed)
     replay(spec.checkpoint, replayed)
@@ -274,6 +332,13 @@ def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination])
     """Create each table (safe to repeat), once every check passed."""
     checked.sink.retry_s = spec.retry_seconds
     for each in destinations:
+        if each.stopped is not None:
+            stop_table(spec.checkpoint, each.target.table, each.stopped)
+            log.error("%s is stopped (the other tables go on): %s", each.where, each.stopped)
+            continue
+        if each.target.value_format == "debezium":
+            held = list(checked.sink.table_types(each.target))
+            tell_columns_gone(each.where, held, each.target.schema().fieldNames())
         checked.sink.prepare(each.target)
 
 
@@ -351,6 +416,7 @@ def run_query(
             options = spec.source_options(slots, checked.held, sizes, checked)
             options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
+            log.info("the query runs, into %d tables", len(checked.destinations))
             warm_up = None  # the planning process is up from the first query on
             try:
                 _await(query, stop, writer, stop_file)
@@ -374,7 +440,7 @@ def run_query(
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
-            if not admit_new_topics(spec, checked):
+            if not admit_new_topics(spec, checked, writer.collector.warn):
                 break  # gone again (deleted): a rerun resumes
             writer.failure = None
     if failure is None and not stop.is_set():
@@ -404,34 +470,49 @@ def _start_query(
     return writer_stream.start()
 
 
-def admit_new_topics(spec: ImportSpec, checked: Checked) -> list[str]:
+def admit_new_topics(
+    spec: ImportSpec, checked: Checked, warn: Callable[[str], None] = log.warning
+) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
-    whose table is an existing one's joins it. Returns the topics admitted."""
-    partitions = checked.reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    whose table is an existing one's joins it, unless the table takes one topic's records
+    (ImportSpec.one_topic_per_table): refused then. A topic still empty waits for its first
+    change event (spec.with_change_events). Returns the topics admitted."""
+    partitions = spec.partitions(checked.reader)
     known = set(checked.partitions)
-    new = [tp for tp in partitions if tp not in known and checked.destination_of(tp[0]) is None]
+    # Topics of no table: new ones, and those that waited for their first change event.
+    new = [tp for tp in partitions if checked.destination_of(tp[0]) is None]
     # New partitions of a known topic are its table's: the source reads them from offset 0.
     checked.partitions = sorted(known | set(partitions))
     if not new:
         return []
     low, high = checked.reader.log.watermarks(new)
+    refuse_an_incomplete_mirror(spec, low, {}, {})
     tables = {each.target.table: each for each in checked.destinations}
     added = check_destinations(spec, checked.sink, checked.reader, new)
+    for each in added:
+        joined = tables.get(each.target.table)
+        if joined is None:
+            continue
+        if joined.spelled != each.spelled:
+            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
+        if spec.one_topic_per_table:
+            refuse_a_collision(spec.template, joined.target.table, joined.topics[0], each.topics[0])
     read_ledgers(spec, checked, added, low, high)
     prepare(spec, checked, added)
     for each in added:
+        if each.warning is not None:
+            warn(each.warning)
         joined = tables.get(each.target.table)
         if joined is None:
             checked.destinations.append(each)
             continue
-        if joined.spelled != each.spelled:
-            refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
-    log.info("new topics %s: their tables are ready", ", ".join(topics_of(new)))
-    return topics_of(new)
+    admitted = topics_of(tp for each in added for tp in each.partitions)
+    log.info("new topics %s: their tables are ready", ", ".join(admitted))
+    return admitted
 
 
 def ended(

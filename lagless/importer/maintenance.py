@@ -15,16 +15,22 @@ depend on it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from lagless.exceptions import LaglessError
+from lagless.exceptions import ConcurrentMaintenance, TerminalError
 from lagless.first_line import first_line
 from lagless.sinks import Sink
-from lagless.sinks.maintenance import RATIO, Policy, Round, StoreMaintenance
+from lagless.sinks.maintenance import (
+    RATIO,
+    Policy,
+    Round,
+    StoreMaintenance,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,8 @@ CHURN_SHARE = 0.5
 # trigger, waiting for the time-based round let ~20 accumulate: a full read of a few-MB Delta
 # table took up to 3.5x the compacted copy's (bench/table_health.py).
 ROUND_AFTER_BATCHES = RATIO
+# `lagless maintain`'s tries of a table other writers keep changing under it.
+MAINTAIN_ATTEMPTS = 4
 # How often the import's end looks whether the work left beside its batches has ended.
 AWAITED_S = 0.05
 
@@ -180,14 +188,23 @@ def settle_round(maintenance: StoreMaintenance, table: str) -> Round | None:
 
 
 def _logged(table: str, work: Callable[[Round], None], raise_errors: bool) -> Round | None:
+    """The round, logged when it did something; any error it raises (not a stop: a
+    KeyboardInterrupt is no Exception) logged with its cause and the round given up (None),
+    unless raise_errors."""
     started = time.monotonic()
     done = Round(table)
     try:
         work(done)
-    except (LaglessError, OSError) as exc:
+    except Exception as exc:
         if raise_errors:
             raise
-        log.warning("maintenance of %s failed, tried again next round: %s", table, first_line(exc))
+        log.warning(
+            "maintenance of %s failed, tried again next round: %s: %s",
+            table,
+            type(exc).__name__,
+            first_line(exc),
+        )
+        log.debug("maintenance of %s failed", table, exc_info=exc)
         return None
     done.seconds = time.monotonic() - started
     if done.did_something or done.skipped:
@@ -215,7 +232,7 @@ def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Roun
     from lagless.exceptions import BadInput
     from lagless.sinks import sink_from_url
 
-    policy = replace(policy, thorough=True)
+    policy = replace(policy, thorough=True, sets_window=False)
     with sink_from_url(sink_url) as sink:
         maintenance = sink.maintenance()
         if maintenance is None:
@@ -232,9 +249,40 @@ def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Roun
                 if table
                 else f"{sink.identity} holds no table"
             )
-        rounds = []
-        for each in tables:
-            done = run_round(maintenance, each, policy, time.monotonic() + 1e9, raise_errors=True)
-            assert done is not None
-            rounds.append(done)
-        return rounds
+        try:
+            return [_maintained(maintenance, each, policy) for each in tables]
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            raise TerminalError(
+                f"maintenance of {sink.identity} stopped: no space left on the disk it writes "
+                f"to ({first_line(exc)}); the table is as its last commit left it, the files "
+                "the round wrote removed or left to expiry"
+            ) from exc
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """The error, or one it was raised from, is a full disk (ENOSPC)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _maintained(maintenance: StoreMaintenance, table: str, policy: Policy) -> Round:
+    """`lagless maintain`'s round of one table, tried again while other writers change the
+    table under it (ConcurrentMaintenance), up to MAINTAIN_ATTEMPTS times; then skipped, said
+    in its Round (`conflicted`)."""
+    for attempt in range(MAINTAIN_ATTEMPTS):
+        try:
+            done = run_round(maintenance, table, policy, time.monotonic() + 1e9, raise_errors=True)
+        except ConcurrentMaintenance as exc:
+            log.info("maintenance of %s met another writer: %s", table, first_line(exc))
+            conflict = first_line(exc)
+            time.sleep(0.2 * 2**attempt)
+            continue
+        assert done is not None
+        return done
+    return Round(table, skipped=f"{conflict}; maintained by a later run", conflicted=True)

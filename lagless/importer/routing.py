@@ -116,6 +116,11 @@ class Destination:
     # The template spelled with its topics' names as they are (TableTemplate.spelled): a topic
     # that appears later joins the table only if it spells it alike.
     spelled: str = ""
+    # What the user is told of this table before the import runs (one line), if anything.
+    warning: str | None = None
+    # Why a schema change stopped the table (--schema-changes evolve): its parts of batches
+    # are left out; None while it is mirrored.
+    stopped: str | None = None
 
     def ranges_of(self, per_partition: Mapping[TP, V]) -> dict[TP, V]:
         """The part of a batch's offsets (or ranges) that is this table's."""
@@ -127,11 +132,14 @@ def route(
     topics: Iterable[str],
     names_of: Callable[[str], Mapping[str, str]],
     table_name: Callable[[str], str] = lambda name: name,
+    one_topic_per_table: bool = False,
 ) -> dict[str, tuple[str, ...]]:
     """Each table and the topics routed into it, in order (table_name: as the store takes
-    the name). Topics land in one table when the template names them alike (shards of one
-    table, `--table '{table}'`); names that differ only by characters a table name cannot
-    hold (`a.b` and `a_b`) would join them unasked: refused."""
+    the name). Topics of a log land in one table when the template names them alike (shards
+    of one log under two prefixes); a table of rows by key (a mirror, an upsert:
+    `one_topic_per_table`) takes one topic's, as two sources' rows would overwrite and
+    delete each other's (refuse_a_collision). Names that differ only by characters a table
+    name cannot hold (`a.b` and `a_b`) would join them unasked: refused."""
     tables: dict[str, list[str]] = {}
     spelled: dict[str, dict[str, str]] = {}
     for topic in sorted(topics):
@@ -142,7 +150,20 @@ def route(
     for table, spellings in spelled.items():
         if len(spellings) > 1:
             refuse_a_merge(template, table, *list(spellings.values())[:2])
+        if one_topic_per_table and len(tables[table]) > 1:
+            refuse_a_collision(template, table, *tables[table][:2])
     return {table: tuple(named) for table, named in sorted(tables.items())}
+
+
+def refuse_a_collision(template: TableTemplate, table: str, first: str, second: str) -> None:
+    """BadInput: two topics, two sources of rows by key, would land in one table."""
+    apart = "{topic}" if "schema" in template.names else "{schema}_{table}"
+    first, second = sorted((first, second))
+    raise BadInput(
+        f"topics {first!r} and {second!r} would both land in table {table!r} "
+        f"(--table {template.text!r}), where one's rows would overwrite and delete the "
+        f"other's: name them apart, e.g. --table '{apart}', or narrow --topic-pattern"
+    )
 
 
 def refuse_a_merge(template: TableTemplate, table: str, first: str, second: str) -> None:

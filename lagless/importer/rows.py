@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lagless.cdc import envelope
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
+from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
@@ -50,12 +50,12 @@ def missing(field: str) -> str:
 
 def _checks(
     target: Target, max_record_bytes: int | None, avro: AvroDecoding | None
-) -> list[tuple[Column, str]]:
+) -> list[tuple[Column, str | Column]]:
     """(condition, reason) in the order they are tried: the first that holds is the reason."""
     from pyspark.sql import functions as F
 
     value = F.col("value")
-    checks: list[tuple[Column, str]] = []
+    checks: list[tuple[Column, str | Column]] = []
     if target.mode == "upsert" and not target.key_fields:
         checks.append((F.col("key").isNull(), NULL_KEY))
     if max_record_bytes is not None:
@@ -66,8 +66,8 @@ def _checks(
             checks.append(
                 (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
             )
-    if target.value_format == "debezium":
-        return checks + [(F.col(debezium.ERROR) == text, text) for text in envelope.REASONS]
+    if target.value_format == "debezium":  # the envelope's reason (envelope.REASONS), as is
+        return [*checks, (F.col(debezium.ERROR).isNotNull(), F.col(debezium.ERROR))]
     if target.fields is None:
         return checks
     parsed = F.col(_PARSED)
@@ -109,8 +109,10 @@ def _key_fields_from_kafka_key(target: Target) -> dict[str, Column]:
 def rejection_reasons(
     target: Target, max_record_bytes: int | None = None, avro: AvroDecoding | None = None
 ) -> list[str]:
-    """Every error text `rejection` can give for this target."""
-    return [text for _, text in _checks(target, max_record_bytes, avro)]
+    """Every error text `rejection` can give for this target (a Debezium event's reason
+    begins with one of envelope.REASONS: UNSTORABLE names the column and why)."""
+    texts = [text for _, text in _checks(target, max_record_bytes, avro) if isinstance(text, str)]
+    return texts + (list(envelope.REASONS) if target.value_format == "debezium" else [])
 
 
 def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding | None) -> Column:
@@ -119,7 +121,7 @@ def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding 
 
     reason = F.lit(None).cast("string")
     for condition, text in reversed(_checks(target, max_record_bytes, avro)):
-        reason = F.when(condition, F.lit(text)).otherwise(reason)
+        reason = F.when(condition, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
     return reason
 
 
@@ -313,10 +315,13 @@ def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
     by_key = Window.partitionBy(*target.unique, "partition").orderBy("offset")
     upto = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     carried = {}
-    for name, binary in kept_columns(target.fields, target.unique):
+    for name, data_type in kept_columns(target.fields, target.unique):
         column = F.col(name)
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
-        unavailable = F.coalesce(column == F.lit(marker), F.lit(False))
+        nested = unavailable_json(data_type)
+        if nested is None:
+            unavailable = F.coalesce(column == F.lit(unavailable_value(data_type)), F.lit(False))
+        else:  # maps have no equality in Spark: their JSON text, as the SQL stores hold it
+            unavailable = F.coalesce(F.to_json(column) == F.lit(nested), F.lit(False))
         known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(upto)
         carried[name] = F.when(unavailable & known.isNotNull(), known["v"]).otherwise(column)
     if carried:

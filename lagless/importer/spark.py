@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
+import signal
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -15,6 +17,7 @@ from lagless.exceptions import BadInput
 from lagless.first_line import first_line
 from lagless.importer.cluster import master_url
 from lagless.logs import child_output_to_log, log_file, spark_log_level
+from lagless.signals import kept_handlers
 from lagless.source.worker_python import ARCHIVES, EXECUTOR_PYTHON, archive_alias
 
 if TYPE_CHECKING:
@@ -115,10 +118,12 @@ def spark_session(
         builder = builder.config("spark.default.parallelism", str(parallelism))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with child_output_to_log(), _no_python_data_source_lookup():
-        spark = builder.getOrCreate()
-    spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(WarmUpSource)
+    # SparkContext installs a SIGINT handler of its own: lagless's are kept (signals.py).
+    with kept_handlers(), _jvm_ended_if_interrupted():
+        with child_output_to_log(), _no_python_data_source_lookup():
+            spark = builder.getOrCreate()
+        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(WarmUpSource)
     return spark
 
 
@@ -127,6 +132,36 @@ def driver_java_options(records_in_jvm: bool = True) -> str:
 
     quick_start = "" if records_in_jvm else QUICK_START_JIT
     return " ".join(filter(None, (quiet_logging_option(), java_options(), quick_start)))
+
+
+@contextlib.contextmanager
+def _jvm_ended_if_interrupted() -> Iterator[None]:
+    """A stop (SIGINT, SIGTERM) while Spark's JVM starts ends the JVM too. It ends by itself
+    when this process does only once its gateway is up (it waits for its stdin to close);
+    one interrupted before, its connection file removed by PySpark on the way out, was seen
+    to stay, an orphan, for good."""
+    before = set(_children())
+    try:
+        yield
+    except KeyboardInterrupt:
+        for pid in set(_children()) - before:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+
+
+def _children() -> list[int]:
+    """This process's children (Linux's /proc; none elsewhere)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == os.getpid():
+            found.append(int(stat.split("/")[2]))
+    return found
 
 
 @contextlib.contextmanager

@@ -7,13 +7,16 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from lagless.exceptions import BadInput
+from lagless.cdc.schema_change import SCHEMA_CHANGES as SCHEMA_CHANGES
+from lagless.cdc.schema_change import SchemaChanges, merged
+from lagless.exceptions import BadInput, SchemaChangeRefused
 from lagless.importer import change_files
-from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets
+from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets, stopped_tables
 from lagless.importer.cluster import check_tasks_reach_store, executors_share_disk, master_url
 from lagless.importer.routing import (
     Destination,
@@ -85,6 +88,9 @@ class ImportSpec:
     slots: int | None = None
     trigger_seconds: float = 0.5
     fail_on_data_loss: bool = True
+    # A Debezium mirror's change of a column it cannot follow (cdc/schema_change.py): evolve
+    # stops that table, fail the import.
+    schema_changes: SchemaChanges = "evolve"
     master: str | None = None
     group: str | None = None
     max_record_bytes: int | None = None
@@ -124,6 +130,30 @@ class ImportSpec:
         return self.table is not None and bool(TableTemplate.parse(self.table).names)
 
     @property
+    def waits_for_topics(self) -> bool:
+        """A continuous mirror starts like a service, before Debezium sent anything: a topic
+        it names that does not exist yet is waited for, as one that is still empty."""
+        return self.mode == "continuous" and self.value_format == "debezium"
+
+    @property
+    def subscription(self) -> tuple[tuple[str, ...], str | None]:
+        """(topics, pattern) the import reads: a mirror that waits for its topics subscribes
+        to their names as a pattern, which matches them once they exist."""
+        if self.topic_pattern is None and self.waits_for_topics:
+            return (), "|".join(re.escape(topic) for topic in self.topics)
+        return self.topics, self.topic_pattern
+
+    def partitions(self, reader: OffsetReader) -> list[TP]:
+        """The partitions the import reads now."""
+        return reader.cluster.partitions(*self.subscription)
+
+    @property
+    def one_topic_per_table(self) -> bool:
+        """A routed table of rows by key (a mirror, an upsert) takes one topic's records:
+        two sources' rows would overwrite and delete each other's (routing.route)."""
+        return self.routed and (self.value_format == "debezium" or self.write == "upsert")
+
+    @property
     def template(self) -> TableTemplate:
         return TableTemplate.parse(self.table or "{topic}")
 
@@ -141,9 +171,10 @@ class ImportSpec:
         return self.target_for(self.table or self.topics[0], value_schema)
 
     def target_for(self, table: str, value_schema: ValueSchema | None = None) -> Target:
+        change_log = value_schema is not None and value_schema.change_log is not None
         return Target(
             sink_from_url(self.sink_url).table_name(table),
-            self.write,
+            "append" if change_log else self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
             (value_schema.key_fields if value_schema else ()) or self.key_fields,
@@ -178,10 +209,11 @@ class ImportSpec:
                 o.RETRY_SECONDS: str(self.retry_seconds),
             }
         )
-        if self.topic_pattern is not None:
-            options[o.SUBSCRIBE_PATTERN] = self.topic_pattern
+        topics, pattern = self.subscription
+        if pattern is not None:
+            options[o.SUBSCRIBE_PATTERN] = pattern
         else:
-            options[o.SUBSCRIBE] = ",".join(self.topics)
+            options[o.SUBSCRIBE] = ",".join(topics)
         writer = self.tasks_writer(destinations)
         if self.max_records_per_batch:
             options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
@@ -418,7 +450,7 @@ def check(spec: ImportSpec) -> Checked:
     )
     new_fit = check_fit(spec.checkpoint, fit)
     reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-    partitions = reader.cluster.partitions(spec.topics, spec.topic_pattern)
+    partitions = spec.partitions(reader)
     if spec.topic_pattern is not None and not partitions and spec.mode == "bulk":
         raise BadInput(
             f"no topic on {spec.kafka.bootstrap} matches --topic-pattern {spec.topic_pattern!r}"
@@ -438,17 +470,29 @@ def check_destinations(
     """The tables these partitions' records land in, each checked as a table of its own: its
     name, value schema and layout (Sink.check), and whether the tasks can reach it. Called
     before the first batch, and again for topics that appear while a routed import runs."""
+    partitions = with_change_events(spec, reader, partitions)
+    if not partitions and spec.value_format == "debezium":
+        return []
     names_of = _names_of(spec, reader, partitions)
     if spec.routed:
-        tables = route(spec.template, topics_of(partitions), names_of, sink.table_name)
+        tables = route(
+            spec.template,
+            topics_of(partitions),
+            names_of,
+            sink.table_name,
+            spec.one_topic_per_table,
+        )
     else:
         tables = {spec.target().table: spec.topics}
     destinations = []
+    stopped = stopped_tables(spec.checkpoint)
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
         value_schema = resolve(spec, own, topics, reader)
         target = spec.target_for(table, value_schema)
-        sink.check(target)
+        reason = stopped.get(target.table)
+        if reason is None:
+            target, reason = _checked(spec, sink, target)
         if spec.routed:
             check_tasks_reach_store(
                 master_url(spec.master),
@@ -460,9 +504,58 @@ def check_destinations(
         where = f"table {target.table!r} of {sink.url}"
         spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""
         destinations.append(
-            Destination(target, topics, own, where, value_schema.avro, spelled=spelled)
+            Destination(
+                target,
+                topics,
+                own,
+                where,
+                value_schema.avro,
+                spelled=spelled,
+                warning=value_schema.change_log,
+                stopped=reason,
+            )
         )
     return destinations
+
+
+def with_change_events(spec: ImportSpec, reader: OffsetReader, partitions: list[TP]) -> list[TP]:
+    """A mirror's partitions of the topics that hold records. A topic Debezium has sent
+    nothing to yet has no table until its first change event, and never holds the other
+    tables back: a batch that reads it stops the query, which makes its table and starts
+    again (job.admit_new_topics). In bulk it is left out, with a warning; with no topic that
+    holds a record, a bulk mirror has nothing to mirror: refused."""
+    if spec.value_format != "debezium" or not partitions:
+        return partitions
+    low, high = reader.log.watermarks(partitions)
+    ready = {tp[0] for tp in partitions if high[tp] > low[tp]}
+    waiting = ", ".join(topic for topic in topics_of(partitions) if topic not in ready)
+    if spec.mode == "bulk" and not ready:
+        raise BadInput(
+            f"--value-format debezium: the topics hold no change event yet ({waiting}); "
+            "start the bulk mirror once Debezium has sent its snapshot, or run it with "
+            "--mode continuous, which waits for the first event of each table"
+        )
+    if waiting and spec.mode == "bulk":
+        log.warning("topics %s hold no change event yet: left out, a rerun mirrors them", waiting)
+    elif waiting:
+        log.info("topics %s hold no change event yet: their tables wait for it", waiting)
+    return [tp for tp in partitions if tp[0] in ready]
+
+
+def _checked(spec: ImportSpec, sink: Sink, target: Target) -> tuple[Target, str | None]:
+    """Sink.check of the target; a mirror's columns the widest of its table's and its newest
+    events' (schema_change.merged). A schema change the table cannot follow stops the table
+    (the reason returned), unless --schema-changes fail."""
+    try:
+        if target.value_format == "debezium" and target.fields is not None:
+            held = sink.table_types(target)
+            target = replace(target, fields=merged(target.fields, held, target.table))
+        sink.check(target)
+    except SchemaChangeRefused as refused:
+        if spec.schema_changes == "fail":
+            raise
+        return target, str(refused)
+    return target, None
 
 
 def _names_of(

@@ -5,6 +5,7 @@ Schema Registry). Every problem is a BadInput, found before anything is written.
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from lagless.importer.spec import ImportSpec
     from lagless.kafka.offset_reader import OffsetReader
 
+log = logging.getLogger(__name__)
+
 INFER = "infer"
 # Records read per partition to infer a schema from.
 INFER_SAMPLE_RECORDS = 1000
@@ -35,6 +38,9 @@ class ValueSchema:
     avro: AvroDecoding | None = None
     # Debezium: the table's key, the Kafka key's fields (or --key-field's).
     key_fields: tuple[str, ...] = ()
+    # Debezium: a table without a key, kept as its change log (a row per change event), and
+    # the one line that says so.
+    change_log: str | None = None
 
 
 def resolve(
@@ -106,7 +112,15 @@ def _debezium(
     finally:
         if owned:
             reader.close()
-    return ValueSchema(fields, key_fields=key_fields)
+    if key_fields or spec.write != "upsert":
+        return ValueSchema(fields, key_fields=key_fields)
+    said = (
+        f"topic {topics[0]}: a table without a primary key (its change events have no Kafka "
+        "key) is kept as its change log, a row per event; to mirror its rows, give it a "
+        "primary key, or --key-field with REPLICA IDENTITY FULL"
+    )
+    log.warning("%s", said)
+    return ValueSchema(fields, change_log=said)
 
 
 def _provisional(spec: ImportSpec, topics: tuple[str, ...]) -> Destination:

@@ -72,6 +72,19 @@ DEAD_LETTER_SCHEMA = pa.schema(
 assert tuple(DEAD_LETTER_SCHEMA.names) == DEAD_LETTER_COLUMNS
 
 
+def spark_types(schema: pa.Schema) -> dict[str, DataType | None]:
+    """Each column of an Arrow schema with its Spark type (None: one Spark has not)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    found: dict[str, DataType | None] = {}
+    for column in schema:
+        try:
+            found[column.name] = from_arrow_type(column.type)
+        except (TypeError, ValueError, NotImplementedError):  # a type Spark has not
+            found[column.name] = None
+    return found
+
+
 def in_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """`rows` in the columns and types of `schema`, a column they lack as nulls (added to the
     table since they were written)."""
@@ -285,6 +298,17 @@ class Sink(ABC):
         """After prepare, before the first batch: for each of these partitions the table holds
         records of, the first offset above everything it holds (ledger.py). The import starts
         there, whatever its checkpoint says."""
+
+    def empty(self, target: Target) -> None:
+        """A mirror's TRUNCATE: every row of target's table removed (its ledger kept), before
+        the rows of the events after it are upserted with the batch's ranges."""
+        raise NotImplementedError(f"{type(self).__name__} does not apply a TRUNCATE")
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        """The columns target's table has, each with its Spark type where the store tells it
+        (None: SQLite's loose types, a type no change event widens); {}: no table yet. A
+        mirror's columns take the widest of these and its events' (cdc/schema_change.py)."""
+        return {}
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         """After `ledger`, before the first batch: for partitions of `held` (what `ledger`

@@ -20,8 +20,12 @@ Neither changes what a reader of the table's current version sees.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+
+from lagless.exceptions import ConcurrentMaintenance
+from lagless.first_line import first_line
 
 # A reader opens, plans and decodes each file: past this size more files cost nothing more.
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
@@ -39,6 +43,19 @@ MOST_SMALL_FILES = 12
 ALL_BELOW = 16
 
 
+@contextmanager
+def beside_others(what: str, *errors: type[BaseException]) -> Iterator[None]:
+    """`errors` (a store library's conflicts, and a file gone: another writer's expiry or log
+    cleanup removed what the round read) raised as ConcurrentMaintenance about `what`."""
+    caught: tuple[type[BaseException], ...] = (FileNotFoundError, *errors)
+    try:
+        yield
+    except caught as exc:
+        raise ConcurrentMaintenance(
+            f"{what}: another writer changed it during maintenance ({first_line(exc)})"
+        ) from exc
+
+
 @dataclass(frozen=True)
 class Policy:
     """What maintenance aims at: files of up to `target_file_size` bytes, versions kept for
@@ -49,6 +66,11 @@ class Policy:
     # Every small file merged into files of up to the target at once, as OPTIMIZE does
     # (`lagless maintain`); else step by step up the ladder (`plan`), as an import does.
     thorough: bool = False
+    # The history window is one number a table keeps (Delta's retention properties, Iceberg's
+    # history.expire.max-snapshot-age-ms): the import that maintains a table sets it to
+    # `keep_history_s`; `lagless maintain` applies the table's, and sets `keep_history_s` only
+    # on a table that keeps none.
+    sets_window: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,10 @@ class Round:
     seconds: float = 0.0
     # Why compaction left the table alone (a protocol lagless does not write, a lost race).
     skipped: str | None = None
+    # The history window the table keeps, where it is not the one asked (`lagless maintain`).
+    window_s: float | None = None
+    # The round gave up to other writers that kept changing the table (ConcurrentMaintenance).
+    conflicted: bool = False
 
     @property
     def did_something(self) -> bool:
@@ -104,7 +130,9 @@ class Round:
         if self.removed_files:
             done.append(f"{self.removed_files} files removed ({_mb(self.removed_bytes)})")
         if self.skipped:
-            done.append(f"compaction skipped: {self.skipped}")
+            done.append(f"{'skipped' if self.conflicted else 'compaction skipped'}: {self.skipped}")
+        if self.window_s is not None:
+            done.append(f"the table's history window of {self.window_s:g} s applied")
         return f"{self.table}: {', '.join(done) or 'nothing to do'} in {self.seconds:.2f} s"
 
     def as_json(self) -> dict[str, object]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
 from lagless.cdc.envelope import DELETED
+from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.sql import soft_deleted_columns
 from lagless.sinks.upsert_order import LOG_TIME
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # earlier lagless made has them empty).
 COORDINATES = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 HELD = "_held"
+# Beside a column: where the batch's row brings Debezium's placeholder.
+UNAVAILABLE_AT = "_unavailable"
 ROW = "_row"
 
 
@@ -116,7 +118,8 @@ def keyed_positions(rows: pa.Table, keys: pa.Table) -> pa.Array:
 
 def needs_held_values(rows: pa.Table, target: Target) -> bool:
     """A Debezium mirror's batch takes values from the rows it replaces (mirrored): a column
-    a row brings as UNAVAILABLE, or soft deletes. Else the held rows are not read."""
+    a row brings as Debezium's placeholder (cdc/unavailable.py), or soft deletes. Else the
+    held rows are not read."""
     import pyarrow.compute as pc
 
     if target.value_format != "debezium":
@@ -124,35 +127,42 @@ def needs_held_values(rows: pa.Table, target: Target) -> bool:
     if target.deletes == "soft":
         return True
     assert target.fields is not None
-    for name, binary in kept_columns(target.fields, target.unique):
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
-        if pc.any(pc.equal(rows.column(name), marker)).as_py():
+    for name, data_type in kept_columns(target.fields, target.unique):
+        if pc.any(unavailable_mask(rows.column(name), data_type)).as_py():
             return True
     return False
 
 
 def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> Plan:
     """A Debezium mirror's plan, given `whole`, the held rows of the replaced keys: a column a
-    row brings as UNAVAILABLE keeps the held value; with soft deletes, a winning tombstone
-    keeps the held row, flagged _deleted, with the tombstone's coordinates."""
+    row brings as Debezium's placeholder keeps the held value, or is NULL where no row is held
+    (never the placeholder: cdc/unavailable.py); with soft deletes, a winning tombstone keeps
+    the held row, flagged _deleted, with the tombstone's coordinates."""
     import polars as pl
     import pyarrow as pa
 
     assert target.fields is not None
     keys = list(target.unique)
+    columns = planned.added.column_names
     added = _frame(planned.added)
     held = _frame(whole).select([c for c in whole.column_names if c in added.columns])
     held = held.rename({c: c + HELD for c in held.columns if c not in keys})
+    kept_types = kept_columns(target.fields, target.unique)
+    added = added.with_columns(
+        pl.Series(name + UNAVAILABLE_AT, unavailable_mask(planned.added.column(name), data_type))
+        for name, data_type in kept_types
+    )
     joined = added.join(held.with_columns(pl.lit(True).alias(HELD)), on=keys, how="left")
-    for name, binary in kept_columns(target.fields, target.unique):
-        marker = UNAVAILABLE_BYTES if binary else UNAVAILABLE
+    for name, _ in kept_types:
         joined = joined.with_columns(
-            pl.when((pl.col(name) == pl.lit(marker)) & pl.col(HELD).is_not_null())
+            pl.when(~pl.col(name + UNAVAILABLE_AT))
+            .then(pl.col(name))
+            .when(pl.col(HELD).is_not_null())
             .then(pl.col(name + HELD))
-            .otherwise(pl.col(name))
+            .otherwise(None)
             .alias(name)
         )
-    kept = joined.select(added.columns).to_arrow().cast(planned.added.schema)
+    kept = joined.select(columns).to_arrow().cast(planned.added.schema)
     if target.deletes != "soft":
         return Plan(planned.replaced, kept)
     deleted = (

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lagless.cdc.connect_types import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns
-from lagless.cdc.envelope import CDC_COLUMNS, DELETED
+from lagless.cdc.envelope import CDC_COLUMNS, DELETED, defaults
+from lagless.cdc.schema_change import every_widening, refuse, widest
+from lagless.cdc.unavailable import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns, unavailable_json
 from lagless.exceptions import BadInput
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.ledger import TP, Batch, HeldRecord
@@ -92,14 +93,18 @@ class Layout:
     columns: tuple[tuple[str, str], ...]  # name, SQL type
     unique: tuple[str, ...]
     newer_only: bool = False
-    # Debezium: columns whose value UNAVAILABLE (a TOASTed value an update did not change)
-    # keeps the stored one, each with that value's SQL literal.
+    # Debezium: columns whose placeholder (a TOASTed value an update did not change:
+    # cdc/unavailable.py) keeps the stored one, or is NULL where none is stored, each with
+    # the placeholder's SQL literal in the column's type.
     keeps: tuple[tuple[str, str], ...] = ()
     # Debezium: a column the table has and the rows lack (dropped upstream) stays, NULL in
     # new rows; other tables refuse it.
     extra_columns_stay: bool = False
     # Debezium --deletes soft: a tombstone sets these (and _deleted) instead of deleting.
     soft_delete: tuple[str, ...] = ()
+    # Debezium: a column's Connect default as an SQL literal: the value the rows already held
+    # take when the column is added.
+    defaults: tuple[tuple[str, str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -128,7 +133,29 @@ def target_layout(target: Target, dialect: Dialect) -> Layout:
         keeps=_keeps(target, dialect) if mirror and target.mode == "upsert" else (),
         extra_columns_stay=mirror,
         soft_delete=soft_deleted_columns(target) if target.deletes == "soft" else (),
+        defaults=_defaults(target, dialect) if mirror else (),
     )
+
+
+def _defaults(target: Target, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+    """Each column's Connect default as an SQL literal (numbers, booleans, text, decimals; a
+    default of another type is not given to the rows the column finds)."""
+    from pyspark.sql.types import BooleanType, DecimalType, NumericType, StringType
+
+    found = []
+    kinds = {f.name: f.dataType for f in target.fields or []}
+    for name, value in defaults(target.fields).items() if target.fields else ():
+        kind = kinds[name]
+        if isinstance(kind, BooleanType):
+            literal = ("1" if value else "0") if dialect == "sqlite" else str(bool(value)).upper()
+        elif isinstance(kind, StringType | DecimalType):
+            literal = _literal(str(value))
+        elif isinstance(kind, NumericType):
+            literal = repr(value)
+        else:
+            continue
+        found.append((name, literal))
+    return tuple(found)
 
 
 def soft_deleted_columns(target: Target) -> tuple[str, ...]:
@@ -139,16 +166,22 @@ def soft_deleted_columns(target: Target) -> tuple[str, ...]:
 
 
 def _keeps(target: Target, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+    from pyspark.sql.types import BinaryType
+
     assert target.fields is not None
-    text = _literal(UNAVAILABLE)
-    if dialect == "sqlite":
-        raw = f"X'{UNAVAILABLE_BYTES.hex()}'"
-    else:
-        raw = f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"
-    return tuple(
-        (name, raw if binary else text)
-        for name, binary in kept_columns(target.fields, target.unique)
-    )
+    found = []
+    for name, data_type in kept_columns(target.fields, target.unique):
+        nested = unavailable_json(data_type)
+        if nested is not None:
+            literal = _literal(nested) + ("::jsonb" if dialect == "postgresql" else "")
+        elif not isinstance(data_type, BinaryType):
+            literal = _literal(UNAVAILABLE)
+        elif dialect == "sqlite":
+            literal = f"X'{UNAVAILABLE_BYTES.hex()}'"
+        else:
+            literal = f"'\\x{UNAVAILABLE_BYTES.hex()}'::bytea"
+        found.append((name, literal))
+    return tuple(found)
 
 
 def tombstone_layout(target: Target, dialect: Dialect) -> Layout:
@@ -298,8 +331,10 @@ def create_table(layout: Layout) -> str:
 
 def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...]) -> list[str]:
     """The statements that bring an existing table (its columns and types `found`, unique on
-    `keyed`) to `layout`: a column for each field the schema added. BadInput for any other
-    difference: another unique key, a column the layout lacks, a column of another type."""
+    `keyed`) to `layout`: a column for each field the schema added (a mirror's rows take its
+    default), a mirror's column widened in place (PostgreSQL; SQLite's types are loose).
+    BadInput for any other difference: another unique key, a column the layout lacks, a column
+    of another type (SchemaChangeRefused for a mirror's)."""
     if not found:
         return [create_table(layout)]
     types = {name: kind.lower() for name, kind in found}
@@ -310,32 +345,81 @@ def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...])
             f"{', '.join(types)}; unique on {', '.join(keyed) or 'nothing'}); pick another "
             "--table, --write mode or --value-schema"
         )
+    table = quoted(layout.table)
+    statements = []
     for name, kind in layout.columns:
         if name == "value" and (types.get(name), kind) == ("text", "jsonb"):
             raise BadInput(
                 f"table {layout.table!r} keeps JSON values as text (made by an earlier lagless; "
-                f"they are jsonb now): convert it once with ALTER TABLE {quoted(layout.table)} "
+                f"they are jsonb now): convert it once with ALTER TABLE {table} "
                 f'ALTER COLUMN "value" TYPE jsonb USING "value"::jsonb, or pick another --table'
             )
-        if name in types and types[name] != kind.lower():
-            raise BadInput(
-                f"incompatible schema change: column {name!r} of table {layout.table!r} is "
-                f"{types[name]}, the schema makes it {kind.lower()}; pick another --table"
-            )
-    return [
-        f"ALTER TABLE {quoted(layout.table)} ADD COLUMN {quoted(name)} {kind}"
-        for name, kind in layout.columns
-        if name not in types
-    ]
+        held = types.get(name)
+        if held is not None and held != kind.lower() and _wider(layout, name, held, kind.lower()):
+            statements.append(f"ALTER TABLE {table} ALTER COLUMN {quoted(name)} TYPE {kind}")
+    defaults = dict(layout.defaults)
+    for name, kind in layout.columns:
+        if name not in types:
+            statements.append(f"ALTER TABLE {table} ADD COLUMN {quoted(name)} {kind}")
+            if name in defaults:
+                statements.append(f"UPDATE {table} SET {quoted(name)} = {defaults[name]}")
+    return statements
+
+
+# The SQL types a mirror's column may be widened between, as Spark's (schema_change.py).
+_WIDENED = {
+    "smallint": "ShortType",
+    "integer": "IntegerType",
+    "bigint": "LongType",
+    "real": "FloatType",
+    "double precision": "DoubleType",
+}
+
+
+def spark_type(kind: str) -> DataType | None:
+    from pyspark.sql import types
+
+    if kind.startswith("numeric(") and kind.endswith(")"):
+        precision, _, scale = kind[len("numeric(") : -1].partition(",")
+        return types.DecimalType(int(precision), int(scale or 0))
+    return getattr(types, _WIDENED[kind])() if kind in _WIDENED else None
+
+
+def _wider(layout: Layout, name: str, held: str, wanted: str) -> bool:
+    """A column of `layout` the table holds as `held` and the rows bring as `wanted`: True to
+    widen it in place, False when the table's type takes the rows' values already. BadInput
+    (SchemaChangeRefused for a mirror's) when neither holds the other's values."""
+    held_type, wanted_type = spark_type(held), spark_type(wanted)
+    wider = None
+    if held_type is not None and wanted_type is not None:
+        wider = widest(held_type, wanted_type)
+    if wider is not None and wider in (held_type, wanted_type):
+        return wider == wanted_type and every_widening(held_type, wider)  # type: ignore[arg-type]
+    if layout.extra_columns_stay:
+        refuse(layout.table, name, held_type or held, wanted_type or wanted)
+    raise BadInput(
+        f"incompatible schema change: column {name!r} of table {layout.table!r} is "
+        f"{held}, the schema makes it {wanted}; pick another --table"
+    )
 
 
 def _selected(layout: Layout, alias: str) -> str:
-    return ", ".join(
-        f"CAST({alias}.{quoted(name)} AS {kind})"
-        if kind in _CAST_ON_INSERT
-        else f"{alias}.{quoted(name)}"
-        for name, kind in layout.columns
-    )
+    """The columns of `alias`'s rows as the table takes them: Debezium's placeholder is NULL
+    where the table holds no row of the key to keep a value from (ON CONFLICT keeps it)."""
+    kept = dict(layout.keeps)
+    held = " AND ".join(f"h.{quoted(k)} = {alias}.{quoted(k)}" for k in layout.unique)
+    selected = []
+    for name, kind in layout.columns:
+        value = f"{alias}.{quoted(name)}"
+        if kind in _CAST_ON_INSERT:
+            value = f"CAST({value} AS {kind})"
+        if name in kept:
+            value = (
+                f"CASE WHEN {value} = {kept[name]} THEN CASE WHEN EXISTS (SELECT 1 FROM "
+                f"{quoted(layout.table)} AS h WHERE {held}) THEN {value} END ELSE {value} END"
+            )
+        selected.append(value)
+    return ", ".join(selected)
 
 
 def insert(layout: Layout, source: str, where: str = "true") -> str:

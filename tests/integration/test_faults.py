@@ -46,6 +46,9 @@ SINKS = ("sqlite", "parquet", "delta", "postgresql")
 MODES = ("bulk", "continuous")
 Row = tuple[int, int, bytes | None]  # partition, offset, value
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) records")
+# What an import logs when it meets a broker that is away: the planning's retry (retry.py) or
+# a task's wait for a record (source/reader.py).
+MET_THE_OUTAGE = re.compile(r" is away \(| the broker may be away")
 
 
 @dataclass
@@ -138,6 +141,15 @@ class Import:
             assert self.process.poll() is None, f"the import ended early: {self.stderr()}"
             assert time.monotonic() < deadline, "the import wrote no batch in time"
             time.sleep(0.1)
+
+    def wait_for_the_outage(self, timeout_s: float = 120.0) -> None:
+        """Until the import logs that it met the broker away (MET_THE_OUTAGE): a test that
+        rides an outage out shows that there was one to ride out."""
+        deadline = time.monotonic() + timeout_s
+        while not MET_THE_OUTAGE.search(self.log.read_text() if self.log.exists() else ""):
+            assert self.process.poll() is None, f"the import ended early: {self.stderr()}"
+            assert time.monotonic() < deadline, "the import logged no outage in time"
+            time.sleep(0.2)
 
     def signal(self, number: int) -> None:
         """As a terminal's Ctrl-C (SIGINT) reaches every process of the foreground group."""
@@ -233,7 +245,7 @@ def finish(run: Import, mode: str, sink: str, expected: list[Row]) -> None:
 
 
 def ride_out_hung_broker(
-    broker_process: BrokerProcess, sink: str, mode: str, tmp_path: Path, hang_s: float
+    broker_process: BrokerProcess, sink: str, mode: str, tmp_path: Path
 ) -> None:
     expected = produce(broker_process.bootstrap)
     run = Import(
@@ -241,8 +253,10 @@ def ride_out_hung_broker(
     )
     run.wait_for_batches(1)
     broker_process.hang()
-    time.sleep(hang_s)
-    broker_process.resume()
+    try:
+        run.wait_for_the_outage()
+    finally:
+        broker_process.resume()
     finish(run, mode, sink, expected)
 
 
@@ -250,7 +264,7 @@ def ride_out_hung_broker(
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("sink", SINKS)
 def test_a_hung_broker_is_ridden_out(broker_process, tmp_path, request, sink, mode):
-    ride_out_hung_broker(broker_process, sink_url(sink, tmp_path, request), mode, tmp_path, 12.0)
+    ride_out_hung_broker(broker_process, sink_url(sink, tmp_path, request), mode, tmp_path)
 
 
 def ride_out_broker_down(embedded: EmbeddedBroker, sink: str, mode: str, tmp_path: Path) -> None:
@@ -260,8 +274,10 @@ def ride_out_broker_down(embedded: EmbeddedBroker, sink: str, mode: str, tmp_pat
     )
     run.wait_for_batches(1)
     embedded.set_down()
-    time.sleep(8.0)
-    embedded.set_up()
+    try:
+        run.wait_for_the_outage()
+    finally:
+        embedded.set_up()
     finish(run, mode, sink, expected)
 
 
@@ -329,8 +345,10 @@ def test_an_import_hung_past_the_budget_then_stopped_by_ctrl_c_resumes_exactly(
     run = Import(tmp_path / "run", args, "3")
     run.wait_for_batches(1)
     broker_process.hang()
-    time.sleep(6.0)
-    broker_process.resume()
+    try:
+        run.wait_for_the_outage()
+    finally:
+        broker_process.resume()
     finish(run, "bulk", sink, expected)
 
 
@@ -436,7 +454,7 @@ def test_sigterm_stops_a_continuous_import_waiting_for_a_hung_broker(broker_proc
         time.sleep(0.5)
     broker_process.hang()
     try:
-        time.sleep(3.0)  # a few triggers: the planning is inside its retries
+        run.wait_for_the_outage()  # the planning is inside its retries
         run.signal(signal.SIGTERM)
         code = run.finish(timeout_s=STOP_DURING_OUTAGE_S)
     finally:
@@ -467,7 +485,7 @@ def test_a_signal_stops_a_bulk_import_waiting_for_a_hung_broker(broker_process, 
     run.wait_for_batches(2)
     broker_process.hang()
     try:
-        time.sleep(3.0)
+        run.wait_for_the_outage()
         run.signal(number)
         code = run.finish(timeout_s=STOP_DURING_OUTAGE_S)
     finally:

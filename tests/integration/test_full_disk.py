@@ -63,3 +63,40 @@ def test_a_full_disk_is_named_in_the_one_line(
     assert "No space left on device" in done.stderr
     assert "Python worker" not in done.stderr
     assert stored(url, topic_name, ("offset",)) == []
+
+
+@pytest.mark.parametrize("store", ["delta", "iceberg"])
+def test_maintain_on_a_full_disk_names_it_in_one_line(tiny_disk: Path, store: str) -> None:
+    """Issue 61: `lagless maintain` whose compaction meets a full disk says so (exit 1), not
+    "failed unexpectedly"; the table keeps its rows."""
+    from lagless.sinks import sink_from_url
+    from lagless.sinks.ledger import Batch
+    from tests.unit.test_ledger_stores import TARGET, TOPIC, commit
+
+    url = f"{store}:///{tiny_disk}/lake"
+    with sink_from_url(url) as sink:
+        sink.prepare(TARGET)
+        for n in range(6):
+            commit(sink, TARGET, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
+    filler = tiny_disk / "filler"
+    written = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:  # the disk full
+        while True:
+            os.write(written, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(written)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lagless", "maintain", "--sink", url, "--table", "t"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "no space left on the disk" in lines[0] and "unexpectedly" not in lines[0], lines
+    filler.unlink()
+    assert sorted(stored(url, "t", ("offset",))) == [(o,) for o in range(30)]

@@ -269,18 +269,23 @@ def test_continuous_import_picks_up_records_produced_after_it_started(
     produce_profile(kafka, topic_name, explicit([100, 100]), keys=10)
     later: list = []
 
-    def produce_later_then_interrupt() -> None:
-        time.sleep(3)
-        later.append(produce_profile(kafka, topic_name, explicit([400, 50]), keys=10, seed=2))
-        deadline = time.monotonic() + 120
+    def holds(count: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if len(stored(tmp_path, topic_name)) == 650:
-                    break
+                if len(stored(tmp_path, topic_name)) == count:
+                    return
             except sqlite3.OperationalError:
                 pass
             time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGINT)
+
+    def produce_later_then_interrupt() -> None:
+        try:
+            holds(200)  # the import started and caught up: what follows comes after
+            later.append(produce_profile(kafka, topic_name, explicit([400, 50]), keys=10, seed=2))
+            holds(650)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
 
     helper = threading.Thread(target=produce_later_then_interrupt)
     helper.start()

@@ -203,7 +203,7 @@ def test_retention_warning_as_the_log_start_approaches_the_committed_offset(
             # It warns from the first deletion on; wait for the one that left 2 records.
             return risk if risk and "has 2 records between the log start" in risk["text"] else None
 
-        finding = wait_for("a retention warning", warned, timeout_s=5)
+        finding = wait_for("a retention warning", warned, timeout_s=30)
         assert finding["text"].startswith("retained:0: retention will delete records")
         samples = parse_metrics(get(url + "/metrics")[1])
         where = {"group": "retained-group", "topic": "retained", "partition": 0}

@@ -29,7 +29,7 @@ from lagless.cdc.envelope import (
     evolved,
     split,
 )
-from lagless.exceptions import BadInput
+from lagless.exceptions import SchemaChangeRefused
 
 TOPIC = "db.public.t"
 ROW_FIELDS = [
@@ -196,8 +196,28 @@ def test_what_is_not_a_change_to_apply_is_rejected_with_its_reason(value, reason
 
 
 def test_a_delete_without_the_key_fields_is_rejected():
-    assert envelope().change(compact({"other": 1}), None).error == KEY_MISSING
     assert envelope().change(None, event("d", None)).error == KEY_MISSING
+    assert envelope().change(None, event("d", None, before={"name": "a"})).error == KEY_MISSING
+    # Its tombstone changes nothing: skipped, not rejected.
+    assert envelope().change(compact({"other": 1}), None).skip
+    assert envelope().change(None, None).skip
+
+
+def test_a_delete_takes_the_key_fields_the_kafka_key_lacks_from_before():
+    """--key-field on a table whose Kafka key lacks it (none: no primary key), under REPLICA
+    IDENTITY FULL: `before` holds the whole row, and the key."""
+    by_name = Envelope(FIELDS, ("name",), "hard")
+    change = by_name.change(None, event("d", None, before={**ROW, "name": "x"}))
+    assert change.delete and change.row == {"name": "x"} and change.error is None
+    change = by_name.change(key(7), event("d", None, before={**ROW, "name": "y"}))
+    assert change.row == {"name": "y"}
+
+
+def test_a_table_without_a_key_logs_its_deletes():
+    """Its change log (key_fields empty): a delete is a row of its own, key or not."""
+    log = Envelope(FIELDS, (), "hard", change_log=True)
+    assert log.change(None, event("d", None)).row == {}
+    assert log.change(None, None).skip
 
 
 def test_a_payload_field_named_like_the_envelope_still_parses():
@@ -230,12 +250,74 @@ def test_a_column_dropped_upstream_stays_null_in_new_rows():
     assert change.new_schema is None and change.row is not None and change.row["n"] is None
 
 
-def test_a_column_whose_type_changed_is_refused():
+def test_a_column_whose_type_changed_is_refused_with_the_true_direction():
     fields = [*ROW_FIELDS[:2], {"type": "string", "optional": True, "field": "n"}, ROW_FIELDS[3]]
     change = envelope().change(key(7), event("c", {**ROW, "n": "3"}, row_fields=fields))
     assert change.new_schema is not None
-    with pytest.raises(BadInput, match="incompatible schema change: column 'n'"):
+    told = "column 'n' is bigint in the table, the change events now make it string"
+    with pytest.raises(SchemaChangeRefused, match=told) as refused:
         evolved(FIELDS, change.new_schema, "t")
+    assert refused.value.table == "t" and "execute-snapshot" in str(refused.value)
+
+
+def decimal_field(precision: int, scale: int) -> dict[str, Any]:
+    return {
+        **ROW_FIELDS[3],
+        "parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)},
+    }
+
+
+def test_a_widening_widens_the_column_and_an_older_narrower_event_is_stored_in_it():
+    """int -> bigint and numeric(10,2) -> numeric(12,4): the table's columns take the wider
+    types; an event of the old types (older, or in the same batch) is read into them, exact."""
+    narrow = [
+        {**ROW_FIELDS[0]},
+        ROW_FIELDS[1],
+        {"type": "int32", "optional": True, "field": "n"},
+        ROW_FIELDS[3],
+    ]
+    wide = [ROW_FIELDS[0], ROW_FIELDS[1], ROW_FIELDS[2], decimal_field(12, 4)]
+    table = T.StructType([*FIELDS.fields[:2], T.StructField("n", T.IntegerType()), FIELDS[3]])
+    before = Envelope(table, ("id",), "hard")
+    change = before.change(
+        key(7), event("c", {**ROW, "price": _unscaled(12345678, 4)}, row_fields=wide)
+    )
+    assert change.new_schema is not None
+    grown = evolved(table, change.new_schema, "t")
+    assert [f.dataType for f in grown] == [
+        T.IntegerType(),
+        T.StringType(),
+        T.LongType(),
+        T.DecimalType(12, 4),
+    ]
+    after = Envelope(grown, ("id",), "hard")
+    old = after.change(
+        key(7), event("c", {**ROW, "n": 3, "price": _unscaled(1250, 2)}, row_fields=narrow)
+    )
+    assert old.new_schema is None and old.row is not None
+    assert (old.row["n"], old.row["price"]) == (3, decimal.Decimal("12.50"))
+    new = after.change(
+        key(7), event("c", {**ROW, "price": _unscaled(12345678, 4)}, row_fields=wide)
+    )
+    assert new.new_schema is None and new.row is not None
+    assert new.row["price"] == decimal.Decimal("1234.5678")
+
+
+def _unscaled(value: int, scale: int) -> str:
+    return base64.b64encode(value.to_bytes(8, "big", signed=True)).decode()
+
+
+def test_a_column_added_with_a_default_gives_it_to_events_that_predate_it():
+    with_default = {"type": "int32", "optional": True, "default": 7, "field": "d"}
+    fields = [*ROW_FIELDS, with_default]
+    change = envelope().change(key(7), event("c", {**ROW, "d": 9}, row_fields=fields))
+    assert change.new_schema is not None
+    grown = evolved(FIELDS, change.new_schema, "t")
+    after = Envelope(grown, ("id",), "hard")
+    older = after.change(key(8), event("r", {**ROW, "id": 8}))
+    assert older.row is not None and older.row["d"] == 7
+    newer = after.change(key(9), event("u", {**ROW, "id": 9, "d": None}, row_fields=fields))
+    assert newer.row is not None and newer.row["d"] is None  # the source's own NULL
 
 
 # --- the property: any batches, replays and Debezium restarts give the source's table ---

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
-from lagless.cdc.connect_types import column_type, for_spark_type, keeps_unavailable
+from lagless.cdc.connect_types import column_type, for_spark_type
 from lagless.exceptions import BadInput
 
 
@@ -179,8 +179,3 @@ def test_without_a_schema_the_value_schema_reads_debezium_defaults():
     assert for_spark_type("d", T.DateType()).convert("2024-01-02") == 19724
     zoned = for_spark_type("z", T.TimestampType()).convert("1970-01-01T00:00:01Z")
     assert zoned == 1_000_000
-
-
-def test_only_text_and_bytes_columns_keep_an_unavailable_value():
-    assert keeps_unavailable(T.StringType()) and keeps_unavailable(T.BinaryType())
-    assert not keeps_unavailable(T.LongType())

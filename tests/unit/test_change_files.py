@@ -171,7 +171,7 @@ def test_rejected_events_become_dead_letters_with_the_event_as_read(tmp_path):
                 0,
                 [
                     (key(1), b"not json"),
-                    (None, event("d", None, before={"id": 3}, lsn=2)),
+                    (None, event("d", None, lsn=2)),  # no key, none in `before`
                     (key(2), event("c", {**ROW, "id": 2}, lsn=3)),
                 ],
             )
@@ -181,7 +181,7 @@ def test_rejected_events_become_dead_letters_with_the_event_as_read(tmp_path):
     letters = done.rejected.to_pylist()
     assert [(r["offset"], r["error"], r["value"]) for r in letters] == [
         (0, NOT_JSON, b"not json"),
-        (1, KEY_MISSING, event("d", None, before={"id": 3}, lsn=2)),
+        (1, KEY_MISSING, event("d", None, lsn=2)),
     ]
 
 
@@ -271,6 +271,35 @@ def test_across_topics_each_key_takes_the_record_of_the_highest_rank(
     assert done.newest == newest
 
 
+def test_a_truncate_keeps_only_the_rows_of_the_events_after_it(tmp_path):
+    """In its partition by offset; in another by log time (a row of the same millisecond is
+    kept); the rows before it are left out, and the batch says the table is emptied."""
+    truncate = event("t", None, lsn=3)
+    mine = records(
+        0,
+        0,
+        [
+            (key(1), event("c", {**ROW, "id": 1}, lsn=1)),
+            (None, truncate),
+            (key(2), event("c", {**ROW, "id": 2}, lsn=4)),
+        ],
+        [100, 200, 200],
+    )
+    other = records(
+        1,
+        0,
+        [
+            (key(3), event("c", {**ROW, "id": 3}, lsn=2)),
+            (key(4), event("c", {**ROW, "id": 4}, lsn=5)),
+        ],
+        [150, 200],
+    )
+    done = coalesced(tmp_path, [mine, other])
+    assert done.truncated and done.rejected.num_rows == 0
+    assert sorted(r["id"] for r in done.rows.to_pylist()) == [2, 4]
+    assert not coalesced(tmp_path / "none", [other]).truncated
+
+
 def test_a_column_added_upstream_is_decoded_and_noted_for_the_driver(tmp_path):
     grown = [*ROW_FIELDS, {"type": "string", "optional": True, "field": "note"}]
     added = event("c", {**ROW, "id": 2, "note": "x"}, lsn=2, row_fields=grown)
@@ -289,7 +318,7 @@ def test_a_column_whose_type_changed_is_refused_before_anything_commits(tmp_path
     changed = [ROW_FIELDS[0], {"type": "int32", "optional": True, "field": "name"}]
     value = event("c", {"id": 1, "name": 5}, lsn=1, row_fields=changed)
     changes = change_files.read_changes([task_file(tmp_path, [records(0, 0, [(key(1), value)])])])
-    with pytest.raises(BadInput, match="incompatible schema change"):
+    with pytest.raises(BadInput, match="column 'name' is string in the table, the change events"):
         change_files.grown_fields(FIELDS, change_files.new_schemas(changes), "t")
 
 

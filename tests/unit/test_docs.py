@@ -111,3 +111,13 @@ def _spellings(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
         longs = [name for name in action.option_strings if name.startswith("--")]
         pairs += [(name, longs[0]) for name in longs]
     return pairs
+
+
+def test_the_mirror_types_table_is_made_from_the_type_corpus() -> None:
+    """docs/mirror.md's values per type are tests/integration/test_mirror_types.py's rules."""
+    from tests.harness.type_corpus import rules_table
+
+    text = (ROOT / "docs" / "mirror.md").read_text(encoding="utf-8")
+    begin = "<!-- type corpus: made by python -m tests.harness.type_corpus -->\n"
+    shown = text[text.index(begin) + len(begin) : text.index("\n<!-- end of type corpus -->")]
+    assert shown == rules_table(), "rerun python -m tests.harness.type_corpus into docs/mirror.md"

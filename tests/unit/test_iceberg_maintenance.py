@@ -106,8 +106,12 @@ def test_snapshots_past_the_most_kept_are_expired_whatever_the_window(
     files_before = set(maintenance.storage.files(location))
     maintenance.expire("t", policy, Round("t"))
     # Files go by the window's time alone: one written within it may be another writer's,
-    # staged for a commit still to come.
-    assert set(maintenance.storage.files(location)) == files_before
+    # staged for a commit still to come. (The table now keeps the window: a metadata file.)
+    after = set(maintenance.storage.files(location))
+    assert files_before <= after and all(
+        name.endswith(".metadata.json") for name in after - files_before
+    )
+    assert sink._table("t").properties[iceberg_maintenance.MAX_SNAPSHOT_AGE] == "3600000"
     maintenance.expire("t", Policy(keep_history_s=0), Round("t"))
     assert files_before - set(maintenance.storage.files(location))  # out of the window: gone
     assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(35)]
@@ -547,3 +551,29 @@ def test_a_fold_that_fails_in_its_thread_fails_the_round_that_commits_it_and_not
     maintenance.settle(UPSERT.table, done)
     assert done.compacted_files == 1
     assert values(sink) == expected and rows_read(sink) == len(expected)
+
+
+def test_a_compaction_that_fails_writing_removes_what_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 61: a full disk cuts a compaction's file short (here: half a file, then ENOSPC);
+    the round fails, and no file of its writes is left beside the table's."""
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
+
+    sink, maintenance = filled(tmp_path)
+    location = _path(sink._table("t").location())
+    before = set(maintenance.storage.files(location))
+
+    def disk_full(metadata, rows, io, write_uuid):
+        cut = os.path.join(location, "data", f"00000-0-{write_uuid}.parquet")
+        with open(cut, "wb") as out:
+            out.write(b"PAR1 half a file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pyiceberg_arrow, "_dataframe_to_data_files", disk_full)
+    policy = Policy(target_file_size=1024 * 1024, keep_history_s=3600, thorough=True)
+    with pytest.raises(OSError, match="No space left"):
+        maintenance.compact("t", policy, time.monotonic() + 10, Round("t"))
+
+    assert set(maintenance.storage.files(location)) == before
+    assert stored(sink.url, sink.location) == [(TOPIC, 0, o) for o in range(20)]

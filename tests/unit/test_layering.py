@@ -162,7 +162,6 @@ KNOWN_MODULE_CYCLES = [
     {"sinks.parquet", "sinks.parquet.maintenance"},
     {"sinks.delta", "sinks.delta.maintenance"},
     {"sinks.iceberg", "sinks.iceberg.maintenance"},
-    {"importer.class_archive", "importer.spark"},
     {"importer.spec", "importer.value_schema"},
 ]
 

@@ -5,6 +5,7 @@ routed checkpoint remembers, and tasks of one topic each."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -86,6 +87,17 @@ def test_topics_whose_names_differ_only_by_what_a_table_cannot_hold_are_refused(
     # The same names under two prefixes: shards of one table, as the template asks.
     shards = route(by_table, ["eu.s.t", "us.s.t"], lambda topic: table_names(topic, None, "raw"))
     assert shards == {"s_t": ("eu.s.t", "us.s.t")}
+    # A table of rows by key takes one topic's: two schemas' tables of one name refused.
+    by_name = TableTemplate.parse("{table}")
+    names = lambda topic: table_names(topic, None, "debezium")  # noqa: E731
+    with pytest.raises(BadInput) as refused:
+        route(by_name, ["p.other.items", "p.public.items"], names, one_topic_per_table=True)
+    assert str(refused.value).startswith(
+        "topics 'p.other.items' and 'p.public.items' would both land in table 'items'"
+    )
+    assert "--table '{schema}_{table}'" in str(refused.value)
+    with pytest.raises(BadInput, match=re.escape("e.g. --table '{topic}'")):
+        route(by_table, ["eu.s.t", "us.s.t"], names, one_topic_per_table=True)
     # The store's name for it: a table name the store refuses is refused here.
     with pytest.raises(BadInput, match="not a valid identifier"):
         route(template, ["9lives"], lambda topic: {"topic": topic}, check_identifier)

@@ -158,7 +158,9 @@ def table(store: str, sink: Sink) -> list[tuple[bytes, int, int, bytes | None]]:
     return sorted((bytes(k), int(p), int(o), v if v is None else bytes(v)) for k, p, o, v in found)
 
 
-def iceberg_table(warehouse: str, columns: list[str]) -> list[tuple[object, ...]]:
+def iceberg_table(
+    warehouse: str, columns: list[str], table: str = "default.events"
+) -> list[tuple[object, ...]]:
     """Through pyiceberg's SQL catalog, as a reader would open the warehouse."""
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -166,7 +168,7 @@ def iceberg_table(warehouse: str, columns: list[str]) -> list[tuple[object, ...]
         "lagless", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}"
     )
     try:
-        rows = catalog.load_table("default.events").scan().to_arrow().select(columns)
+        rows = catalog.load_table(table).scan().to_arrow().select(columns)
     finally:
         catalog.engine.dispose()
     return [tuple(r[c] for c in columns) for r in rows.to_pylist()]

@@ -23,22 +23,28 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lagless.cdc.envelope import defaults
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
 from lagless.sinks.base import (
     ALREADY_HELD,
+    DEAD_LETTER_COLUMNS,
     TOMBSTONE,
     Target,
     WriteMode,
     Written,
     check_writable_path,
+    spark_types,
 )
+from lagless.sinks.delta import widen
 from lagless.sinks.delta.log import (
     RANGES,
     AppTransactions,
@@ -52,9 +58,12 @@ from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord
 from lagless.sinks.task_files import stage_rows
 from lagless.sinks.upsert_order import LOG_TIME
 
+logger = logging.getLogger(__name__)  # not `log`: the package has a module of that name
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.delta.upsert import WrittenFiles
     from lagless.sinks.maintenance import StoreMaintenance
@@ -64,6 +73,8 @@ IDENTITY = ("partition", "offset", "timestamp")
 # What a tombstone is kept with: its rank (upsert_order.py); the last two were added later.
 RANKED = ("partition", "offset", "timestamp", "topic", LOG_TIME)
 __all__ = ["DeltaSink", "footer_stats"]
+# Where a partition column's value is NULL, its folder's name says this (Hive's, as Delta's).
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 def _mode_description(mode: WriteMode) -> str:
@@ -114,10 +125,10 @@ class DeltaSink(FolderTableSink):
                     f"Delta table {path!r} has another layout ({description or 'not lagless'}); "
                     "pick another --table or --write mode"
                 )
-            refused = unwritable(found, changes_rows=True) if mode == "upsert" else None
+            refused = unwritable(found, mode) or _unfilled(found, target, table, mode)
             if refused:
                 raise BadInput(
-                    f"Delta table {path!r}: lagless cannot write its upserts ({refused}); pick "
+                    f"Delta table {path!r}: lagless cannot write its {mode}s ({refused}); pick "
                     "another --table"
                 )
 
@@ -222,19 +233,54 @@ class DeltaSink(FolderTableSink):
         if self._transactions.is_replay(delta, folder, batch):
             self._drop(files)
             return False
-        actions = [self._add_action(folder, self._move(path, folder)) for path in files]
+        columns = delta.metadata().partition_columns
+        if columns:
+            actions = self._partitioned(folder, files, columns)
+        else:
+            actions = [self._add_action(folder, self._move(path, folder)) for path in files]
         failpoint("mid-write")  # files beside the table's, not yet in its log
-        return (
-            _commit(
-                delta,
-                batch,
-                lambda props: delta.create_write_transaction(
-                    actions, "append", delta.schema(), commit_properties=props
-                ),
-                lambda: self._transactions.is_replay(delta, folder, batch),
-            )
-            is not _LOST_TO_A_REPLAY
+        return _commit(
+            delta,
+            lambda: self._open_or_none(table),
+            batch,
+            actions,
+            lambda delta: self._transactions.is_replay(delta, folder, batch),
         )
+
+    def _partitioned(self, folder: str, files: list[str], columns: list[str]) -> list[Any]:
+        """A partitioned table's add actions: each staged file's rows split by the partition
+        columns' values (integers: log.PARTITION_TYPES), each part written without them under
+        its partition's folder (`column=value/`, Delta's layout), its values in its add action,
+        where readers take them from."""
+        import polars as pl
+        from deltalake.transaction import AddAction
+
+        actions = []
+        for path in files:
+            rows = pl.from_arrow(self.storage.read_parquet(path))
+            assert isinstance(rows, pl.DataFrame)
+            for values, part in rows.partition_by(columns, as_dict=True).items():
+                pairs = zip(columns, values, strict=True)
+                named = {c: None if v is None else str(v) for c, v in pairs}
+                place = "/".join(f"{c}={HIVE_NULL if v is None else v}" for c, v in named.items())
+                self.storage.makedirs(self.storage.join(folder, place))
+                written = self.storage.join(folder, place, f"part-{uuid.uuid4()}.c000.parquet")
+                self.storage.write_parquet(written, part.drop(columns).to_arrow())
+                size, modified = self.storage.stat(written)
+                stats = json.dumps(footer_stats(self.storage.parquet_metadata(written)))
+                relative = written[len(folder) + 1 :]
+                actions.append(AddAction(relative, size, named, modified, True, stats))
+            self.storage.remove(path)
+        return actions
+
+    def empty(self, target: Target) -> None:
+        delta = self._open_or_none(target.table)
+        if delta is not None:
+            delta.delete()  # one commit; the application transactions (the ledger) stay
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        delta = self._open_or_none(target.table)
+        return {} if delta is None else spark_types(widen.held_schema(delta))
 
     def _open_or_none(self, table: str) -> DeltaTable | None:
         from deltalake import DeltaTable
@@ -253,13 +299,20 @@ class DeltaSink(FolderTableSink):
 
         keys = target.unique
         stored = _delta_types(rows.schema.remove(rows.schema.get_field_index(TOMBSTONE)))
-        delta = self._open(target.table, "upsert", stored, grows=target.value_format == "debezium")
+        mirror = target.value_format == "debezium"
+        fills = defaults(target.fields) if mirror and target.fields else {}
+        delta = self._open(target.table, "upsert", stored, grows=mirror, fills=fills)
+        if mirror:
+            rows = widen.as_held(rows, delta)
         if self._transactions.is_replay(
             delta, self.storage.join(self.location, target.table), batch
         ):
             return ALREADY_HELD
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
-        graves_delta = self._open(target.tombstone_table, "upsert", _delta_types(tombstones.schema))
+        graves_schema = _delta_types(tombstones.schema)
+        graves_delta = self._open(target.tombstone_table, "upsert", graves_schema, grows=mirror)
+        if mirror:
+            tombstones = widen.as_held(tombstones, graves_delta)
 
         def current(table: str, delta: DeltaTable) -> Callable[[], Table]:
             """The table's current version, each time it is called: `delta` brought up to
@@ -309,12 +362,16 @@ class DeltaSink(FolderTableSink):
         return AddAction(path[len(folder) + 1 :], size, {}, modified, True, json.dumps(stats))
 
     def _open(
-        self, table: str, mode: WriteMode, schema: pa.Schema, grows: bool = False
+        self,
+        table: str,
+        mode: WriteMode,
+        schema: pa.Schema,
+        grows: bool = False,
+        fills: dict[str, Any] | None = None,
     ) -> DeltaTable:
         """The table, created in `schema` if missing; refuses files of other columns, unless
-        it `grows` (a Debezium mirror): then a column the files add is added to the table
-        (nullable), and one they lack stays (NULL in new rows)."""
-        from deltalake import DeltaTable, Field, Schema
+        it `grows` (a Debezium mirror: _grow)."""
+        from deltalake import DeltaTable, Schema
 
         path = self.storage.join(self.location, table)
         delta = self._open_or_none(table)  # ~15 ms here, create(mode="ignore") ~35 ms
@@ -335,20 +392,72 @@ class DeltaSink(FolderTableSink):
             )
             delta.update_incremental()
         if grows:
-            held = dict(_columns(delta.schema()))
-            grown = [c for c in Schema.from_arrow(schema).fields if c.name not in held]
-            if grown:
-                delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in grown])
-                delta.update_incremental()
-            held = dict(_columns(delta.schema()))
-            if all(held.get(name) == kind for name, kind in wanted):
-                return delta
-        if _columns(delta.schema()) != wanted:
+            self._grow(delta, table, schema, fills or {})
+            return delta
+        if _columns(delta.schema()) != wanted and not (mode == "append" and _fills(delta, wanted)):
             raise TerminalError(
                 f"the batch's columns ({', '.join(schema.names)}) differ from those of Delta "
                 f"table {path!r}; pick another --table"
             )
         return delta
+
+    def _grow(
+        self, delta: DeltaTable, table: str, schema: pa.Schema, fills: dict[str, Any]
+    ) -> None:
+        """A mirror's table brought to its change events' columns: a column they add is
+        added (nullable; the rows held take its default, `fills`), a column they widen is
+        widened (widen.py: both rewrite the table, one commit), one they lack stays (NULL in
+        new rows). SchemaChangeRefused for a type the table cannot follow."""
+        from deltalake import Field, Schema
+
+        held = widen.held_schema(delta)
+        wider = widen.widened(delta, schema, table) or held
+        grown = [f for f in schema if f.name not in held.names]
+        if wider.equals(held) and not any(f.name in fills for f in grown):
+            if grown:
+                fields = Schema.from_arrow(pa.schema(grown)).fields
+                delta.alter.add_columns([Field(c.name, c.type, nullable=True) for c in fields])
+                delta.update_incremental()
+            return
+        logger.info("Delta table %r rewritten in its change events' columns", table)
+        widen.rewrite(delta, pa.schema([*wider, *grown]), fills)
+
+
+def _unfilled(delta: DeltaTable, target: Target, table: str, mode: WriteMode) -> str | None:
+    """Why the rows lagless writes into `table` would not fill its columns: a column they lack
+    that is not nullable (an append's files leave a nullable one NULL; an upsert's copies
+    would not keep it), or one they have that the table lacks (added only to a Debezium
+    mirror's table, and the rank's columns to an earlier lagless's)."""
+    if target.value_format == "debezium" and table == target.table:
+        return None  # its columns follow the events (_open)
+    if table == target.dead_letter_table:
+        rows = list(DEAD_LETTER_COLUMNS)
+    elif table == target.tombstone_table:
+        rows = [*target.unique, *RANKED]
+    else:
+        rows = list(target.schema().fieldNames())
+    fields = json.loads(delta.schema().to_json())["fields"]
+    extra = [f["name"] for f in fields if f["name"] not in rows]
+    unfilled = [f["name"] for f in fields if f["name"] in extra and not f.get("nullable", True)]
+    if unfilled:
+        return f"its columns {', '.join(unfilled)} are not nullable, and lagless's rows lack them"
+    if extra and mode == "upsert":
+        return f"it has columns lagless's rows lack ({', '.join(extra)}), which upserts would drop"
+    missing = [name for name in rows if name not in {f["name"] for f in fields}]
+    if missing and not set(missing) <= {"topic", LOG_TIME}:
+        return f"it lacks the columns {', '.join(missing)} of lagless's rows"
+    return None
+
+
+def _fills(delta: DeltaTable, wanted: list[tuple[str, str]]) -> bool:
+    """An append's files of the `wanted` columns fit the table: it holds each in that type,
+    and its other columns are nullable (NULL in the rows added, as in files written before a
+    column was added)."""
+    held = dict(_columns(delta.schema()))
+    fields = json.loads(delta.schema().to_json())["fields"]
+    names = {name for name, _ in wanted}
+    others_nullable = all(f.get("nullable", True) for f in fields if f["name"] not in names)
+    return others_nullable and all(held.get(name) == kind for name, kind in wanted)
 
 
 def _delta_types(schema: pa.Schema) -> pa.Schema:
@@ -396,31 +505,66 @@ def _held_in_rows(delta: DeltaTable, partitions: list[TP]) -> dict[TP, int]:
     return {(t, int(p)): int(o) + 1 for t, p, o in found.iter_rows()}
 
 
-# What _commit returns when its commit lost to another writer of the same batch.
-_LOST_TO_A_REPLAY = object()
+# Reads of the log a commit makes again when another writer's log cleanup removed a
+# checkpoint or entry the read was built on.
+LOG_READS = 5
+# Commits leave log cleanup to expiry (maintenance.py), which keeps what the window's versions
+# need; a checkpoint every 100 versions stays delta-rs's.
+NO_CLEANUP = {"create_checkpoint": True, "cleanup_expired_logs": False}
 
 
-def _commit(delta: DeltaTable, batch: Batch, action: Any, replayed: Callable[[], bool]) -> Any:
-    """One Delta transaction that records the batch's ranges (an application transaction per
-    partition); what `action` returned (a MERGE's metrics). A commit that lost a race to
-    another writer of these partitions finds them held (a stale driver of the same batch:
-    _LOST_TO_A_REPLAY) or raises ConcurrentImport."""
+def _commit(
+    delta: DeltaTable,
+    reopen: Callable[[], DeltaTable | None],
+    batch: Batch,
+    actions: list[Any],
+    replayed: Callable[[DeltaTable], bool],
+) -> bool:
+    """One Delta transaction that adds `actions` and records the batch's ranges (an application
+    transaction per partition); False when the batch was committed by another writer (a stale
+    driver of the same batch). A commit that lost a race to another writer of these
+    partitions finds them held (False), or raises ConcurrentImport. A log another writer's
+    cleanup changed under the read (a checkpoint gone: FileNotFoundError) is read again and
+    the commit tried again."""
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import CommitProperties, Transaction
+    from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
     props = CommitProperties(
         app_transactions=[Transaction(name, version) for name, version in transactions(batch)],
         custom_metadata={RANGES: batch.to_json()},
     )
-    try:
-        done = action(props)
-    except CommitFailedError:
+    hooks = PostCommitHookProperties(**NO_CLEANUP)
+    for _ in range(LOG_READS):
+        try:
+            delta.create_write_transaction(
+                actions,
+                "append",
+                delta.schema(),
+                partition_by=delta.metadata().partition_columns or None,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+        except CommitFailedError:
+            delta.update_incremental()
+            if not replayed(delta):
+                raise ConcurrentImport(
+                    f"a commit to {delta.table_uri} lost to another import of the same "
+                    "partitions; rerun to resume after what the table holds"
+                ) from None
+            return False
+        except FileNotFoundError:
+            found = reopen()
+            if found is None:
+                raise TerminalError(
+                    f"Delta table {delta.table_uri} was removed during a batch"
+                ) from None
+            delta = found
+            if replayed(delta):  # committed before the read failed (its checkpoint's)
+                return True
+            continue
         delta.update_incremental()
-        if not replayed():
-            raise ConcurrentImport(
-                f"a commit to {delta.table_uri} lost to another import of the same partitions; "
-                "rerun to resume after what the table holds"
-            ) from None
-        done = _LOST_TO_A_REPLAY
-    delta.update_incremental()
-    return done
+        return True
+    raise ConcurrentImport(
+        f"Delta table {delta.table_uri}: its log was cleaned under {LOG_READS} commits in a row; "
+        "rerun to resume after what the table holds"
+    )

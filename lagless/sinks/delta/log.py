@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,11 +32,20 @@ LOG = "_delta_log"
 # vectors, in-commit timestamps...) asks more of a writer than an add and a remove.
 KNOWN_FEATURES = {
     "appendOnly",
+    "changeDataFeed",
     "invariants",
     "checkConstraints",
     "generatedColumns",
     "timestampNtz",
 }
+# The types of partition columns an append splits its files by (DeltaSink._partitioned): their
+# values name folders as they are (text would need escaping, which readers differ on).
+PARTITION_TYPES = {"byte", "short", "integer", "long"}
+# Reader features lagless's readers (delta-rs, polars) take.
+READ_FEATURES = {"timestampNtz"}
+# What a log entry of lagless's does to the table's rows: keeps them, adds some, or replaces
+# some (unwritable).
+Writes = Literal["compaction", "append", "upsert"]
 # More entries than this after the version read: asking delta-rs again is cheaper than reading
 # them one by one (on S3, a request each).
 ENTRIES_TO_CATCH_UP = 32
@@ -120,19 +129,52 @@ class AppTransactions:
         return versions
 
 
-def unwritable(delta: DeltaTable, changes_rows: bool = False) -> str | None:
-    """Why lagless's entries would not be valid in this table; None: they are. An entry that
-    `changes_rows` (an upsert's; a compaction's keeps them) must also find no rule that asks a
-    writer more of the rows it writes or removes."""
+def unwritable(delta: DeltaTable, writes: Writes = "compaction") -> str | None:
+    """Why lagless's entries would not be valid in this table; None: they are. A compaction
+    keeps the rows; an append adds rows, which must keep the table's rules on rows (CHECK
+    constraints, invariants, generated columns: lagless evaluates none); an upsert also removes
+    rows, which a table may forbid or expect told apart (a change data feed)."""
     protocol = delta.protocol()
-    if delta.metadata().partition_columns:
-        return "the table is partitioned"
-    features = set(protocol.writer_features or ()) - _idle_features(delta)
+    metadata = delta.metadata()
+    partitioned = _unwritten_partitions(delta, writes)
+    if partitioned:
+        return partitioned
+    mapping = metadata.configuration.get("delta.columnMapping.mode", "none")
+    if mapping != "none":
+        return f"it maps column names (delta.columnMapping.mode={mapping})"
+    idle = _idle_features(delta)
+    features = set(protocol.writer_features or ()) - idle
     if protocol.min_writer_version > 4 and not (
         protocol.min_writer_version == 7 and features <= KNOWN_FEATURES
     ):
-        return f"writer protocol {protocol.min_writer_version} ({', '.join(sorted(features))})"
-    return _rules_for_rows(delta) if changes_rows else None
+        named = ", ".join(sorted(features - KNOWN_FEATURES)) or "its legacy features"
+        return f"writer protocol {protocol.min_writer_version} ({named})"
+    readers = set(protocol.reader_features or ()) - idle
+    if protocol.min_reader_version > 1 and not (
+        protocol.min_reader_version == 3 and readers <= READ_FEATURES
+    ):
+        named = ", ".join(sorted(readers - READ_FEATURES)) or "column mapping"
+        return f"reader protocol {protocol.min_reader_version} ({named})"
+    if writes == "compaction":
+        return None
+    return _rules_for_rows(delta) or (_rules_for_removals(delta) if writes == "upsert" else None)
+
+
+def _unwritten_partitions(delta: DeltaTable, writes: Writes) -> str | None:
+    """Why lagless would not write the table's partitions: an append splits its files by
+    partition columns of integers (DeltaSink._partitioned); an upsert's and a compaction's
+    entries write none."""
+    columns = delta.metadata().partition_columns
+    if not columns:
+        return None
+    named = ", ".join(columns)
+    if writes != "append":
+        return f"it is partitioned by {named}, and lagless's {writes}s write no partitions"
+    types = {f["name"]: f["type"] for f in json.loads(delta.schema().to_json())["fields"]}
+    others = [c for c in columns if types.get(c) not in PARTITION_TYPES]
+    if others:
+        return f"it is partitioned by {', '.join(others)}, of a type lagless does not split by"
+    return None
 
 
 def _idle_features(delta: DeltaTable) -> set[str]:
@@ -143,15 +185,35 @@ def _idle_features(delta: DeltaTable) -> set[str]:
 
 
 def _rules_for_rows(delta: DeltaTable) -> str | None:
+    """The table's rules on the rows a writer adds, which lagless does not evaluate."""
+    configured = delta.metadata().configuration
+    constraints = {
+        name.removeprefix("delta.constraints."): rule
+        for name, rule in configured.items()
+        if name.startswith("delta.constraints.")
+    }
+    if constraints:
+        named = "; ".join(f"{name}: {rule}" for name, rule in sorted(constraints.items()))
+        return f"it has CHECK constraints ({named}), which lagless does not evaluate"
+    fields = json.loads(delta.schema().to_json())["fields"]
+    generated = [f["name"] for f in fields if "delta.generationExpression" in f["metadata"]]
+    if generated:
+        return f"it has generated columns ({', '.join(generated)}), which lagless does not compute"
+    invariants = [f["name"] for f in fields if "delta.invariants" in f["metadata"]]
+    if invariants:
+        return f"it has invariants on {', '.join(invariants)}, which lagless does not evaluate"
+    identity = [f["name"] for f in fields if "delta.identity.start" in f["metadata"]]
+    if identity:
+        return f"it has identity columns ({', '.join(identity)}), which lagless does not fill"
+    return None
+
+
+def _rules_for_removals(delta: DeltaTable) -> str | None:
     configured = delta.metadata().configuration
     if configured.get("delta.appendOnly") == "true":
         return "it is append-only"
     if configured.get("delta.enableChangeDataFeed") == "true":
         return "it keeps a change data feed"
-    if any(name.startswith("delta.constraints.") for name in configured):
-        return "it has CHECK constraints"
-    if "delta.generationExpression" in delta.schema().to_json():
-        return "it has generated columns"
     return None
 
 

@@ -34,7 +34,15 @@ import pyarrow as pa
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks.delta.log import LOG, data_files, footer_stats, remove, unwritable
-from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
+from lagless.sinks.maintenance import (
+    DataFile,
+    Health,
+    Policy,
+    Round,
+    StoreMaintenance,
+    beside_others,
+    plan,
+)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -44,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
+# Whether a writer's commits remove log entries past logRetentionDuration (Delta's default:
+# true); lagless's expiry does it instead (_clean_log).
+NO_LOG_CLEANUP = "delta.enableExpiredLogCleanup"
 # Versions other writers took (appends) that a compaction's entry moves past before it gives up.
 COMMIT_ATTEMPTS = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's): a
@@ -76,6 +87,12 @@ class DeltaMaintenance(StoreMaintenance):
         return [name for name in names if self._has_log(name)]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        with beside_others(f"Delta table {self._path(table)}", CommitFailedError):
+            self._compact(table, policy, deadline, done)
+
+    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         """Groups until the deadline, each planned on the table as its last commit left it;
         then a checkpoint once the log grew by CHECKPOINT_EVERY entries since the last (a
         reader replays at most that many; delta-rs checkpoints every 100 of its commits)."""
@@ -153,29 +170,46 @@ class DeltaMaintenance(StoreMaintenance):
         return False
 
     def expire(self, table: str, policy: Policy, done: Round) -> None:
-        delta = self._open(table)
-        if delta is None:
-            return
-        window = f"interval {max(1, math.ceil(policy.keep_history_s))} seconds"
-        configured = delta.metadata().configuration
-        if any(configured.get(name) != window for name in RETENTION):
-            delta.alter.set_table_properties(dict.fromkeys(RETENTION, window))
+        """VACUUM by the table's window (window_s), then the log cleaned (_clean_log) and a
+        checkpoint when the log grew. Another writer's commit or cleanup meanwhile (a vacuum's
+        commit refused, a log file gone under a read) is ConcurrentMaintenance: the files
+        removed stay removed, and the next round or try goes on from the table as it is."""
+        from deltalake.exceptions import CommitFailedError
+
         folder = self._path(table)
-        before = self.storage.files(folder)
-        entries = _log_entries(self.storage.names(self.storage.join(folder, LOG)))
-        removed = delta.vacuum(dry_run=False, full=True)
-        failpoint("mid-expiry")  # old files removed, the log not yet cleaned
-        done.removed_files += len(removed)
-        done.removed_bytes += sum(before.get(path, (0, 0))[0] for path in removed)
-        done.live_bytes = sum(each.size for each in data_files(delta))
-        # Log cleanup removes only entries a checkpoint replaces. Cleanup first, then a new
-        # checkpoint (when the log grew): the checkpoint a cleanup removes was superseded a
-        # round ago, so a reader that just read `_last_checkpoint` still finds it.
-        delta.cleanup_metadata()
-        if delta.version() > _last_checkpoint(self.storage, folder):
-            delta.create_checkpoint()
-        left = _log_entries(self.storage.names(self.storage.join(folder, LOG)))
-        done.expired_versions += len(entries - left)
+        with beside_others(f"Delta table {folder}", CommitFailedError):
+            delta = self._open(table)
+            if delta is None:
+                return
+            window = self._window(delta, policy, done)
+            before = self.storage.files(folder)
+            removed = delta.vacuum(dry_run=False, full=True)
+            failpoint("mid-expiry")  # old files removed, the log not yet cleaned
+            done.removed_files += len(removed)
+            done.removed_bytes += sum(before.get(path, (0, 0))[0] for path in removed)
+            done.live_bytes = sum(each.size for each in data_files(delta))
+            done.expired_versions += _clean_log(self.storage, folder, window)
+            delta.update_incremental()
+            if delta.version() > _last_checkpoint(self.storage, folder):
+                delta.create_checkpoint()
+
+    def _window(self, delta: DeltaTable, policy: Policy, done: Round) -> float:
+        """The table's history window, in seconds: one number it keeps, as Delta's retention
+        properties (which any Delta tool's VACUUM honours), set by the import that maintains
+        it (`policy.sets_window`); `lagless maintain` applies it, and sets its own only on a
+        table that keeps none. Log cleanup by a writer's commit is turned off: expiry's own
+        keeps what the window's versions need."""
+        asked = f"interval {max(1, math.ceil(policy.keep_history_s))} seconds"
+        configured = delta.metadata().configuration
+        kept = configured.get(RETENTION[1])
+        wanted = asked if policy.sets_window or kept is None else kept
+        properties = dict.fromkeys(RETENTION, wanted) | {NO_LOG_CLEANUP: "false"}
+        if any(configured.get(name) != value for name, value in properties.items()):
+            delta.alter.set_table_properties(properties)
+        window = _seconds(wanted, policy.keep_history_s)
+        if window != max(1, math.ceil(policy.keep_history_s)):
+            done.window_s = window
+        return window
 
     def health(self, table: str, policy: Policy) -> Health | None:
         delta = self._open(table)
@@ -247,6 +281,62 @@ def _conflicts(entry: str, gone: set[str]) -> bool:
         if "remove" in action and action["remove"]["path"] in gone:
             return True
     return False
+
+
+def _clean_log(storage: Any, folder: str, window_s: float) -> int:
+    """The log entries and checkpoints no version inside the window needs removed: those
+    before the newest checkpoint at or below the oldest version younger than the window (or
+    the current version, when none is), from which, and the entries after it, every version
+    inside the window loads: one rule, whoever else writes the table (commits' own cleanup is
+    turned off, _window). Returns the entries removed."""
+    log_folder = storage.join(folder, LOG)
+    files = storage.files(log_folder)
+    named = _log_entries(list(files))
+    entries = {int(n.removesuffix(".json")): t for n, (_, t) in files.items() if n in named}
+    if not entries:
+        return 0
+    cutoff = (time.time() - window_s) * 1000
+    inside = [version for version, modified in entries.items() if modified >= cutoff]
+    oldest_needed = min(inside) if inside else max(entries)
+    checkpoints = [v for v in _checkpoints(list(files)) if v <= oldest_needed]
+    if not checkpoints:
+        return 0
+    base = max(checkpoints)
+    removed = 0
+    for name in sorted(files):
+        version = _version_of(name)
+        if version is not None and version < base:
+            storage.remove(storage.join(log_folder, name))
+            removed += name in _log_entries([name])
+    return removed
+
+
+def _version_of(name: str) -> int | None:
+    """The version a log file (entry, checkpoint part, checksum) is of; None for others."""
+    head = name.split(".", 1)[0]
+    return int(head) if head.isdigit() and len(head) == 20 else None
+
+
+def _checkpoints(names: list[str]) -> set[int]:
+    """The versions with a complete single-part checkpoint (lagless's and delta-rs's)."""
+    return {
+        int(n.split(".", 1)[0])
+        for n in names
+        if n.endswith(".checkpoint.parquet") and _version_of(n) is not None
+    }
+
+
+def _seconds(interval: str, otherwise: float) -> float:
+    """Delta's `interval N seconds` (or minutes, hours, days, weeks) in seconds; `otherwise`
+    for a text that is none of these."""
+    units = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+    parts = interval.lower().removeprefix("interval").split()
+    if len(parts) != 2 or parts[1].rstrip("s") not in units:
+        return otherwise
+    try:
+        return float(parts[0]) * units[parts[1].rstrip("s")]
+    except ValueError:
+        return otherwise
 
 
 def _log_entries(names: list[str]) -> set[str]:

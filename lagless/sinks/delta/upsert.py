@@ -206,7 +206,7 @@ def _plan(
     held = held_rows(table, rows, keys, None if whole else [*keys, *COORDINATES])
     buried = held_rows(graves, rows, keys, [*keys, *COORDINATES]) if graves else None
     planned = plan(rows, held.drop_columns([FILE, POS]), keys, buried)
-    if whole and target is not None and planned.replaced.num_rows:
+    if whole and target is not None:  # a placeholder is the held value, or NULL
         planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
     return planned, held
 

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.cdc.schema_change import check_widening, iceberg_widening, refuse, widest
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
@@ -51,6 +52,7 @@ from lagless.sinks.base import (
     check_identifier,
     check_writable_path,
     in_schema,
+    spark_types,
 )
 from lagless.sinks.folder_table import FolderTableSink, newest_rows_in
 from lagless.sinks.iceberg.arrow_types import conformed, iceberg_schema
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table, Transaction
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from lagless.sinks.maintenance import StoreMaintenance
 
@@ -192,8 +195,15 @@ class IcebergSink(FolderTableSink):
                 return
             for table, mode, schema in self._tables(target):
                 found = self._load(catalog, table)
-                if found is not None:
-                    _check_layout(found, table, mode, schema, _grows(target, table))
+                if found is None:
+                    continue
+                refused = unwritable(found)
+                if refused:
+                    raise BadInput(
+                        f"Iceberg table {table!r}: lagless cannot write its {mode}s "
+                        f"({refused}); pick another --table"
+                    )
+                _check_layout(found, table, mode, schema, _grows(target, table))
 
     def prepare(self, target: Target) -> None:
         """The catalog, the namespace and every table, created in the target's columns or
@@ -224,6 +234,19 @@ class IcebergSink(FolderTableSink):
         from lagless.sinks.iceberg.maintenance import IcebergMaintenance
 
         return IcebergMaintenance(self)
+
+    def empty(self, target: Target) -> None:
+        """A snapshot without lagless's summary: the ledger is read past it (summary.py)."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        with self._catalog_errors():
+            self._table(target.table).delete(delete_filter=AlwaysTrue())
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return {} if found is None else spark_types(found.schema().as_arrow())
 
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         if target.mode != "upsert":
@@ -495,7 +518,7 @@ class IcebergSink(FolderTableSink):
             held = _held_rows(table, rows, keys, None if whole_rows else ranked, read)
             graves = _held_rows(self._table(target.tombstone_table), rows, keys, ranked, read)
             planned = plan(rows, held, keys, graves)
-            if planned.replaced.num_rows and whole_rows:
+            if whole_rows:  # a placeholder is the held value, or NULL
                 planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, held, keys, props, read)
@@ -545,6 +568,27 @@ def _holds_a_catalog(path: str) -> bool:
     return found is not None
 
 
+def unwritable(found: Table) -> str | None:
+    """Why lagless's files would not keep the table's rules; None: they keep them. Its files
+    are unpartitioned and unsorted (Iceberg lets a writer leave a sort order unapplied: each
+    file says it is unsorted), and their columns optional (pyiceberg adds no file of optional
+    columns to a table whose columns are required, as identifier fields are)."""
+    version = found.metadata.format_version
+    if version not in (1, 2):
+        return f"format version {version}, of which lagless writes 1 and 2"
+    if not found.spec().is_unpartitioned():
+        fields = ", ".join(f"{f.name}: {f.transform}" for f in found.spec().fields)
+        return f"it is partitioned ({fields}), and lagless writes unpartitioned files"
+    schema = found.schema()
+    named = sorted(str(schema.find_column_name(i)) for i in schema.identifier_field_ids)
+    if named:
+        return (
+            f"it has identifier fields ({', '.join(named)}), which must be required columns, and "
+            "lagless's files leave every column optional"
+        )
+    return None
+
+
 def _grows(target: Target, table: str) -> bool:
     """A Debezium mirror's table keeps a column dropped upstream (NULL in new rows)."""
     return target.value_format == "debezium" and table == target.table
@@ -565,6 +609,8 @@ def _check_layout(
             f"Iceberg table {table!r} has another layout ({layout}; columns "
             f"{', '.join(columns)}); pick another --table or --write mode"
         )
+    if grows:
+        _check_widening(found, table, schema)
     try:
         found.update_schema().union_by_name(schema)._apply()
     except (ValidationError, ValueError) as exc:
@@ -572,6 +618,30 @@ def _check_layout(
             f"incompatible schema change for Iceberg table {table!r}: {first_line(exc)}; pick "
             "another --table"
         ) from None
+
+
+def _check_widening(found: Table, table: str, schema: pa.Schema) -> None:
+    """A mirror's columns against its change events' (schema_change.py): a column they bring
+    narrower stays (the rows are cast to it); one they widen must be a promotion Iceberg makes
+    (union_by_name leaves a decimal's scale as it was, without a word): else
+    SchemaChangeRefused."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    held = found.schema().as_arrow()
+    for field in schema:
+        index = held.get_field_index(field.name)
+        if index < 0:
+            continue
+        try:
+            held_type = from_arrow_type(held.field(index).type)
+            wanted_type = from_arrow_type(field.type)
+        except TypeError:
+            continue  # not a type a change event brings; union_by_name judges it
+        wider = widest(held_type, wanted_type)
+        if wider is None:
+            refuse(table, field.name, held_type, wanted_type)
+        elif wider != held_type:
+            check_widening(table, field.name, held_type, wider, "Iceberg", iceberg_widening)
 
 
 def _matching(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -52,7 +53,15 @@ from lagless.sinks.iceberg.row_delta import (
     write_delete_files,
 )
 from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
-from lagless.sinks.maintenance import DataFile, Health, Policy, Round, StoreMaintenance, plan
+from lagless.sinks.maintenance import (
+    DataFile,
+    Health,
+    Policy,
+    Round,
+    StoreMaintenance,
+    beside_others,
+    plan,
+)
 
 # Snapshots a table keeps at most, whatever the history window: every commit rewrites the
 # table's metadata file, which lists each kept snapshot with its summary (the ledger's ranges
@@ -70,6 +79,9 @@ if TYPE_CHECKING:
     from lagless.sinks.iceberg import IcebergSink
 
 METADATA = ("data", "metadata")
+# The table property that keeps its history window (Iceberg's own name for it, which its
+# expire_snapshots action honours).
+MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
 # Commits other writers made first that a compaction is built again after before it gives up.
 COMMIT_ATTEMPTS = 20
 # How far a file's modification time (the storage's clock) may be before this machine's.
@@ -103,6 +115,12 @@ class IcebergMaintenance(StoreMaintenance):
             return sorted(found)
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        with beside_others(f"Iceberg table {table!r}", CommitFailedException):
+            self._compact(table, policy, deadline, done)
+
+    def _compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:
         """The small files merged (group after group until the deadline), then the snapshots
         trimmed to MOST_SNAPSHOTS once they passed it by half: an import's frequent rounds
         keep every commit's cost bounded between its expiries."""
@@ -112,7 +130,7 @@ class IcebergMaintenance(StoreMaintenance):
         with self.sink._catalog_errors():
             found = self.sink._table(table)  # as the merge left it
             if len(found.metadata.snapshots) > MOST_SNAPSHOTS * 3 // 2:
-                _expire_snapshots(found, _cutoff_ms(found, policy), done)
+                _expire_snapshots(found, _cutoff_ms(found, _applied(found, policy)), done)
 
     def _merge(self, table: str, policy: Policy, deadline: float, done: Round) -> int:
         """The small files merged, and the deletes folded into the files that lost FOLD_SHARE
@@ -153,12 +171,18 @@ class IcebergMaintenance(StoreMaintenance):
             )
             chosen: list[IcebergFile] = []
             written: list[IcebergFile] = []
-            for group in groups:
-                if chosen and time.monotonic() >= deadline:
-                    break
-                files = [current[each.path] for each in group]
-                written += self._rewrite(found, files, deleted)
-                chosen += files
+            writes: list[uuid.UUID] = []
+            try:
+                for group in groups:
+                    if chosen and time.monotonic() >= deadline:
+                        break
+                    files = [current[each.path] for each in group]
+                    writes.append(uuid.uuid4())
+                    written += self._rewrite(found, files, deleted, writes[-1])
+                    chosen += files
+            except Exception:
+                self._remove_written(found, writes)
+                raise
             rewritten = {f.file_path for f in chosen}
             stale, restated = _stale_deletes(mergeable, rewritten, set(current))
             if not chosen and not stale:
@@ -175,8 +199,21 @@ class IcebergMaintenance(StoreMaintenance):
         done.merged_deletes += len(stale)
         return seen
 
+    def _remove_written(self, found: Table, writes: list[uuid.UUID]) -> None:
+        """The files of the writes a failed round made (a full disk leaves one cut short; its
+        name holds the write's id), which no snapshot reads."""
+        data = self.storage.join(_path(found.location()), "data")
+        ids = [str(each) for each in writes]
+        for relative in self.storage.files(data):
+            if any(each in relative for each in ids):
+                self.storage.remove(self.storage.join(data, relative))
+
     def _rewrite(
-        self, found: Table, files: list[IcebergFile], deleted: dict[str, pa.Array]
+        self,
+        found: Table,
+        files: list[IcebergFile],
+        deleted: dict[str, pa.Array],
+        write_uuid: uuid.UUID | None = None,
     ) -> list[IcebergFile]:
         """The files' rows but those deleted, written again as the table's data files; the
         row count checked against the manifests'."""
@@ -201,7 +238,9 @@ class IcebergMaintenance(StoreMaintenance):
         if not rows.num_rows:
             return []  # every row deleted (pyiceberg's writer divides by 0 rows)
         return list(
-            _dataframe_to_data_files(found.metadata, rows, found.io, write_uuid=uuid.uuid4())
+            _dataframe_to_data_files(
+                found.metadata, rows, found.io, write_uuid=write_uuid or uuid.uuid4()
+            )
         )
 
     def _commit(
@@ -336,8 +375,14 @@ class IcebergMaintenance(StoreMaintenance):
         return removed, moved_files
 
     def expire(self, table: str, policy: Policy, done: Round) -> None:
-        with self.sink._catalog_errors():
-            found = self.sink._table(table)
+        from pyiceberg.exceptions import CommitFailedException
+
+        with (
+            self.sink._catalog_errors(),
+            beside_others(f"Iceberg table {table!r}", CommitFailedException),
+        ):
+            found = _keep_window(self.sink._table(table), policy)
+            policy = _applied(found, policy, done)
             if _expire_snapshots(found, _cutoff_ms(found, policy), done):
                 found = self.sink._table(table)
             failpoint("mid-expiry")  # snapshots expired, the files only they read not removed
@@ -492,6 +537,31 @@ def _kept_deletes(found: Table, deleted: dict[str, pa.Array], kept: set[str]) ->
     return write_delete_files(found, pa.table({"file_path": paths, "pos": positions}))
 
 
+def _keep_window(found: Table, policy: Policy) -> Table:
+    """The table as it keeps the history window (MAX_SNAPSHOT_AGE, in ms; one number it keeps,
+    Policy.sets_window): set by the import that maintains it, and by `lagless maintain` only
+    where it keeps none."""
+    asked = str(int(policy.keep_history_s * 1000))
+    kept = found.properties.get(MAX_SNAPSHOT_AGE)
+    if kept == asked or not (policy.sets_window or kept is None):
+        return found
+    with found.transaction() as tx:
+        tx.set_properties({MAX_SNAPSHOT_AGE: asked})
+    return found.refresh()
+
+
+def _applied(found: Table, policy: Policy, done: Round | None = None) -> Policy:
+    """The policy with the history window the table keeps (the asked one where it keeps
+    none, or one that is no number of ms); noted in `done` where it is not the one asked."""
+    try:
+        kept_s = int(found.properties[MAX_SNAPSHOT_AGE]) / 1000
+    except (KeyError, ValueError):
+        return policy
+    if kept_s != policy.keep_history_s and done is not None:
+        done.window_s = kept_s
+    return replace(policy, keep_history_s=kept_s)
+
+
 def _window_start_ms(policy: Policy) -> int:
     return int((time.time() - policy.keep_history_s) * 1000)
 
@@ -508,14 +578,26 @@ def _cutoff_ms(found: Table, policy: Policy) -> int:
 
 def _expire_snapshots(found: Table, cutoff_ms: int, done: Round) -> bool:
     """The snapshots before the window expired (those `_kept` keeps aside); True when any
-    was. Their files stay until expiry removes what no kept snapshot reads."""
-    kept = _kept(found, cutoff_ms)
-    expired = [s.snapshot_id for s in found.metadata.snapshots if s.snapshot_id not in kept]
-    if not expired:
-        return False
-    found.maintenance.expire_snapshots().by_ids(expired).commit()
-    done.expired_versions += len(expired)
-    return True
+    was. Their files stay until expiry removes what no kept snapshot reads. Another writer
+    that committed or expired first (the catalog refuses the commit; pyiceberg finds a
+    snapshot gone) is a conflict: the table is read again and expiry decided again on it, up
+    to COMMIT_ATTEMPTS times, then left to the next round."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for _ in range(COMMIT_ATTEMPTS):
+        kept = _kept(found, cutoff_ms)
+        expired = [s.snapshot_id for s in found.metadata.snapshots if s.snapshot_id not in kept]
+        if not expired:
+            return False
+        try:
+            found.maintenance.expire_snapshots().by_ids(expired).commit()
+        except (CommitFailedException, ValueError):  # ValueError: a snapshot already gone
+            found = found.refresh()
+            continue
+        done.expired_versions += len(expired)
+        return True
+    done.skipped = "other writers changed the snapshots meanwhile; expired next round"
+    return False
 
 
 def _kept(found: Table, cutoff_ms: int) -> set[int]:

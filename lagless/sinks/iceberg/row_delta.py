@@ -192,8 +192,25 @@ def _present(table: Table, data_file: DataFile, wanted: pa.Schema) -> list[str] 
     counts = data_file.value_counts or data_file.column_sizes
     if not counts:
         return None
-    ids = {f.name: f.field_id for f in table.schema().fields}
-    return [name for name in wanted.names if ids.get(name) in counts]
+    ids = {f.name: _field_ids(f) for f in table.schema().fields}
+    return [name for name in wanted.names if ids.get(name, set()) & set(counts)]
+
+
+def _field_ids(field: Any) -> set[int]:
+    """A field's id and its nested fields' (a list's or map's metrics are its leaves')."""
+    from pyiceberg.types import ListType, MapType, NestedField, StructType
+
+    found = {field.field_id}
+    kind = field.field_type
+    if isinstance(kind, ListType):
+        found |= _field_ids(kind.element_field)
+    elif isinstance(kind, MapType):
+        found |= _field_ids(kind.key_field) | _field_ids(kind.value_field)
+    elif isinstance(kind, StructType):
+        for nested in kind.fields:
+            assert isinstance(nested, NestedField)
+            found |= _field_ids(nested)
+    return found
 
 
 def deleted_positions(delete_files: Iterable[DataFile], read: Read) -> dict[str, pa.Array]:

@@ -49,6 +49,7 @@ from lagless.sinks.sql import (
     log_times,
     quoted,
     record_ranges,
+    spark_type,
     target_layout,
     tombstone_layout,
     upsert,
@@ -59,6 +60,7 @@ from lagless.sinks.url import SinkUrl, parse_server
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
 try:
     import adbc_driver_postgresql.dbapi as adbc_pg
@@ -133,6 +135,23 @@ class PostgresSink(DriverSink, TaskWrittenSink):
                         conn.execute(statement)
 
         self._retried(attempt)
+
+    def empty(self, target: Target) -> None:
+        def attempt() -> None:
+            with self._connect() as conn:
+                conn.execute(f"DELETE FROM {quoted(target.table)}")
+
+        self._retried(attempt)
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        with self._connect() as conn:
+            found = conn.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum",
+                (quoted(target.table),),
+            ).fetchall()
+        return {name: spark_type(kind.lower()) for name, kind in found}
 
     def executor_writer(self, target: Target, decoded: str | None = None) -> TaskWriter | None:
         """Raw appends: the source's tasks COPY the records they read into the table."""

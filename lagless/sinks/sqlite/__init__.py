@@ -106,6 +106,18 @@ class SqliteSink(DriverSink, TaskWrittenSink):
                 for statement in _evolution(conn, layout):
                     conn.execute(statement)
 
+    def empty(self, target: Target) -> None:
+        with self._connect() as conn, conn:
+            conn.execute(f'DELETE FROM "{target.table}"')
+
+    def table_types(self, target: Target) -> dict[str, DataType | None]:
+        """Names only: SQLite's INTEGER, REAL and TEXT hold every widening already."""
+        if not os.path.exists(self.location):
+            return {}
+        with self._connect() as conn:
+            info = conn.execute(f'PRAGMA table_info("{target.table}")').fetchall()
+        return {row[1]: None for row in info}
+
     def transported(self, name: str, data_type: DataType) -> Column:
         from pyspark.sql.types import DecimalType
 

@@ -1,0 +1,279 @@
+"""Lakehouse tables other writers made or changed (issue 61): lagless either writes them by
+their format's rules, read back by two independent readers (deltalake and polars; pyiceberg
+and polars), or refuses them before anything is written, one line, exit 2.
+
+The tables are made by delta-rs and pyiceberg, each with one feature; the imports are real
+`lagless import` runs on the embedded broker. A refusal comes before Spark starts (~2 s each,
+run side by side); the tables lagless writes take two imports with Spark, one per store.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+
+from lagless.broker import EmbeddedBroker
+
+PARTITIONS = 2
+RECORDS = 40  # per topic
+# The columns of a raw append (sinks/base.py's Target.schema), as delta-rs and pyiceberg take
+# them; topic, partition and offset are its key, so not nullable.
+RAW = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", pa.int64()),
+    ]
+)
+APPEND = "lagless --write append"  # what lagless's Delta tables are described as
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lagless", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def imported(bootstrap: str, sink: str, ckpt: Path, *topics: str) -> list[str]:
+    """`lagless import` of the topics (a pattern), each into the table named after it."""
+    return [
+        "import",
+        "--bootstrap",
+        bootstrap,
+        "--topic-pattern",
+        "|".join(topics),
+        "--table",
+        "{topic}",
+        "--sink",
+        sink,
+        "--checkpoint",
+        str(ckpt),
+    ]
+
+
+@pytest.fixture(scope="module")
+def corpus_broker():
+    topics = ["refused", "d_extra", "d_part", "i_sorted", "i_v1"]
+    with EmbeddedBroker(topics=dict.fromkeys(topics, PARTITIONS)) as running:
+        producer = Producer({"bootstrap.servers": running.bootstrap})
+        for topic in topics:
+            for n in range(RECORDS):
+                producer.produce(
+                    topic, key=f"k{n}".encode(), value=f"v{n}".encode(), partition=n % 2
+                )
+        producer.flush(30)
+        yield running
+
+
+def expected() -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of each record of a topic, once."""
+    per = [0] * PARTITIONS
+    rows = []
+    for n in range(RECORDS):
+        rows.append((n % 2, per[n % 2], f"v{n}".encode()))
+        per[n % 2] += 1
+    return sorted(rows)
+
+
+def snapshot(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p), p.stat().st_size) for p in folder.rglob("*"))
+
+
+def refused(
+    bootstrap: str, root: Path, sink: str, cases: dict[str, tuple[Callable, str]]
+) -> list[str]:
+    """Each case's table made by `make(lake)` in a folder of its own, then imported into: what
+    went wrong, where the import did not refuse it in one line (saying `says`, exit 2) with
+    nothing written."""
+
+    def run(name: str, make: Callable, says: str) -> str | None:
+        lake = root / name / "lake"
+        lake.mkdir(parents=True)
+        make(lake)
+        before = snapshot(root / name)
+        args = imported(bootstrap, sink.format(lake=lake), root / name / "ckpt", "refused")
+        args[args.index("{topic}")] = name
+        result = run_cli(*args)
+        lines = result.stderr.strip().splitlines()
+        if result.returncode == 2 and len(lines) == 1 and says in lines[0]:
+            return None if snapshot(root / name) == before else f"{name}: written to"
+        return f"{name}: exit {result.returncode}, {result.stderr!r}"
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        found = pool.map(lambda item: run(item[0], *item[1]), cases.items())
+        return [failure for failure in found if failure is not None]
+
+
+def delta_table(lake: Path, name: str, schema: pa.Schema = RAW, **options: object) -> str:
+    from deltalake import DeltaTable
+
+    path = str(lake / name)
+    DeltaTable.create(path, schema=schema, description=APPEND, **options)  # type: ignore[arg-type]
+    return path
+
+
+def with_constraint(lake: Path) -> None:
+    from deltalake import DeltaTable
+
+    DeltaTable(delta_table(lake, "checked")).alter.add_constraint({"off_small": "offset < 10"})
+
+
+def with_generated(lake: Path) -> None:
+    from deltalake import DeltaTable, Field, Schema
+    from deltalake.schema import PrimitiveType
+
+    fields = Schema.from_arrow(RAW).fields
+    doubled = Field(
+        "doubled", PrimitiveType("long"), metadata={"delta.generationExpression": "offset * 2"}
+    )
+    DeltaTable.create(
+        str(lake / "generated"), schema=Schema([*fields, doubled]), description=APPEND
+    )
+
+
+def with_deletion_vectors(lake: Path) -> None:
+    from deltalake import DeltaTable
+    from deltalake.table import TableFeatures
+
+    DeltaTable(delta_table(lake, "vectors")).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+
+
+DELTA_REFUSED: dict[str, tuple[Callable, str]] = {
+    "by_topic": (
+        lambda lake: delta_table(lake, "by_topic", partition_by=["topic"]),
+        "it is partitioned by topic, of a type lagless does not split by",
+    ),
+    "checked": (with_constraint, "CHECK constraints (off_small: offset < 10)"),
+    "generated": (with_generated, "generated columns (doubled)"),
+    "mapped": (
+        lambda lake: delta_table(
+            lake, "mapped", configuration={"delta.columnMapping.mode": "name"}
+        ),
+        "it maps column names (delta.columnMapping.mode=name)",
+    ),
+    "required": (
+        lambda lake: delta_table(
+            lake, "required", RAW.append(pa.field("note", pa.string(), False))
+        ),
+        "its columns note are not nullable",
+    ),
+    "vectors": (with_deletion_vectors, "deletionVectors"),
+}
+
+
+def test_delta_tables_of_other_writers_refused_up_front_or_written_by_their_rules(
+    corpus_broker, tmp_path
+):
+    failures = refused(corpus_broker.bootstrap, tmp_path, "delta:///{lake}", DELTA_REFUSED)
+    assert not failures, failures
+
+    # A nullable column lagless's rows lack: NULL in the rows it appends. A table partitioned
+    # by an integer column: each file under its partition's folder, its value in the log.
+    from deltalake import DeltaTable
+
+    lake = tmp_path / "written"
+    extra = delta_table(lake, "d_extra", RAW.append(pa.field("note", pa.string())))
+    part = delta_table(lake, "d_part", partition_by=["partition"])
+    done = run_cli(
+        *imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", "d_extra", "d_part")
+    )
+    assert done.returncode == 0, done.stderr
+
+    for path in (extra, part):
+        by_deltalake = pl.from_arrow(DeltaTable(path).to_pyarrow_table())
+        by_polars = pl.read_delta(path)
+        for frame in (by_deltalake, by_polars):
+            assert isinstance(frame, pl.DataFrame)
+            assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected()
+        assert path == part or by_polars["note"].null_count() == RECORDS
+    added = pl.from_arrow(pa.table(DeltaTable(part).get_add_actions(flatten=True)))
+    assert isinstance(added, pl.DataFrame)
+    for path, value in added.select("path", "partition.partition").iter_rows():
+        assert path.startswith(f"partition={value}/"), (path, value)
+
+
+def iceberg_catalog(lake: Path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    lake.mkdir(parents=True, exist_ok=True)
+    catalog = SqlCatalog("lagless", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}")
+    catalog.create_namespace_if_not_exists("default")
+    return catalog
+
+
+def iceberg_table(lake: Path, name: str, properties: dict[str, str] | None = None):
+    """A table lagless would take as its own (its write mode, a raw append's columns)."""
+    properties = {"lagless.write": "append", **(properties or {})}
+    return iceberg_catalog(lake).create_table(("default", name), schema=RAW, properties=properties)
+
+
+def partitioned_iceberg(lake: Path) -> None:
+    from pyiceberg.transforms import IdentityTransform
+
+    table = iceberg_table(lake, "partitioned")
+    with table.update_spec() as spec:
+        spec.add_field("partition", IdentityTransform(), "partition")
+
+
+def identified(lake: Path, name: str, fields: list[str]):
+    table = iceberg_table(lake, name)
+    with table.update_schema() as update:
+        update.set_identifier_fields(*fields)
+    return table
+
+
+ICEBERG_REFUSED: dict[str, tuple[Callable, str]] = {
+    "partitioned": (partitioned_iceberg, "it is partitioned (partition: identity)"),
+    "identified": (
+        lambda lake: identified(lake, "identified", ["topic", "partition", "offset"]),
+        "it has identifier fields (offset, partition, topic), which must be required",
+    ),
+}
+
+
+def test_iceberg_tables_of_other_writers_refused_up_front_or_written_by_their_rules(
+    corpus_broker, tmp_path
+):
+    from pyiceberg.transforms import IdentityTransform
+
+    failures = refused(corpus_broker.bootstrap, tmp_path, "iceberg:///{lake}", ICEBERG_REFUSED)
+    assert not failures, failures
+
+    # Written: a sort order (files may be written unsorted, and say so), format version 1.
+    lake = tmp_path / "written"
+    sorted_table = iceberg_table(lake, "i_sorted")
+    with sorted_table.update_sort_order() as order:
+        order.asc("offset", IdentityTransform())
+    iceberg_table(lake, "i_v1", properties={"format-version": "1"})
+    topics = ("i_sorted", "i_v1")
+    done = run_cli(
+        *imported(corpus_broker.bootstrap, f"iceberg:///{lake}", tmp_path / "c", *topics)
+    )
+    assert done.returncode == 0, done.stderr
+
+    catalog = iceberg_catalog(lake)
+    for name in topics:
+        table = catalog.load_table(("default", name))
+        by_pyiceberg = pl.from_arrow(table.scan().to_arrow())
+        by_polars = pl.scan_iceberg(table).collect()
+        for frame in (by_pyiceberg, by_polars):
+            assert isinstance(frame, pl.DataFrame)
+            assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected(), (
+                name
+            )
+        files = [task.file for task in table.scan().plan_files()]
+        assert files and all(f.sort_order_id in (None, 0) for f in files), name  # unsorted
+    assert catalog.load_table(("default", "i_v1")).metadata.format_version == 1
