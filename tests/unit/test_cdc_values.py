@@ -258,3 +258,13 @@ def test_a_schemaless_decimal_that_cannot_be_decoded_exactly_is_refused(
     convert = for_spark_type("n", T.DecimalType(precision, scale)).convert
     with pytest.raises((ValueError, TypeError), match=reason):
         convert(sent)
+
+
+def test_a_decimal_sent_as_a_number_is_refused_not_read_as_that_many_bytes():
+    """Connect's Decimal is bytes (base64 in JSON). A number where they belong is refused:
+    read as bytes it was that many zero bytes (25 GB for this one, found by the test above)."""
+    from lagless.cdc.connect_types import _decimal
+
+    with pytest.raises(ValueError, match="is not a decimal's bytes"):
+        _decimal(2)(25_276_182_474)
+    assert str(_decimal(2)("AJY=")) == "1.50"
