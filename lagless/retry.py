@@ -5,6 +5,11 @@ broker calls (kafka/connection.py), the tasks' range reading (source/reader.py, 
 source option retrySeconds) and the PostgreSQL store's writes. Each retry is logged; past the
 budget a TransientError names what was away and for how long (exit 75: a rerun resumes).
 
+A commit that another writer beat (an optimistic commit to a Delta log or an Iceberg catalog)
+is a different retry: nothing is away, the table moved on. `commit_attempts()` gives the
+attempts of every such commit in lagless, COMMIT_ATTEMPTS of them with a short backoff between,
+each deciding again on the table as the other writer left it.
+
 A stop request ends the wait (`stop`: the import's StopRequest, or a StopFile in Spark's
 processes): the pause between attempts, and an attempt that hangs (a broker paused, whose
 request waits for its timeout) are left within STOP_POLL_S, raising Stopped. An attempt that
@@ -16,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
@@ -29,6 +34,12 @@ FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 10.0
 # How soon a stop request ends a wait.
 STOP_POLL_S = 0.2
+# Commits lost to other writers in a row before the writer gives up (ConcurrentImport, or a
+# maintenance round left to the next), and the pause after the first lost one (doubled, at
+# most COMMIT_MAX_PAUSE_S): the writers that beat it are others' batches, seconds apart.
+COMMIT_ATTEMPTS = 20
+COMMIT_FIRST_PAUSE_S = 0.05
+COMMIT_MAX_PAUSE_S = 1.0
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -81,6 +92,16 @@ def retried(
                 "%s is back after %.1f s and %d retries", what, time.monotonic() - started, tries
             )
         return result
+
+
+def commit_attempts() -> Iterator[int]:
+    """The attempts of a commit that another writer may beat: 0, 1, ... COMMIT_ATTEMPTS - 1,
+    with a backoff pause before each attempt after the first. The loop's body decides on the
+    table as it is, commits and returns; falling out of the loop is the give-up."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        if attempt:
+            time.sleep(min(COMMIT_MAX_PAUSE_S, COMMIT_FIRST_PAUSE_S * 2 ** (attempt - 1)))
+        yield attempt
 
 
 def stopped_waiting(what: str) -> Stopped:

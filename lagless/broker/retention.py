@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from lagless.exceptions import TerminalError
+from lagless.partitions import TP
 
-TP = tuple[str, int]
 # How often the limits are enforced.
 EVERY_S = 0.5
 

@@ -59,6 +59,13 @@ Deletes = Literal["hard", "soft"]
 OP, SOURCE_TS_MS, LSN, DELETED = "_op", "_source_ts_ms", "_lsn", "_deleted"
 CDC_COLUMNS = (OP, SOURCE_TS_MS, LSN)
 CDC_TYPES = {OP: StringType, SOURCE_TS_MS: LongType, LSN: LongType, DELETED: BooleanType}
+# The columns decoding adds beside a change's row, wherever it is decoded (the records of the
+# Spark path, importer/debezium.py; the tasks' change files, importer/change_files.py): why
+# the event was refused, a delete, an event to skip, a new schema, the value of a refused
+# event, a TRUNCATE.
+ERROR_COLUMN, DELETE_COLUMN, SKIP_COLUMN = "_lagless_error", "_lagless_delete", "_lagless_skip"
+NEW_SCHEMA_COLUMN, RAW_COLUMN = "_lagless_schema", "_lagless_raw"
+TRUNCATE_COLUMN = "_lagless_truncate"
 
 NOT_JSON = "value is not valid JSON"
 NOT_AN_EVENT = "value is not a Debezium change event (no op)"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.cdc.envelope import CDC_COLUMNS, DELETED, row_columns
+from lagless.cdc.envelope import CDC_COLUMNS, DELETED, NEW_SCHEMA_COLUMN, row_columns
 from lagless.exceptions import NewTopics, SchemaChangeRefused, Stopped, TerminalError
 from lagless.failpoints import failpoint
 from lagless.importer import change_files
@@ -34,7 +34,7 @@ from lagless.importer.checkpoint import (
     unmark_storing,
 )
 from lagless.importer.dead_letter_topic import DeadLetterTopic
-from lagless.importer.debezium import NEW_SCHEMA, SchemaChanged, tell_columns_gone
+from lagless.importer.debezium import SchemaChanged, tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.maintenance import schedule_for
 from lagless.importer.routing import Destination
@@ -51,8 +51,7 @@ from lagless.importer.spec import Checked, ImportSpec
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest
-from lagless.sinks.base import TaskWrittenSink
-from lagless.sinks.base import Written as Committed
+from lagless.sinks.base import TaskWrittenSink, Written
 from lagless.sinks.ledger import Batch, batch_ranges
 
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Written:
+class Tally:
     """What one table's part of a batch did, added up over the tables into the summary."""
 
     by_partition: Counter[TP] = field(default_factory=Counter)
@@ -330,14 +329,14 @@ class BatchWriter:
         self.last_end = end
         tasks_s = None
         tables_written = [d.target.table for d, part in parts if part.covered]
-        store: Callable[[], Written]
+        store: Callable[[], Tally]
         if self.changes_decoded:
             tasks_started = time.monotonic()
             collected = self._run_change_tasks(records)
             tasks_s = time.monotonic() - tasks_started
             spark = records.sparkSession
 
-            def store() -> Written:
+            def store() -> Tally:
                 return self._upsert_changes(spark, collected, parts, end)
         else:
             if self.task_written is not None:
@@ -345,7 +344,7 @@ class BatchWriter:
             else:
                 done = self._write_tables(records, parts, end)
 
-            def store() -> Written:
+            def store() -> Tally:
                 return done
 
         def finish() -> Finished:
@@ -398,7 +397,7 @@ class BatchWriter:
 
     def _commit_task_files(
         self, sink: TaskWrittenSink, receipts: DataFrame, parts: list[tuple[Destination, Batch]]
-    ) -> Written:
+    ) -> Tally:
         """The source's tasks wrote the records (executorWriter), each task into its topic's
         table; `receipts` says what, and which files hold the records they left to Spark's
         rows. Each table's files are committed with its own ranges, one table after another."""
@@ -406,7 +405,7 @@ class BatchWriter:
             sink.discard_staged(destination.target)
         failpoint("before-write")
         collected = sink.run_tasks(receipts)  # a row per piece, not per record
-        written = Written()
+        written = Tally()
         for destination, batch, mine in _each_table(collected, parts):
             self._commit_receipts(sink, receipts.sparkSession, mine, destination, batch, written)
         return written
@@ -418,7 +417,7 @@ class BatchWriter:
         collected: pa.Table,
         destination: Destination,
         batch: Batch,
-        written: Written,
+        written: Tally,
     ) -> None:
         """One table's part: the files its tasks wrote, and the rows of the records they left
         to Spark, committed with the table's ranges."""
@@ -463,10 +462,10 @@ class BatchWriter:
         collected: pa.Table,
         parts: list[tuple[Destination, Batch]],
         end: Offsets,
-    ) -> Written:
+    ) -> Tally:
         """The change files of a batch's tasks: each table's part coalesced here and upserted
         with its own ranges, one table after another; then the files are removed."""
-        written = Written()
+        written = Tally()
         for destination, batch, mine in _each_table(collected, parts):
             partitions = sorted(destination.ranges_of(end))
             with self._stops_on_a_refused_change(destination):
@@ -481,7 +480,7 @@ class BatchWriter:
         destination: Destination,
         batch: Batch,
         partitions: list[TP],
-        written: Written,
+        written: Tally,
     ) -> None:
         """One table's part: its columns grown by what its events added, its rejected events
         stored as dead letters, then its rows one per key upserted with the table's ranges."""
@@ -540,7 +539,7 @@ class BatchWriter:
                 F.expr(f"array({_per_partition_sql(partitions, 'max', 'timestamp')}) AS newest")
             )
         if target.value_format == "debezium":
-            metrics.append(F.expr(f"collect_set({NEW_SCHEMA}) AS schemas"))
+            metrics.append(F.expr(f"collect_set({NEW_SCHEMA_COLUMN}) AS schemas"))
         log_times = self.log_times if target.mode == "upsert" else None
         shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
         return shaped.observe(observation, *metrics), observation, reasons
@@ -570,12 +569,12 @@ class BatchWriter:
 
     def _write_tables(
         self, records: DataFrame, parts: list[tuple[Destination, Batch]], end: Offsets
-    ) -> Written:
+    ) -> Tally:
         """Spark's rows, each table's part written with its own ranges, one table after
         another. Several tables read the batch once: it is kept (persist) while they write."""
         from pyspark.sql import functions as F
 
-        written = Written()
+        written = Tally()
         _no_constraint_propagation(records.sparkSession)
         several = len(self.checked.destinations) > 1
         kept = several and len(parts) > 1
@@ -663,7 +662,7 @@ class BatchWriter:
         destination: Destination,
         batch: Batch,
         partitions: list[tuple[str, int]],
-        written: Written,
+        written: Tally,
     ) -> None:
         target = destination.target
         sink = self.checked.sink
@@ -740,10 +739,10 @@ def _no_constraint_propagation(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
 
 
-def _written(told: int | Committed | None, stored: int) -> tuple[int, bool]:
+def _written(told: int | Written | None, stored: int) -> tuple[int, bool]:
     """(rows the table gained or replaced, whether the ledger held the batch) from what the
     store told; `stored`: the records it was given, what an append gains."""
-    if isinstance(told, Committed):
+    if isinstance(told, Written):
         return (stored if told.rows is None else told.rows), told.replay
     return (stored if told is None else told), False
 

@@ -34,7 +34,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagless.cdc import columnar
-from lagless.cdc.envelope import Change, Envelope, evolved
+from lagless.cdc.envelope import (
+    ERROR_COLUMN,
+    NEW_SCHEMA_COLUMN,
+    RAW_COLUMN,
+    SKIP_COLUMN,
+    TRUNCATE_COLUMN,
+    Change,
+    Envelope,
+    evolved,
+)
 from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.rows import NULL_KEY, VALIDATE
@@ -53,9 +62,6 @@ WRITER = f"{__name__}:writer"
 # Bytes of change events per batch when the user sets no limit: the driver holds a batch's
 # decoded rows while it coalesces them (a fifth to a half of the events' JSON).
 MAX_BATCH_BYTES = 256 * 1024 * 1024
-# A change file's columns beside the record's coordinates and the row's: what the event does.
-SKIP, ERROR, NEW_SCHEMA, RAW = "_lagless_skip", "_lagless_error", "_lagless_schema", "_lagless_raw"
-TRUNCATE = "_lagless_truncate"
 _INDEX = "_lagless_index"
 _UNAVAILABLE = "_lagless_unavailable"
 
@@ -148,12 +154,12 @@ class ChangeFiles:
         columns["timestamp"] = millis(batch)
         columns |= {f.name: row[i] for i, f in enumerate(row_type)}
         columns[TOMBSTONE] = decoded.delete
-        columns[SKIP] = decoded.skip
-        columns[ERROR] = decoded.error
-        columns[NEW_SCHEMA] = decoded.new_schema or pa.nulls(batch.num_rows, pa.string())
-        columns[RAW] = pc.if_else(pc.is_valid(decoded.error), batch.column("value"), None)
+        columns[SKIP_COLUMN] = decoded.skip
+        columns[ERROR_COLUMN] = decoded.error
+        columns[NEW_SCHEMA_COLUMN] = decoded.new_schema or pa.nulls(batch.num_rows, pa.string())
+        columns[RAW_COLUMN] = pc.if_else(pc.is_valid(decoded.error), batch.column("value"), None)
         if decoded.truncate is not None and pc.any(decoded.truncate).as_py():
-            columns[TRUNCATE] = decoded.truncate
+            columns[TRUNCATE_COLUMN] = decoded.truncate
         return pa.RecordBatch.from_pydict(columns)
 
     def _decode_each(
@@ -187,10 +193,10 @@ def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
     columns["value"] = batch.column("value")
     columns["timestamp"] = millis(batch)
     columns[TOMBSTONE] = pc.is_null(batch.column("value"))
-    columns[SKIP] = pa.repeat(pa.scalar(False), batch.num_rows)
-    columns[ERROR] = error.cast(pa.string())
-    columns[NEW_SCHEMA] = pa.nulls(batch.num_rows, pa.string())
-    columns[RAW] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
+    columns[SKIP_COLUMN] = pa.repeat(pa.scalar(False), batch.num_rows)
+    columns[ERROR_COLUMN] = error.cast(pa.string())
+    columns[NEW_SCHEMA_COLUMN] = pa.nulls(batch.num_rows, pa.string())
+    columns[RAW_COLUMN] = pc.if_else(pc.is_valid(error), batch.column("value"), None)
     return pa.RecordBatch.from_pydict(columns)
 
 
@@ -221,9 +227,9 @@ def read_changes(files: list[str]) -> pa.Table:
 
 
 def new_schemas(changes: pa.Table) -> list[str]:
-    if NEW_SCHEMA not in changes.column_names:
+    if NEW_SCHEMA_COLUMN not in changes.column_names:
         return []
-    return sorted({s for s in changes.column(NEW_SCHEMA).to_pylist() if s is not None})
+    return sorted({s for s in changes.column(NEW_SCHEMA_COLUMN).to_pylist() if s is not None})
 
 
 def grown_fields(fields: StructType, schemas: list[str], table: str) -> StructType:
@@ -244,7 +250,7 @@ class Coalesced:
     rows: pa.Table
     rejected: pa.Table
     newest: dict[TP, int]
-    # The batch holds a TRUNCATE: the table is emptied before `rows` (those after it) go in.
+    # The batch holds a TRUNCATE_COLUMN: the table is emptied before `rows` (those after it) go in.
     truncated: bool = False
 
 
@@ -283,9 +289,12 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
         LOG_TIME, ranked.get_column(LOG_TIME).to_arrow()
     )
     accepted = in_order.filter(
-        pc.and_(pc.is_null(in_order.column(ERROR)), pc.invert(in_order.column(SKIP)))
+        pc.and_(pc.is_null(in_order.column(ERROR_COLUMN)), pc.invert(in_order.column(SKIP_COLUMN)))
     )
-    truncated = TRUNCATE in in_order.column_names and pc.any(in_order.column(TRUNCATE)).as_py()
+    truncated = (
+        TRUNCATE_COLUMN in in_order.column_names
+        and pc.any(in_order.column(TRUNCATE_COLUMN)).as_py()
+    )
     if truncated:
         accepted = _after_the_truncate(in_order, accepted)
     if target.value_format == "debezium":
@@ -305,11 +314,11 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
 
 
 def _after_the_truncate(in_order: pa.Table, accepted: pa.Table) -> pa.Table:
-    """The rows of the events after the batch's last TRUNCATE: in its partition, those of a
+    """The rows of the events after the batch's last TRUNCATE_COLUMN: in its partition, those of a
     higher offset, exactly; in the others, those of a log time not below the truncate's (a
     partition's running maximum of its records' timestamps, upsert_order.py's order between
     partitions: a row of the same millisecond is kept rather than lost)."""
-    cut = in_order.filter(pc.fill_null(in_order.column(TRUNCATE), False))
+    cut = in_order.filter(pc.fill_null(in_order.column(TRUNCATE_COLUMN), False))
     columns = [cut.column(c).to_pylist() for c in (LOG_TIME, "topic", "partition", "offset")]
     last = max(zip(*columns, strict=True))
     log_time, topic, partition, offset = last
@@ -371,14 +380,14 @@ def _row_schema(target: Target) -> pa.Schema:
 
 def _dead_letters(changes: pa.Table) -> pa.Table:
     """The rejected change events in DEAD_LETTER_COLUMNS (value: the event as read)."""
-    if ERROR not in changes.column_names:
+    if ERROR_COLUMN not in changes.column_names:
         return DEAD_LETTER_SCHEMA.empty_table()
-    rejected = changes.filter(pc.is_valid(changes.column(ERROR)))
+    rejected = changes.filter(pc.is_valid(changes.column(ERROR_COLUMN)))
     stage = pa.array([VALIDATE] * rejected.num_rows, pa.string())
     return in_schema(
         rejected.drop_columns(["value"] if "value" in rejected.column_names else [])
-        .append_column("value", rejected.column(RAW))
+        .append_column("value", rejected.column(RAW_COLUMN))
         .append_column("stage", stage)
-        .append_column("error", rejected.column(ERROR)),
+        .append_column("error", rejected.column(ERROR_COLUMN)),
         DEAD_LETTER_SCHEMA,
     )

@@ -19,7 +19,11 @@ from lagless.cdc import columnar
 from lagless.cdc.envelope import (
     CDC_COLUMNS,
     CDC_TYPES,
+    DELETE_COLUMN,
     DELETED,
+    ERROR_COLUMN,
+    NEW_SCHEMA_COLUMN,
+    SKIP_COLUMN,
     Deletes,
     Envelope,
     field_of,
@@ -37,11 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Columns the decoding adds to a batch's records, beside the row itself.
-ERROR = "_lagless_cdc_error"
-DELETE = "_lagless_cdc_delete"
-SKIP = "_lagless_cdc_skip"
-NEW_SCHEMA = "_lagless_cdc_schema"
 # Records read from each partition's end to find the newest change event with a schema.
 NEWEST_RECORDS = 20
 
@@ -153,7 +152,8 @@ def tell_columns_gone(where: str, table_columns: list[str], stored: list[str]) -
 
 class DebeziumValues:
     """mapInArrow over a batch's records: the row each change event upserts or deletes, as a
-    struct of the target's fields, and ERROR, DELETE, SKIP, NEW_SCHEMA (cdc/envelope.py)."""
+    struct of the target's fields, and the decoding's columns beside it (ERROR_COLUMN,
+    DELETE_COLUMN, SKIP_COLUMN, NEW_SCHEMA_COLUMN: cdc/envelope.py)."""
 
     def __init__(
         self,
@@ -185,10 +185,10 @@ class DebeziumValues:
                 batch,
                 {
                     self.column: decoded.rows,
-                    ERROR: decoded.error,
-                    DELETE: decoded.delete,
-                    SKIP: decoded.skip,
-                    NEW_SCHEMA: decoded.new_schema,
+                    ERROR_COLUMN: decoded.error,
+                    DELETE_COLUMN: decoded.delete,
+                    SKIP_COLUMN: decoded.skip,
+                    NEW_SCHEMA_COLUMN: decoded.new_schema,
                 },
             )
 
@@ -199,17 +199,18 @@ def _with_columns(batch: pa.RecordBatch, added: dict[str, pa.Array]) -> pa.Recor
 
 
 def decode(records: DataFrame, target: Target, column: str) -> DataFrame:
-    """records with `column` (the row, a struct of the target's fields), ERROR, DELETE, SKIP
-    and NEW_SCHEMA added, decoded in the executors' Python workers."""
+    """records with `column` (the row, a struct of the target's fields), ERROR_COLUMN,
+    DELETE_COLUMN, SKIP_COLUMN and NEW_SCHEMA_COLUMN added, decoded in the executors' Python
+    workers."""
     from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
     assert target.fields is not None
     added = [
         StructField(column, target.fields),
-        StructField(ERROR, StringType()),
-        StructField(DELETE, BooleanType()),
-        StructField(SKIP, BooleanType()),
-        StructField(NEW_SCHEMA, StringType()),
+        StructField(ERROR_COLUMN, StringType()),
+        StructField(DELETE_COLUMN, BooleanType()),
+        StructField(SKIP_COLUMN, BooleanType()),
+        StructField(NEW_SCHEMA_COLUMN, StringType()),
     ]
     values = DebeziumValues(
         target.fields.json(),

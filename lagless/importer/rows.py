@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lagless.cdc import envelope
+from lagless.cdc.envelope import DELETE_COLUMN, ERROR_COLUMN, NEW_SCHEMA_COLUMN, SKIP_COLUMN
 from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
@@ -67,7 +68,7 @@ def _checks(
                 (value.isNotNull() & F.try_parse_json(value.cast("string")).isNull(), INVALID_JSON)
             )
     if target.value_format == "debezium":  # the envelope's reason (envelope.REASONS), as is
-        return [*checks, (F.col(debezium.ERROR).isNotNull(), F.col(debezium.ERROR))]
+        return [*checks, (F.col(ERROR_COLUMN).isNotNull(), F.col(ERROR_COLUMN))]
     if target.fields is None:
         return checks
     parsed = F.col(_PARSED)
@@ -209,8 +210,8 @@ def shape(
         stored = [
             F.unix_millis("timestamp").alias("timestamp"),
             *(parsed[name].alias(name) for name in target.fields.fieldNames()),
-            F.col(debezium.SKIP).alias(debezium.SKIP),
-            F.col(debezium.NEW_SCHEMA).alias(debezium.NEW_SCHEMA),
+            F.col(SKIP_COLUMN).alias(SKIP_COLUMN),
+            F.col(NEW_SCHEMA_COLUMN).alias(NEW_SCHEMA_COLUMN),
         ]
     else:
         if avro is not None:
@@ -218,9 +219,7 @@ def shape(
         else:
             records = _parse_json(records, target.fields)
         stored = [F.unix_millis("timestamp").alias("timestamp"), *_fields(target)]
-    deleted = (
-        F.col(debezium.DELETE) if target.value_format == "debezium" else F.col("value").isNull()
-    )
+    deleted = F.col(DELETE_COLUMN) if target.value_format == "debezium" else F.col("value").isNull()
     extra = []
     if target.mode == "upsert":
         extra = [
@@ -283,7 +282,7 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
 
     rows = shaped.where(F.col(ERROR).isNull())
     if target.value_format == "debezium":
-        rows = _carried_in_batch(rows.where(~F.col(debezium.SKIP)), target)
+        rows = _carried_in_batch(rows.where(~F.col(SKIP_COLUMN)), target)
     rows = rows.select(*target.row_columns)
     if target.mode != "upsert":
         return rows

@@ -5,6 +5,9 @@ offsets (`log_offsets.py`), groups' offsets (`group_offsets.py`), records (`reco
 cluster's topics, configs and groups (`cluster_info.py`), over one connection
 (`connection.py`); and producing (`produce.py`)."""
 
-# A partition, as (topic, partition); offsets of several.
-TP = tuple[str, int]
+from lagless.partitions import TP
+
+# Offsets of several partitions.
 Offsets = dict[TP, int]
+
+__all__ = ["TP", "Offsets"]

@@ -405,7 +405,7 @@ class TaskWrittenSink(Sink):
 
     def run_tasks(self, receipts: DataFrame) -> pa.Table:
         """Per batch: run the batch's tasks, which write the records, and collect their
-        receipts (source.executor_write.RECEIPT_SCHEMA)."""
+        receipts (source.executor_write.RANGE_RECEIPT_SCHEMA)."""
         return receipts.toArrow()
 
     def left_records(self, spark: SparkSession, files: list[str]) -> DataFrame:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from lagless.exceptions import BadInput, ConcurrentImport
+from lagless.partitions import TP
 
-TP = tuple[str, int]
 Range = tuple[int, int]
 
 

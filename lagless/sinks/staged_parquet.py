@@ -13,7 +13,8 @@ of the values it decoded, in the columns and types Spark's rows would have, and 
 other record, as read, to a file under `_left` (a value it did not decode, or one lacking a
 required field: importer/rows.py gives such records their row or their rejection reason).
 
-Runs on executors: imports nothing of lagless but the source's types and task_files.
+Runs on executors: imports nothing of lagless but the decodable types, the planner's ranges
+and task_files.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lagless.decodable_types import DECODABLE_TYPES
 from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 from lagless.sinks.s3 import S3Access
@@ -52,15 +54,6 @@ LEFT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 LEFT_SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 )
-# Spark's types of the columns a typed value may have (source/json_values.py's decodable: the
-# sinks may not import the source), as StructType.json() names them.
-_FIELD_TYPES = {
-    "long": pa.int64(),
-    "integer": pa.int32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "string": pa.string(),
-}
 
 
 def writer(config: Mapping[str, Any], secret: Secret | None = None) -> StagedFiles | TypedFiles:
@@ -107,7 +100,7 @@ def typed_schema(fields_json: str) -> pa.Schema:
     fields = json.loads(fields_json)["fields"]
     return pa.schema(
         [pa.field(f.name, f.type) for f in FILE_SCHEMA if f.name != "value"]
-        + [pa.field(f["name"], _FIELD_TYPES[f["type"]]) for f in fields]
+        + [pa.field(f["name"], DECODABLE_TYPES[f["type"]]) for f in fields]
     )
 
 

@@ -30,7 +30,7 @@ from lagless.sinks.s3 import S3Access
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-RECEIPT_SCHEMA = "file string, records long"
+FILE_RECEIPT_SCHEMA = "file string, records long"
 # The sink's columns (sinks.base.COLUMNS) for raw values; the timestamp in ms since the epoch.
 FILE_SCHEMA = pa.schema(
     [
@@ -46,7 +46,9 @@ FILE_SCHEMA = pa.schema(
 NO_DICTIONARY = ["offset", "timestamp", "value"]
 
 
-class BatchWriter(Protocol):
+class ArrowFileWriter(Protocol):
+    """A file that takes record batches (pyarrow's ParquetWriter, a CSV writer...)."""
+
     def write_batch(self, batch: pa.RecordBatch) -> None: ...
 
     def close(self) -> None: ...
@@ -63,7 +65,7 @@ class StagedFiles:
         self,
         folder: str,
         suffix: str,
-        open_writer: Callable[[Any], BatchWriter],
+        open_writer: Callable[[Any], ArrowFileWriter],
         s3: S3Access | None = None,
     ) -> None:
         self.folder = folder
@@ -164,7 +166,7 @@ def stage_rows(
     else:
         clear(folder)
     task = partial(write_task_file, folder, conform=conform, s3=s3)
-    receipts = rows.mapInArrow(task, RECEIPT_SCHEMA).toArrow()
+    receipts = rows.mapInArrow(task, FILE_RECEIPT_SCHEMA).toArrow()
     return sorted(receipts.column("file").to_pylist())
 
 

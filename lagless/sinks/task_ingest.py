@@ -20,7 +20,7 @@ from lagless.secret import Secret
 
 # `unreachable`: null, or why the server could not take the rows (the driver retries the batch).
 # `conflict`: the table held one of the rows already (a replay), so none were written.
-RECEIPT_SCHEMA = "records long, unreachable string, conflict boolean"
+INGEST_RECEIPT_SCHEMA = "records long, unreachable string, conflict boolean"
 _RECEIPT = pa.schema(
     [("records", pa.int64()), ("unreachable", pa.string()), ("conflict", pa.bool_())]
 )

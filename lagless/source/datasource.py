@@ -44,7 +44,7 @@ from lagless.planner.ranges import OffsetRange
 from lagless.signals import StopFile
 from lagless.source import avro_values, json_values
 from lagless.source.data_loss import lost_offsets, resumed
-from lagless.source.executor_write import RECEIPT_SCHEMA, load_writer, write_task
+from lagless.source.executor_write import RANGE_RECEIPT_SCHEMA, load_writer, write_task
 from lagless.source.options import (
     AVAILABLE_NOW_ENDING_TIMESTAMP,
     EARLIEST,
@@ -116,7 +116,7 @@ class KafkaDataSource(DataSource):
         # Spark calls this at load(): bad options fail there, as Spark's Kafka source's do.
         fields = SourceOptions.parse(self.options, batch=None).decode_json_values
         if EXECUTOR_WRITER in self.options:  # Spark's options: names in any case
-            return RECEIPT_SCHEMA
+            return RANGE_RECEIPT_SCHEMA
         schema = SPARK_SCHEMA_WITH_HEADERS if include_headers(self.options) else SPARK_SCHEMA
         if fields is not None:
             schema += f", {json_values.COLUMN} {json_values.spark_type(fields)}"

@@ -4,7 +4,7 @@ On the usual path a task's records cross into the JVM as rows (Arrow to UnsafeRo
 writer encodes them again; on two cores that JVM work took three times the CPU of reading the
 records in Python. With the `executorWriter` option the source's task writes its batches itself
 through the named writer (into a file, or a store's table) and hands Spark only a receipt per
-piece (RECEIPT_SCHEMA): the driver then makes the batch visible
+piece (RANGE_RECEIPT_SCHEMA): the driver then makes the batch visible
 (TaskWrittenSink.commit_staged). Offsets are still planned and journaled by Spark as before, so
 exactly-once holds as long as the writer's output for a task depends only on the task's pieces
 (a retried or replayed task replaces it, or finds it there) and readers see either none of a
@@ -38,11 +38,11 @@ from lagless.exceptions import BadInput, TerminalError
 from lagless.planner.ranges import OffsetRange
 from lagless.secret import Secret
 
-RECEIPT_SCHEMA = (
+RANGE_RECEIPT_SCHEMA = (
     "file string, left string, topic string, partition int, start long, end long, "
     "records long, bytes long"
 )
-RECEIPT_ARROW_SCHEMA = pa.schema(
+RANGE_RECEIPT_ARROW_SCHEMA = pa.schema(
     [
         ("file", pa.string()),
         ("left", pa.string()),
@@ -132,8 +132,8 @@ def write_task(
         for piece, (records, size) in zip(pieces, counted, strict=True)
     ]
     yield pa.RecordBatch.from_pylist(
-        [dict(zip(RECEIPT_ARROW_SCHEMA.names, row, strict=True)) for row in rows],
-        schema=RECEIPT_ARROW_SCHEMA,
+        [dict(zip(RANGE_RECEIPT_ARROW_SCHEMA.names, row, strict=True)) for row in rows],
+        schema=RANGE_RECEIPT_ARROW_SCHEMA,
     )
 
 

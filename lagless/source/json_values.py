@@ -22,7 +22,7 @@ from_json decides every one of its records) on anything else:
   have: values of at most 50,000 bytes, no run of 1,000 digits, fewer than 1,000 brackets.
 Rows of tombstones (NULL values) stay NULL, as from_json leaves them.
 
-Runs on executors: imports nothing of lagless.
+Runs on executors: imports nothing of lagless but the decodable types.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from lagless.decodable_types import DECODABLE_TYPES
+
 log = logging.getLogger(__name__)
 # The column the decoded values arrive in: a struct of the schema's fields and CORRUPT, NULL
 # where the batch was left to from_json.
@@ -44,13 +46,6 @@ COLUMN = "_lagless_json"
 # from_json's columnNameOfCorruptRecord in importer/rows.py: always NULL here, as from_json
 # leaves it for a value it took.
 CORRUPT = "_lagless_corrupt"
-_TYPES = {
-    "long": pa.int64(),
-    "integer": pa.int32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "string": pa.string(),
-}
 # Any spelling of a non-number either parser knows (Jackson: NaN, Infinity, -INF, ...;
 # RapidJSON: NaN, Inf, Infinity), in any case, where a value starts (after ':', ',' or '['):
 # such a batch is left to from_json. Inside a string it is a needless fallback, never a wrong
@@ -71,14 +66,17 @@ UNDECIDED_RUN = 16
 def decodable(fields_json: str) -> bool:
     """Whether a schema (StructType.json()) holds only columns decoded alike by both parsers."""
     fields = json.loads(fields_json).get("fields", [])
-    return bool(fields) and all(isinstance(f["type"], str) and f["type"] in _TYPES for f in fields)
+    return bool(fields) and all(
+        isinstance(f["type"], str) and f["type"] in DECODABLE_TYPES for f in fields
+    )
 
 
 def arrow_type(fields_json: str) -> pa.StructType:
     """COLUMN's type: the schema's fields, then CORRUPT."""
     fields = json.loads(fields_json)["fields"]
     return pa.struct(
-        [pa.field(f["name"], _TYPES[f["type"]]) for f in fields] + [pa.field(CORRUPT, pa.string())]
+        [pa.field(f["name"], DECODABLE_TYPES[f["type"]]) for f in fields]
+        + [pa.field(CORRUPT, pa.string())]
     )
 
 

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from lagless.exceptions import DataLossError, TerminalError
 from lagless.kafka.config import KafkaConfig
+from lagless.partitions import TP
 from lagless.planner.ranges import OffsetRange
 from lagless.retry import DEFAULT_RETRY_S, away_error, stopped_waiting
 from lagless.source.schema import (
@@ -40,7 +41,6 @@ FIRST_CONSUME = 16
 WARN_EVERY_S = 10.0
 
 Headers = list[tuple[str, bytes]]
-TP = tuple[str, int]
 log = logging.getLogger(__name__)
 
 # A task reads its ranges at once, with one consumer assigned every partition it reads: one

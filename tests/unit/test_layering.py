@@ -15,8 +15,19 @@ from pathlib import Path
 import lagless
 
 # Modules every layer may use: errors, failpoints, stop signals, secrets, an error's first
-# line, logging, retries. They import nothing of lagless but exceptions.
-FOUNDATION = {"exceptions", "failpoints", "signals", "secret", "first_line", "logs", "retry"}
+# line, logging, retries, the partition's type, the types a task decodes. They import nothing
+# of lagless but exceptions.
+FOUNDATION = {
+    "exceptions",
+    "failpoints",
+    "signals",
+    "secret",
+    "first_line",
+    "logs",
+    "retry",
+    "partitions",
+    "decodable_types",
+}
 
 ALLOWED: dict[str, set[str]] = {
     "cli": {

@@ -56,7 +56,7 @@ RETENTION = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 # true); lagless's expiry does it instead (_clean_log).
 NO_LOG_CLEANUP = "delta.enableExpiredLogCleanup"
 # Versions other writers took (appends) that a compaction's entry moves past before it gives up.
-COMMIT_ATTEMPTS = 50
+VERSIONS_PASSED = 50
 # Log entries a reader replays past the last checkpoint, at most (a compaction round's): a
 # round comes every 4 batches of a busy import (importer/maintenance.py), its own entry the
 # fifth, so each such round writes one. Opening a live table with 7 entries past its checkpoint
@@ -159,7 +159,7 @@ class DeltaMaintenance(StoreMaintenance):
         at the next version (Delta's own rule for a rewrite beside blind appends)."""
         gone = {each.path for each in group}
         version = read_version + 1
-        for _ in range(COMMIT_ATTEMPTS):
+        for _ in range(VERSIONS_PASSED):
             entry = _entry(version - 1, group, merged, policy)
             log_path = self.storage.join(folder, LOG, f"{version:020d}.json")
             if self.storage.create_new(log_path, entry.encode()):

@@ -31,6 +31,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.retry import COMMIT_ATTEMPTS, commit_attempts
 from lagless.sinks.base import Target, in_schema
 from lagless.sinks.delta.log import (
     LOG,
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from lagless.sinks.storage import LocalStorage, S3Storage
 
 # Versions other writers take (compaction, another import) before a batch gives up.
-COMMIT_ATTEMPTS = 20
 FILE = "_lagless_file"
 POS = "_lagless_pos"
 # The driver's memory kept for the files it wrote (WrittenFiles): a 1M-row mirror table of
@@ -176,7 +176,7 @@ def upsert(
     holds part of it). `target`: a mirror's, whose batch may take values from the rows it
     replaces (newer_wins.mirrored). `graves`: the tombstones' table, whose newer tombstone of a
     key drops an older record of it. `open_table` reads the table's current version."""
-    for attempt in range(COMMIT_ATTEMPTS):
+    for _ in commit_attempts():
         table = open_table()
         if table.transactions.is_replay(table.delta, table.folder, batch):
             return None
@@ -190,7 +190,6 @@ def upsert(
         table.written.forget(written)
         for path in written:  # another writer took the version: plan again on what it left
             table.storage.remove(path)
-        time.sleep(min(1.0, 0.05 * 2**attempt))
     raise ConcurrentImport(
         f"Delta table {open_table().folder}: {COMMIT_ATTEMPTS} commits lost to other writers in "
         "a row; rerun to resume after what the table holds"

@@ -27,7 +27,6 @@ import contextlib
 import functools
 import os
 import sqlite3
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +41,7 @@ from lagless.cdc.schema_change import check_widening, iceberg_widening, refuse, 
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
+from lagless.retry import COMMIT_ATTEMPTS, commit_attempts
 from lagless.sinks.base import (
     ALREADY_HELD,
     DEAD_LETTER_SCHEMA,
@@ -111,7 +111,6 @@ NO_RETRIES = {"commit.retry.num-retries": "0"}
 # its dictionary. Every write pays it: a batch's rows, compaction, the folds of deletes.
 DICTIONARY_BYTES = {"write.parquet.dict-size-bytes": str(64 * 1024)}
 # Commits lost to other writers before a batch gives up (each re-reads the ledger first).
-COMMIT_ATTEMPTS = 20
 
 Build = Callable[["Transaction", "Table", dict[str, str]], None]
 
@@ -379,7 +378,7 @@ class IcebergSink(FolderTableSink):
         another writer is made again on the table it left."""
         from pyiceberg.exceptions import CommitFailedException
 
-        for _ in range(COMMIT_ATTEMPTS):
+        for _ in commit_attempts():
             found = self._table(table)
             _check_layout(found, table, mode, schema, grows)
             try:
@@ -534,7 +533,7 @@ class IcebergSink(FolderTableSink):
         holds the batch already."""
         from pyiceberg.exceptions import CommitFailedException
 
-        for attempt in range(COMMIT_ATTEMPTS):
+        for _ in commit_attempts():
             found = self._table(table)
             held = held_in(found)
             if verdict(batch, held) is Verdict.REPLAY:
@@ -546,7 +545,7 @@ class IcebergSink(FolderTableSink):
                 tx.commit_transaction()
                 return True
             except CommitFailedException:
-                time.sleep(min(1.0, 0.05 * 2**attempt))
+                continue
         raise ConcurrentImport(
             f"Iceberg table {table!r} of {self.url}: {COMMIT_ATTEMPTS} commits lost to other "
             "writers in a row; rerun to resume after what the table holds"

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
+from lagless.retry import commit_attempts
 from lagless.sinks.base import in_schema
 from lagless.sinks.iceberg.fold import Fold, Folded, moved_positions
 from lagless.sinks.iceberg.row_delta import (
@@ -83,7 +84,6 @@ METADATA = ("data", "metadata")
 # expire_snapshots action honours).
 MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
 # Commits other writers made first that a compaction is built again after before it gives up.
-COMMIT_ATTEMPTS = 20
 # How far a file's modification time (the storage's clock) may be before this machine's.
 CLOCK_MARGIN_MS = 2000
 
@@ -258,7 +258,7 @@ class IcebergMaintenance(StoreMaintenance):
         False."""
         from pyiceberg.exceptions import CommitFailedException
 
-        for _ in range(COMMIT_ATTEMPTS):
+        for _ in commit_attempts():
             found = self.sink._table(table)
             current, deleting = _files(found, self.entries)
             if any(each.file_path not in current for each in removed):
@@ -313,7 +313,7 @@ class IcebergMaintenance(StoreMaintenance):
         from pyiceberg.exceptions import CommitFailedException
 
         written = [f for each in fold.done for f in each.written]
-        for _ in range(COMMIT_ATTEMPTS):
+        for _ in commit_attempts():
             found = self.sink._table(fold.table)
             swap = self._swap(found, fold.done)
             if swap is None:
@@ -584,7 +584,7 @@ def _expire_snapshots(found: Table, cutoff_ms: int, done: Round) -> bool:
     to COMMIT_ATTEMPTS times, then left to the next round."""
     from pyiceberg.exceptions import CommitFailedException
 
-    for _ in range(COMMIT_ATTEMPTS):
+    for _ in commit_attempts():
         kept = _kept(found, cutoff_ms)
         expired = [s.snapshot_id for s in found.metadata.snapshots if s.snapshot_id not in kept]
         if not expired:

@@ -54,7 +54,7 @@ from lagless.sinks.sql import (
     tombstone_layout,
     upsert,
 )
-from lagless.sinks.task_ingest import RECEIPT_SCHEMA, ingest_task_rows
+from lagless.sinks.task_ingest import INGEST_RECEIPT_SCHEMA, ingest_task_rows
 from lagless.sinks.upsert_order import newest_first_sql
 from lagless.sinks.url import SinkUrl, parse_server
 
@@ -229,7 +229,9 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         copy_into = _copies_into(target)
 
         def ingest(table: str) -> pa.Table:
-            receipts = shipped.mapInArrow(partial(ingest_task_rows, uri, table), RECEIPT_SCHEMA)
+            receipts = shipped.mapInArrow(
+                partial(ingest_task_rows, uri, table), INGEST_RECEIPT_SCHEMA
+            )
             collected = receipts.toArrow()
             unreachable = [r for r in collected.column("unreachable").to_pylist() if r]
             if unreachable:
