@@ -48,6 +48,7 @@ from lagless.importer.rows import (
     sql_string,
 )
 from lagless.importer.spec import Checked, ImportSpec
+from lagless.importer.write_path import Way
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopRequest
@@ -164,13 +165,13 @@ class BatchWriter:
         )
 
     def batch_function(self) -> BatchWriter:
-        """foreachBatch's function for a query started now, with the source's options of
-        every table known now: its tasks write the records, or Spark's rows bring them."""
-        self.changes_decoded = self.spec.changes_writer(self.checked.destinations) is not None
-        tasks_write = self.spec.tasks_writer(self.checked.destinations) is not None
+        """foreachBatch's function for a query started now, on the write path the plan
+        decided for its tables (write_path.decide)."""
+        way = self.checked.write_path.way
+        self.changes_decoded = way is Way.CHANGE_FILES
         sink = self.checked.sink
-        task_written = tasks_write and not self.changes_decoded
-        self.task_written = sink if task_written and isinstance(sink, TaskWrittenSink) else None
+        task_files = way is Way.TASK_FILES and isinstance(sink, TaskWrittenSink)
+        self.task_written = sink if task_files and isinstance(sink, TaskWrittenSink) else None
         return self
 
     def refresh(self) -> None:

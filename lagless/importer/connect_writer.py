@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from lagless.exceptions import crossing_spark
 from lagless.importer.spec import Checked, ImportSpec
+from lagless.importer.write_path import WritePath
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
 from lagless.signals import StopFile
@@ -53,6 +54,9 @@ class ServerSideWriter:
     destinations: list[Destination]
     partitions: list[TP]
     lost: list[Lost]
+    # The write path the import's plan decided for these tables (write_path.decide): the
+    # source's options, made in the import's process, follow it.
+    write_path: WritePath
     target_end: Offsets | None
     first_start: Offsets
     channel: str
@@ -83,7 +87,9 @@ class ServerSideWriter:
         for each in self.destinations:  # idempotent: sets up what the sink keeps per target
             sink.prepare(each.target)
         reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
-        checked = Checked(sink, reader, self.partitions, self.destinations, None, self.lost)
+        checked = Checked(
+            sink, reader, self.partitions, self.destinations, None, self.lost, self.write_path
+        )
         committer = GroupCommitter(reader.groups, spec.group) if spec.group else None
         dead_letter_topic = (
             DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
@@ -152,6 +158,7 @@ class ConnectWriter:
             checked.destinations,
             checked.partitions,
             checked.lost,
+            checked.write_path,
             self.target_end,
             self.first_start,
             str(self.channel),

@@ -37,7 +37,7 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
         # As a run would: nothing a table holds already is planned (sinks/ledger.py).
         for each in checked.destinations:
             each.held = checked.sink.ledger(each.target, each.partitions)
-    options = spec.source_options(slots, checked.held, checked=checked)
+    options = spec.source_options(checked, slots)
     reader = KafkaStreamReader(SourceOptions.parse(options))
     table_of = {topic: each.target.table for each in checked.destinations for topic in each.topics}
     try:

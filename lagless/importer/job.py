@@ -137,12 +137,12 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         sizes = sample_meanwhile(checked.reader.records, starts, high)
         warm_up = None
         if spark is None:
-            task_writer = spec.tasks_writer(checked.destinations)
+            path = checked.write_path
             spark = spark_session(
-                spec.master, conf=dict(spec.spark_conf), records_in_jvm=task_writer is None
+                spec.master, conf=dict(spec.spark_conf), records_in_jvm=path.records_in_jvm
             )
             if not is_remote(spark):  # a Connect server's workers are started already
-                warm_up = WarmUp(spark, _task_modules(task_writer))
+                warm_up = WarmUp(spark, _task_modules(path.writer))
                 opened.push(_joined_unless_stopped(warm_up))
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
@@ -413,7 +413,7 @@ def run_query(
         writer.stop = stop
         checked.reader.connection.stop = stop  # the group commits' waits, in this process
         while True:
-            options = spec.source_options(slots, checked.held, sizes, checked)
+            options = spec.source_options(checked, slots, sizes)
             options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
             log.info("the query runs, into %d tables", len(checked.destinations))
@@ -510,6 +510,7 @@ def admit_new_topics(
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
+    checked.decide_write_path(spec.write_options)  # for the tables as they are now
     admitted = topics_of(tp for each in added for tp in each.partitions)
     log.info("new topics %s: their tables are ready", ", ".join(admitted))
     return admitted

@@ -17,7 +17,7 @@ from lagless.cdc.schema_change import SchemaChanges, merged
 from lagless.exceptions import BadInput, SchemaChangeRefused
 from lagless.importer import change_files
 from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets, stopped_tables
-from lagless.importer.cluster import check_tasks_reach_store, executors_share_disk, master_url
+from lagless.importer.cluster import check_tasks_reach_store, master_url
 from lagless.importer.routing import (
     Destination,
     TableTemplate,
@@ -27,6 +27,7 @@ from lagless.importer.routing import (
     topics_of,
 )
 from lagless.importer.value_schema import ValueSchema, resolve
+from lagless.importer.write_path import ROWS, Way, WriteOptions, WritePath, decide, table_writer
 from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
@@ -34,18 +35,15 @@ from lagless.retry import DEFAULT_RETRY_S
 from lagless.sinks import Sink, Target, sink_from_url
 from lagless.sinks.base import (
     Deletes,
-    TaskWriter,
-    TaskWrittenSink,
     ValueFormat,
     WriteMode,
     check_writable_path,
 )
 from lagless.sinks.maintenance import DEFAULT_KEEP_HISTORY_S, DEFAULT_TARGET_FILE_SIZE, Policy
 from lagless.sinks.url import absolute
-from lagless.source import avro_values, json_values, to_json_offsets
+from lagless.source import avro_values, to_json_offsets
 from lagless.source import options as o
 from lagless.source.data_loss import Lost, lost_offsets
-from lagless.source.executor_write import ROUTED_WRITER
 from lagless.source.json_values import decodable
 
 if TYPE_CHECKING:
@@ -161,19 +159,20 @@ class ImportSpec:
     def maintenance_policy(self) -> Policy:
         return Policy(self.target_file_size, self.keep_history_s)
 
-    def target(self, value_schema: ValueSchema | None = None) -> Target:
+    def target(self, sink: Sink, value_schema: ValueSchema | None = None) -> Target:
         """The one table of an import that is not routed."""
         if self.table is None and len(self.topics) != 1:
             raise BadInput(
                 "importing several topics needs --table: one table, or a table per topic "
                 "with --table '{topic}'"
             )
-        return self.target_for(self.table or self.topics[0], value_schema)
+        return self.target_for(self.table or self.topics[0], sink, value_schema)
 
-    def target_for(self, table: str, value_schema: ValueSchema | None = None) -> Target:
+    def target_for(self, table: str, sink: Sink, value_schema: ValueSchema | None = None) -> Target:
+        """The table `table` of the store `sink`, as its name is spelt there."""
         change_log = value_schema is not None and value_schema.change_log is not None
         return Target(
-            sink_from_url(self.sink_url).table_name(table),
+            sink.table_name(table),
             "append" if change_log else self.write,
             self.value_format,
             value_schema.fields if value_schema else None,
@@ -190,14 +189,12 @@ class ImportSpec:
 
     def source_options(
         self,
+        checked: Checked,
         slots: int,
-        held: Offsets | None = None,
         bytes_per_record: Mapping[TP, float] | None = None,
-        checked: Checked | None = None,
     ) -> dict[str, str]:
-        """The lagless-kafka source's options for this import (checked: its tables as the
-        checks resolved them; None: the one table of an import that is not routed, untyped)."""
-        destinations = checked.destinations if checked else [self.untyped_destination()]
+        """The lagless-kafka source's options for this import's next query: its plan's tables,
+        store and write path (checked), and what its ledgers hold."""
         options = self.kafka.source_options()
         options.update(
             {
@@ -214,16 +211,18 @@ class ImportSpec:
             options[o.SUBSCRIBE_PATTERN] = pattern
         else:
             options[o.SUBSCRIBE] = ",".join(topics)
-        writer = self.tasks_writer(destinations)
+        way, writer = checked.write_path.way, checked.write_path.writer
         if self.max_records_per_batch:
             options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
         else:
-            sink = sink_from_url(self.sink_url)
+            sink = checked.sink
             # Records the source's tasks write themselves never wait in the driver's memory;
             # a mirror's decoded events do, while the driver coalesces them.
-            default = Sink.max_batch_bytes if writer is not None else sink.max_batch_bytes
-            if writer is not None and writer.name == change_files.WRITER:
-                default = change_files.MAX_BATCH_BYTES
+            default = {
+                Way.ROWS: sink.max_batch_bytes,
+                Way.TASK_FILES: Sink.max_batch_bytes,
+                Way.CHANGE_FILES: change_files.MAX_BATCH_BYTES,
+            }[way]
             options[o.MAX_BYTES_PER_BATCH] = str(self.max_bytes_per_batch or default)
             options[o.FIRST_BATCH_MAX_BYTES] = str(sink.FIRST_BATCH_MAX_BYTES)
         if self.starting_timestamp is not None:
@@ -237,124 +236,41 @@ class ImportSpec:
                 options[o.EXECUTOR_WRITER_SECRET] = writer.secret.reveal()
             if self.routed:  # a task writes into one table: its pieces are of one topic
                 options[o.ONE_TOPIC_PER_TASK] = "true"
-        if held:
-            options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(held))
+        if checked.held:
+            options[o.HELD_OFFSETS] = json.dumps(to_json_offsets(checked.held))
         if bytes_per_record:
             sizes = {tp: math.ceil(size) for tp, size in bytes_per_record.items()}
             options[o.BYTES_PER_RECORD] = json.dumps(to_json_offsets(sizes))
-        if checked is not None and checked.json_fields_tasks_decode is not None:
+        if checked.json_fields_tasks_decode is not None:
             options[o.DECODE_JSON_VALUES] = checked.json_fields_tasks_decode
-        avro = checked.avro_tasks_decode if checked is not None else None
+        avro = checked.avro_tasks_decode
         if avro is not None and writer is not None:
             options[o.DECODE_AVRO_VALUES] = avro.option()
         options.update(self.extra_source_options)
         return options
-
-    def tasks_writer(self, destinations: list[Destination]) -> TaskWriter | None:
-        """The writer the source's tasks run, when they write every table's records (each
-        table's writer, by topic, for a routed import: executor_write.routed); else None,
-        and every batch comes through Spark's rows. One query reads every table's records:
-        they all take the one path or the other."""
-        changes = self.changes_writer(destinations)
-        if changes is not None:
-            return changes
-        if len({(_json(each.target.fields), each.avro) for each in destinations}) > 1:
-            return None  # the tasks decode values one way for all tables
-        writers = {}
-        for each in destinations:
-            writer = self.executor_writer(each.target)
-            if writer is None:
-                return None
-            writers.update(dict.fromkeys(each.topics, writer))
-        if not writers:
-            return None
-        if not self.routed:
-            return next(iter(writers.values()))
-        secret = next(iter(writers.values())).secret  # one store's
-        routes = {topic: [writer.name, writer.config] for topic, writer in writers.items()}
-        return TaskWriter(ROUTED_WRITER, json.dumps({"routes": routes}), secret)
-
-    def changes_writer(self, destinations: list[Destination]) -> TaskWriter | None:
-        """The writer of the source's tasks when they decode the records of an upsert
-        themselves (importer/change_files.py): every table a mirror of JSON events upserted
-        with hard deletes (soft deletes take Spark's rows) or an upsert of raw values, no
-        --max-record-bytes, a store that upserts the driver's rows, executors that see the
-        driver's disk (the change files lie in the checkpoint). Else None."""
-        if self.max_record_bytes is not None or not destinations:
-            return None
-        if not executors_share_disk(master_url(self.master), self.shared_disk):
-            return None
-        sink = sink_from_url(self.sink_url)
-        targets = {}
-        for each in destinations:
-            target = each.target
-            mirrored = (
-                target.value_format == "debezium"
-                and target.deletes == "hard"
-                and target.fields is not None
-            )
-            raw = target.value_format == "raw" and target.fields is None
-            if (
-                target.mode != "upsert"
-                or not (mirrored or raw)
-                or each.avro is not None
-                or not sink.takes_upsert_rows(target)
-            ):
-                return None
-            targets.update(dict.fromkeys(each.topics, target))
-        config = change_files.task_config(self.changes_folder, targets)
-        return TaskWriter(change_files.WRITER, config)
 
     @property
     def changes_folder(self) -> str:
         """Where the source's tasks write a mirror's change files (change_files.py)."""
         return os.path.join(os.path.abspath(self.checkpoint), "changes")
 
-    def untyped_destination(self) -> Destination:
-        return Destination(self.target(), self.topics, [], "")
+    @property
+    def write_options(self) -> WriteOptions:
+        """What of the options the write path depends on (write_path.decide)."""
+        return WriteOptions(
+            self.max_record_bytes,
+            self.dead_letter_topic,
+            self.routed,
+            self.master,
+            self.shared_disk,
+            self.changes_folder,
+        )
 
     def with_absolute_paths(self) -> ImportSpec:
         """The checkpoint and a local store's path made absolute (the same places)."""
         return replace(
             self, checkpoint=os.path.abspath(self.checkpoint), sink_url=absolute(self.sink_url)
         )
-
-    def executor_writer(self, target: Target | None = None) -> TaskWriter | None:
-        """The store's writer for the source's tasks, when they write this import's records
-        (task_written); else None. target: as the checks resolved it (a typed one's fields)."""
-        target = target or self.target()
-        sink = self.task_written(sink_from_url(self.sink_url), target)
-        return sink.executor_writer(target, _decoded(target)) if sink is not None else None
-
-    def task_written(self, sink: Sink, target: Target | None = None) -> TaskWrittenSink | None:
-        """The sink, when the source's tasks write this import's records themselves: an append
-        without a size limit, of raw values (none can be rejected, none goes to a dead-letter
-        topic) or of typed values in columns of INT, BIGINT, DOUBLE, BOOLEAN and STRING
-        (json_values.decodable), JSON or Avro, which the tasks decode (the values they do not
-        decode, they leave to Spark's rows), into a store that takes them so for this
-        target. Else None: rows go through Spark (Sink.write). target: as the checks resolved
-        it; a typed one is known only then."""
-        target = target or self.target()
-        if (
-            not isinstance(sink, TaskWrittenSink)
-            or target.mode != "append"
-            or target.value_format == "debezium"
-            or self.max_record_bytes is not None
-        ):
-            return None
-        if target.value_format == "raw":
-            if self.dead_letter_topic is not None:
-                return None
-        elif target.fields is None or not decodable(target.fields.json()):
-            return None
-        return sink if sink.executor_writer(target, _decoded(target)) is not None else None
-
-
-def _decoded(target: Target) -> str | None:
-    """The source's column of typed values decoded in its tasks, for a typed target."""
-    if target.fields is None:
-        return None
-    return avro_values.COLUMN if target.value_format == "avro" else json_values.COLUMN
 
 
 @dataclass
@@ -370,6 +286,13 @@ class Checked:
     fit: Fit | None = None
     # Offsets the checkpoint stood at that the log no longer holds (--skip-lost-offsets).
     lost: list[Lost] = field(default_factory=list)
+    # How the next query's batches reach the store (write_path.decide): decided with the
+    # tables, again when a routed import adds tables (job.admit_new_topics).
+    write_path: WritePath = ROWS
+
+    def decide_write_path(self, options: WriteOptions) -> None:
+        """The write path for the tables as they are now: the one place it is decided."""
+        self.write_path = decide(options, self.sink, self.destinations)
 
     @property
     def held(self) -> Offsets:
@@ -431,18 +354,19 @@ def check(spec: ImportSpec) -> Checked:
     template = spec.template
     if not spec.routed:
         # Before the broker is asked anything: where the tasks write does not depend on it.
+        target = spec.target(sink)
         check_tasks_reach_store(
             master_url(spec.master),
             spec.shared_disk,
             sink,
-            spec.target(),
-            spec.executor_writer() is not None,
+            target,
+            table_writer(spec.write_options, sink, target) is not None,
         )
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     fit = Fit.of(
         spec.topics,
         sink.identity,
-        template.text if spec.routed else spec.target().table,
+        template.text if spec.routed else spec.target(sink).table,
         spec.write,
         spec.value_format,
         spec.key_fields,
@@ -461,7 +385,9 @@ def check(spec: ImportSpec) -> Checked:
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
         reader.cluster.partitions([spec.dead_letter_topic])
     destinations = check_destinations(spec, sink, reader, partitions)
-    return Checked(sink, reader, partitions, destinations, fit if new_fit else None, lost)
+    checked = Checked(sink, reader, partitions, destinations, fit if new_fit else None, lost)
+    checked.decide_write_path(spec.write_options)
+    return checked
 
 
 def check_destinations(
@@ -483,13 +409,13 @@ def check_destinations(
             spec.one_topic_per_table,
         )
     else:
-        tables = {spec.target().table: spec.topics}
+        tables = {spec.target(sink).table: spec.topics}
     destinations = []
     stopped = stopped_tables(spec.checkpoint)
     for table, topics in tables.items():
         own = [tp for tp in partitions if tp[0] in topics]
-        value_schema = resolve(spec, own, topics, reader)
-        target = spec.target_for(table, value_schema)
+        value_schema = resolve(spec, sink, own, topics, reader)
+        target = spec.target_for(table, sink, value_schema)
         reason = stopped.get(target.table)
         if reason is None:
             target, reason = _checked(spec, sink, target)
@@ -499,7 +425,7 @@ def check_destinations(
                 spec.shared_disk,
                 sink,
                 target,
-                spec.executor_writer(target) is not None,
+                table_writer(spec.write_options, sink, target) is not None,
             )
         where = f"table {target.table!r} of {sink.url}"
         spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lagless.importer.routing import Destination
     from lagless.importer.spec import ImportSpec
     from lagless.kafka.offset_reader import OffsetReader
+    from lagless.sinks import Sink
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class ValueSchema:
 
 def resolve(
     spec: ImportSpec,
+    sink: Sink,
     partitions: list[tuple[str, int]],
     topics: tuple[str, ...] | None = None,
     reader: OffsetReader | None = None,
@@ -55,7 +57,7 @@ def resolve(
     if spec.key_fields and spec.write != "upsert":
         raise BadInput("--key-field needs --write upsert")
     if spec.value_format == "debezium":
-        schema = _debezium(spec, partitions, topics, reader)
+        schema = _debezium(spec, sink, partitions, topics, reader)
     elif spec.value_format == "avro":
         schema = _avro(spec, topics)
     elif spec.value_schema is not None:
@@ -84,6 +86,7 @@ def resolve(
 
 def _debezium(
     spec: ImportSpec,
+    sink: Sink,
     partitions: list[tuple[str, int]],
     topics: tuple[str, ...],
     reader: OffsetReader | None,
@@ -99,7 +102,10 @@ def _debezium(
         raise BadInput("--value-format debezium takes the columns from the events' schema")
     given = None
     if spec.value_schema is not None:
-        in_jvm = spec.changes_writer([_provisional(spec, topics)]) is None
+        from lagless.importer.write_path import decide
+
+        provisional = _provisional(spec, sink, topics)
+        in_jvm = decide(spec.write_options, sink, [provisional]).records_in_jvm
         given = _json_fields(spec, partitions, topics, records_in_jvm=in_jvm)
     owned = reader is None
     reader = reader or OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
@@ -123,9 +129,9 @@ def _debezium(
     return ValueSchema(fields, change_log=said)
 
 
-def _provisional(spec: ImportSpec, topics: tuple[str, ...]) -> Destination:
+def _provisional(spec: ImportSpec, sink: Sink, topics: tuple[str, ...]) -> Destination:
     """A mirror's table before its columns are known: whether the source's tasks write its
-    change files (ImportSpec.changes_writer) does not depend on them, and Spark, started here
+    change files (write_path.decide) does not depend on them, and Spark, started here
     to parse --value-schema, must start as the import wants it (spark.QUICK_START_JIT where
     no record passes through its JVM: C2 compiling beside a continuous Delta mirror took 0.18
     of a core here)."""
@@ -133,7 +139,8 @@ def _provisional(spec: ImportSpec, topics: tuple[str, ...]) -> Destination:
 
     from lagless.importer.routing import Destination
 
-    return Destination(spec.target_for("table", ValueSchema(StructType([]))), topics, [], "")
+    target = spec.target_for("table", sink, ValueSchema(StructType([])))
+    return Destination(target, topics, [], "")
 
 
 def _avro(spec: ImportSpec, topics: tuple[str, ...]) -> ValueSchema:

@@ -44,6 +44,7 @@ from lagless.progress import Collector, Summary
 from lagless.sinks.base import WriteMode
 from lagless.sinks.url import parse_local
 from tests.harness import sqlite_elsewhere
+from tests.harness.plans import tasks_writer
 from tests.harness.s3 import committed_parquet_files, reader_filesystem, reader_options
 
 pytestmark = pytest.mark.spark
@@ -896,7 +897,7 @@ def test_records_written_by_the_source_tasks_survive_kill_9_at_each_failpoint(
     records = read_topic(kafka, topic_name, PARTITIONS)
     url = sink_url(sink, tmp_path, request)
     spec = small_batches(kafka, topic_name, url, tmp_path)
-    assert spec.executor_writer() is not None  # the path under test
+    assert tasks_writer(spec) is not None  # the path under test
 
     code, _, stderr = run_import_process(cli_args(spec), tmp_path, failpoint)
 

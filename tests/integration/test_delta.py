@@ -21,6 +21,7 @@ from lagless.importer.checkpoint import batch_end_offsets
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
+from tests.harness.plans import tasks_writer
 from tests.integration.test_crash_safety import Record, in_batches, is_newer, read_topic
 
 pytestmark = pytest.mark.spark
@@ -79,7 +80,7 @@ def test_raw_append_lands_every_record_once_readable_by_polars_and_pyarrow(
     records = read_topic(kafka, topic_name, 2)
     # The batches' own commits: no round of compaction after the 4th.
     spec = spec_for(kafka, topic_name, tmp_path, maintain_every_s=0)
-    assert spec.executor_writer() is not None  # the source's tasks write the files
+    assert tasks_writer(spec) is not None  # the source's tasks write the files
 
     summary = run_import(spec, spark=spark)
 

@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 from confluent_kafka import Producer
 
+from lagless.importer.write_path import Way
 from lagless.kafka.config import KafkaConfig
 from tests.harness.mirror_workload import mirror_rows
 from tests.unit.test_cdc_envelope import ROW, event, key, partition_of
@@ -174,7 +175,7 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
     )
     checked = check(spec)
     with checked.sink, checked.reader:
-        assert spec.changes_writer(checked.destinations) is not None  # the tasks decode
+        assert checked.write_path.way is Way.CHANGE_FILES  # the tasks decode
     with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
         summary = run_import(spec, spark=spark)
     # Each batch's line says where its time went: its tasks, or the driver's store commits.

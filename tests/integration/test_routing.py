@@ -170,7 +170,7 @@ def test_a_pattern_imports_three_topics_into_three_delta_tables_the_tasks_write(
     )
     checked = check(named)
     checked.reader.close()
-    writer = named.tasks_writer(checked.destinations)
+    writer = checked.write_path.writer
     assert writer is not None and writer.name == ROUTED_WRITER  # the path under test
     fresh = run_import(named, spark=spark)
 

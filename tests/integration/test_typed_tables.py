@@ -17,6 +17,7 @@ import pyarrow.dataset as ds
 import pytest
 from confluent_kafka import Producer
 
+from lagless.importer import write_path
 from lagless.importer.job import run_import
 from lagless.importer.rows import NOT_AN_OBJECT, missing, wrong_type
 from lagless.importer.spec import ImportSpec
@@ -532,7 +533,6 @@ def test_avro_values_the_tasks_decode_and_write_land_as_spark_rows_would(
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     from lagless.importer.decode import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
-    from lagless.importer.spec import ImportSpec as Spec
     from lagless.sinks.base import DEAD_LETTER_COLUMNS
     from tests.harness.schema_registry import SchemaRegistry
     from tests.integration.test_crash_safety import stored
@@ -583,7 +583,7 @@ def test_avro_values_the_tasks_decode_and_write_land_as_spark_rows_would(
         with caplog.at_level(logging.INFO, "lagless.importer.batch_writer"):
             by_tasks = imported("tasks")
         assert "records left to Spark's rows" in caplog.text  # the path under test
-        monkeypatch.setattr(Spec, "task_written", lambda self, sink, target=None: None)
+        monkeypatch.setattr(write_path, "table_writer", lambda options, sink, target: None)
         by_rows = imported("rows")
 
     assert by_tasks == by_rows

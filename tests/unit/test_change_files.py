@@ -26,8 +26,10 @@ from lagless.importer import change_files
 from lagless.importer.routing import Destination
 from lagless.importer.rows import NULL_KEY
 from lagless.importer.spec import ImportSpec
+from lagless.importer.write_path import Way, change_files_writer, decide
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.ranges import OffsetRange
+from lagless.sinks import sink_from_url
 from lagless.sinks.base import TOMBSTONE, Target
 from lagless.sinks.delta import DeltaSink
 from lagless.sinks.ledger import Batch
@@ -329,7 +331,7 @@ def test_a_task_without_records_writes_an_empty_file(tmp_path):
     assert done.rows.num_rows == 0 and done.rows.column_names == list(TARGET.row_columns)
 
 
-# --- which imports take this path (ImportSpec.changes_writer) ---
+# --- which imports take this path (write_path.decide) ---
 
 
 @pytest.mark.parametrize(
@@ -360,10 +362,15 @@ def test_a_mirror_upserting_with_hard_deletes_is_decoded_by_the_tasks(
         **over,
     )
     destination = Destination(replace(TARGET, **target_over), (TOPIC,), [], "t")
-    writer = spec.changes_writer([destination])
-    assert (writer is not None) == taken
-    if writer is not None:
-        assert spec.tasks_writer([destination]) == writer
+    sink = sink_from_url(spec.sink_url)
+    path = decide(spec.write_options, sink, [destination])
+    assert (path.way is Way.CHANGE_FILES) == taken
+    assert change_files_writer(spec.write_options, sink, [destination]) == (
+        path.writer if taken else None
+    )
+    if taken:
+        writer = path.writer
+        assert writer is not None
         config = json.loads(writer.config)
         assert config["folder"] == str(tmp_path / "ckpt" / "changes")
         assert config["tables"][TOPIC]["key_fields"] == list(destination.target.key_fields)

@@ -7,7 +7,9 @@ import pytest
 
 from lagless.importer.spark import QUICK_START_JIT, driver_java_options
 from lagless.importer.spec import ImportSpec
+from lagless.importer.write_path import table_writer
 from lagless.kafka.config import KafkaConfig
+from lagless.sinks import sink_from_url
 
 
 def test_the_optimizing_compiler_is_left_out_only_when_no_record_passes_the_jvm() -> None:
@@ -36,7 +38,8 @@ def test_the_import_says_whether_its_records_pass_the_jvm(
         checkpoint=str(tmp_path / "ck"),
         **options,  # type: ignore[arg-type]
     )
-    assert (spec.executor_writer() is not None) is tasks_write
+    sink = sink_from_url(spec.sink_url)
+    assert (table_writer(spec.write_options, sink, spec.target(sink)) is not None) is tasks_write
 
 
 class _Started(Exception):
@@ -76,5 +79,5 @@ def test_spark_started_to_parse_a_value_schema_starts_as_the_import_wants_it(
         **options,  # type: ignore[arg-type]
     )
     with pytest.raises(_Started) as start:
-        resolve(spec, [("db.public.accounts", 0)])
+        resolve(spec, sink_from_url(spec.sink_url), [("db.public.accounts", 0)])
     assert start.value.records_in_jvm is records_in_jvm

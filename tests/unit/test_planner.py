@@ -389,6 +389,7 @@ def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
     MIN_TASK_RECORDS, so a remainder that small joins its piece."""
     from lagless.importer.spec import MIN_TASK_RECORDS, ImportSpec
     from lagless.kafka.config import KafkaConfig
+    from tests.harness.plans import offline_plan
 
     ranges = [OffsetRange("bench", p, 0, 79513 if p < 3 else 79512) for p in range(4)]
     sizes = {("bench", 0): 105.0, **{("bench", p): 105.5 for p in (1, 2, 3)}}
@@ -398,4 +399,5 @@ def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
     planned = plan_tasks(ranges, 4, sizes, min_task_records=MIN_TASK_RECORDS)
     assert sorted(planned) == sorted(ranges)  # a piece per partition, nothing cut off
     options = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), "parquet:///lake", "/tmp/c")
-    assert options.source_options(slots=2)["minTaskRecords"] == str(MIN_TASK_RECORDS)
+    source_options = options.source_options(offline_plan(options), slots=2)
+    assert source_options["minTaskRecords"] == str(MIN_TASK_RECORDS)

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from lagless.importer.spec import ImportSpec
+from lagless.importer.write_path import Way
 from lagless.kafka.config import KafkaConfig
 from lagless.sinks import sink_from_url
 from lagless.sinks.base import Sink, Target, TaskWrittenSink
 from lagless.sinks.ledger import TP, Batch
+from tests.harness.plans import offline_plan, tasks_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,11 +53,11 @@ def spec(sink_url: str, **options: Any) -> ImportSpec:
     "url", ["sqlite:///x.db", "parquet:///lake", "delta:///lake", "iceberg:///lake"]
 )
 def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> None:
-    sink = sink_from_url(url)
-    assert spec(url).task_written(sink) is sink
-    assert spec(url).executor_writer() is not None
-    assert spec(url, value_format="json").task_written(sink) is None
-    assert spec(url, max_record_bytes=10).task_written(sink) is None
+    assert tasks_writer(spec(url)) is not None
+    assert offline_plan(spec(url)).write_path.way is Way.TASK_FILES
+    assert tasks_writer(spec(url, value_format="json")) is None
+    assert tasks_writer(spec(url, max_record_bytes=10)) is None
+    assert offline_plan(spec(url, max_record_bytes=10)).write_path.way is Way.ROWS
 
 
 @pytest.mark.parametrize(
@@ -80,35 +82,38 @@ def test_the_tasks_write_a_typed_append(url: str) -> None:
     sink = sink_from_url(url)
     types = [LongType(), StringType(), DoubleType(), BooleanType(), IntegerType()]
     plain = StructType([StructField(f"f{i}", t, i > 0) for i, t in enumerate(types)])
-    typed = replace(spec(url).target(), value_format="json", fields=plain)
+    typed = replace(spec(url).target(sink), value_format="json", fields=plain)
     json_spec = spec(url, value_format="json")
-    assert json_spec.task_written(sink, typed) is sink
-    assert json_spec.executor_writer(typed) is not None
-    assert spec(url, value_format="json", dead_letter_topic="dlt").task_written(sink, typed)
-    assert spec(url, value_format="json", max_record_bytes=10).task_written(sink, typed) is None
+
+    def writes(options: ImportSpec, target: Target, store: Sink = sink) -> bool:
+        return tasks_writer(options, target, store) is not None
+
+    assert writes(json_spec, typed)
+    assert writes(spec(url, value_format="json", dead_letter_topic="dlt"), typed)
+    assert not writes(spec(url, value_format="json", max_record_bytes=10), typed)
     upsert = replace(typed, mode="upsert")
-    assert spec(url, value_format="json", write="upsert").task_written(sink, upsert) is None
+    assert not writes(spec(url, value_format="json", write="upsert"), upsert)
     dated = replace(typed, fields=StructType([*plain.fields, StructField("day", DateType())]))
-    assert json_spec.task_written(sink, dated) is None
+    assert not writes(json_spec, dated)
     avro = replace(typed, value_format="avro")
-    assert spec(url, value_format="avro").task_written(sink, avro) is sink
+    assert writes(spec(url, value_format="avro"), avro)
     dated_avro = replace(dated, value_format="avro")
-    assert spec(url, value_format="avro").task_written(sink, dated_avro) is None
-    assert spec(url, value_format="json").task_written(sink, replace(typed, fields=None)) is None
-    sqlite = sink_from_url("sqlite:///x.db")
-    assert json_spec.task_written(sqlite, typed) is sqlite
-    driver = sink_from_url("sqlite:///x.db?write_from=driver")
-    assert json_spec.task_written(driver, typed) is None
+    assert not writes(spec(url, value_format="avro"), dated_avro)
+    assert not writes(spec(url, value_format="json"), replace(typed, fields=None))
+    assert writes(json_spec, typed, sink_from_url("sqlite:///x.db"))
+    assert not writes(json_spec, typed, sink_from_url("sqlite:///x.db?write_from=driver"))
 
 
 def test_a_store_without_the_task_path_takes_every_batch_through_spark() -> None:
-    assert spec("sqlite:///x.db").task_written(RowsOnlySink("rows:///x", "x")) is None
+    rows_only = RowsOnlySink("rows:///x", "x")
+    assert tasks_writer(spec("sqlite:///x.db"), sink=rows_only) is None
 
 
 def test_a_task_written_store_that_gives_no_writer_takes_rows_through_spark() -> None:
     sink = sink_from_url("sqlite:///x.db?write_from=driver")
     assert isinstance(sink, TaskWrittenSink)
-    assert spec("sqlite:///x.db?write_from=driver").task_written(sink) is None
+    assert tasks_writer(spec("sqlite:///x.db?write_from=driver"), sink=sink) is None
+    assert offline_plan(spec("sqlite:///x.db?write_from=driver")).write_path.way is Way.ROWS
 
 
 def test_a_task_written_store_must_commit_what_the_tasks_staged() -> None:

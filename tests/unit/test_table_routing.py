@@ -24,6 +24,7 @@ from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 from lagless.planner.pack import pack_tasks_per_topic
 from lagless.planner.ranges import OffsetRange
+from lagless.sinks import sink_from_url
 from lagless.sinks.base import check_identifier
 from lagless.source.executor_write import ROUTED_WRITER, RoutedWriter, routed
 
@@ -114,7 +115,7 @@ def test_an_import_is_routed_by_a_pattern_or_a_table_template_only() -> None:
     assert not spec(topics=("a",)).routed
     assert not spec(topics=("a", "b"), table="all").routed
     with pytest.raises(BadInput, match="--table '\\{topic\\}'"):
-        spec(topics=("a", "b")).target()
+        spec(topics=("a", "b")).target(sink_from_url("sqlite:///x.db"))
 
 
 def test_a_checkpoint_remembers_the_pattern_and_the_template(tmp_path) -> None:
