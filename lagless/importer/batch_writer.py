@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -101,9 +102,41 @@ class Finished:
     driver_s: float
 
 
+def open_batch_writer(
+    spec: ImportSpec,
+    checked: Checked,
+    collector: Collector,
+    target_end: Offsets | None,
+    first_start: Offsets,
+    opened: ExitStack,
+    *,
+    overlap: bool,
+) -> BatchWriter:
+    """An import's BatchWriter with what it writes to besides the store (the group's offsets,
+    the dead-letter topic), each opened in `opened`: assembled alike in this process and in a
+    Spark Connect server (connect_writer.py). overlap: the store's commits of a batch run
+    beside the next batch's tasks (this process; a server commits each batch in it)."""
+    committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
+    dead_letter_topic = (
+        opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
+        if spec.dead_letter_topic
+        else None
+    )
+    return BatchWriter(
+        spec,
+        checked,
+        collector,
+        target_end,
+        committer,
+        dead_letter_topic,
+        first_start,
+        overlap=overlap,
+    )
+
+
 class BatchWriter:
     """foreachBatch: write one micro-batch, each table's part with its own ranges, then report
-    it."""
+    it. Made by open_batch_writer."""
 
     def __init__(
         self,
@@ -114,6 +147,8 @@ class BatchWriter:
         committer: GroupCommitter | None = None,
         dead_letter_topic: DeadLetterTopic | None = None,
         first_start: Offsets | None = None,
+        *,
+        overlap: bool = False,
     ) -> None:
         self.spec = spec
         # The tables, each with what its ledger held when the import began (the source reads
@@ -142,9 +177,9 @@ class BatchWriter:
         # next one refused (job.py).
         self.stop: threading.Event | None = None
         self._done_after_stop = False
-        # The store's work of the last batch (its driver's commits), when it runs beside the
-        # next batch's tasks: set by the run (job.py) for this process's writer.
-        self.overlap = False
+        # The store's work of the last batch (its driver's commits) runs beside the next
+        # batch's tasks (this process's writer; open_batch_writer).
+        self.overlap = overlap
         self._store_work: _StoreWork | None = None
         self._last_finished: Finished | None = None
         # A batch's tasks run (a stop waits for them: stopping the query then would interrupt

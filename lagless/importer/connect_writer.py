@@ -20,6 +20,7 @@ import pickle
 import shutil
 import threading
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,37 +74,31 @@ class ServerSideWriter:
 
     def _open(self) -> BatchWriter:
         from lagless import logs
-        from lagless.importer.batch_writer import BatchWriter
-        from lagless.importer.dead_letter_topic import DeadLetterTopic
-        from lagless.importer.group import GroupCommitter
+        from lagless.importer.batch_writer import open_batch_writer
         from lagless.kafka.offset_reader import OffsetReader
         from lagless.sinks import sink_from_url
 
         logs.configure_from_environment(self.log_settings)
         spec = self.spec
-        # Opened for the query's life: the server ends this process when the query stops.
-        sink = sink_from_url(spec.sink_url).__enter__()
+        # Opened for the query's life, never closed here: the server ends this process when
+        # the query stops.
+        opened = ExitStack()
+        sink = opened.enter_context(sink_from_url(spec.sink_url))
         sink.retry_s = spec.retry_seconds
         for each in self.destinations:  # idempotent: sets up what the sink keeps per target
             sink.prepare(each.target)
-        reader = OffsetReader(spec.kafka, retry_s=spec.retry_seconds)
+        reader = opened.enter_context(OffsetReader(spec.kafka, retry_s=spec.retry_seconds))
         checked = Checked(
             sink, reader, self.partitions, self.destinations, None, self.lost, self.write_path
         )
-        committer = GroupCommitter(reader.groups, spec.group) if spec.group else None
-        dead_letter_topic = (
-            DeadLetterTopic(spec.kafka, spec.dead_letter_topic).__enter__()
-            if spec.dead_letter_topic
-            else None
-        )
-        writer = BatchWriter(
+        writer = open_batch_writer(
             spec,
             checked,
             ProgressFile(self.channel),
             self.target_end,
-            committer,
-            dead_letter_topic,
             self.first_start,
+            opened,
+            overlap=False,
         )
         writer.summary = self.summary
         writer.stop = StopFile(Path(self.channel, STOP))

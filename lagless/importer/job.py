@@ -34,7 +34,7 @@ from lagless.exceptions import (
     worker_error,
 )
 from lagless.first_line import first_line
-from lagless.importer.batch_writer import BatchWriter
+from lagless.importer.batch_writer import BatchWriter, open_batch_writer
 from lagless.importer.checkpoint import (
     committed_ranges,
     last_end_offsets,
@@ -47,7 +47,6 @@ from lagless.importer.checkpoint import (
     write_fit,
 )
 from lagless.importer.connect_writer import ConnectWriter
-from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.routing import (
@@ -371,23 +370,9 @@ def _writer(
         connect = ConnectWriter(spec, checked, collector, start.target_end, start.first_start)
         opened.callback(connect.close)
         return connect
-    committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
-    dead_letter_topic = (
-        opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
-        if spec.dead_letter_topic
-        else None
+    return open_batch_writer(
+        spec, checked, collector, start.target_end, start.first_start, opened, overlap=True
     )
-    writer = BatchWriter(
-        spec,
-        checked,
-        collector,
-        start.target_end,
-        committer,
-        dead_letter_topic,
-        start.first_start,
-    )
-    writer.overlap = True
-    return writer
 
 
 def run_query(
