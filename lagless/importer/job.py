@@ -103,8 +103,7 @@ class Start:
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     """Check, read every table's ledger, start Spark, then run the query (run_query) until the
     backlog is drained or a stop is asked for; everything opened is closed however it ends."""
-    from lagless.importer.spark import is_connect, is_remote, spark_session
-    from lagless.importer.warm_up import WarmUp
+    from lagless.importer.spark import is_connect, is_remote
 
     collector = collector or Collector()
     if is_connect(spec.master):
@@ -116,16 +115,8 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         opened.enter_context(checked.sink)
         opened.enter_context(checked.reader)
         low, high = checked.reader.log.watermarks(checked.partitions)
-        read_ledgers(spec, checked, checked.destinations, low, high)
-        done = last_end_offsets(spec.checkpoint)
+        done = resume(spec, checked, collector, low, high)
         held = checked.held
-        gone = deleted_before_read(low, held, done)
-        if gone is not None:
-            refuse_an_incomplete_mirror(spec, low, held, done)
-            collector.warn(gone)
-        for each in checked.destinations:
-            if each.warning is not None:
-                collector.warn(each.warning)
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
@@ -136,13 +127,7 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         sizes = sample_meanwhile(checked.reader.records, starts, high)
         warm_up = None
         if spark is None:
-            path = checked.write_path
-            spark = spark_session(
-                spec.master, conf=dict(spec.spark_conf), records_in_jvm=path.records_in_jvm
-            )
-            if not is_remote(spark):  # a Connect server's workers are started already
-                warm_up = WarmUp(spark, _task_modules(path.writer))
-                opened.push(_joined_unless_stopped(warm_up))
+            spark, warm_up = _start_spark(spec, checked, opened)
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
         # next import's other arguments.
@@ -163,6 +148,44 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         log.info("import done: %s", writer.summary.as_dict())
     refuse_stopped_tables(spec, checked)
     return writer.summary
+
+
+def resume(
+    spec: ImportSpec, checked: Checked, collector: Collector, low: Offsets, high: Offsets
+) -> Offsets:
+    """Where the run resumes: each table's ledger read (read_ledgers), what the broker deleted
+    before any run read it said (or refused, for a mirror), the tables' warnings passed on;
+    the offsets the checkpoint's last batch ended at returned."""
+    read_ledgers(spec, checked, checked.destinations, low, high)
+    done = last_end_offsets(spec.checkpoint)
+    gone = deleted_before_read(low, checked.held, done)
+    if gone is not None:
+        refuse_an_incomplete_mirror(spec, low, checked.held, done)
+        collector.warn(gone)
+    for each in checked.destinations:
+        if each.warning is not None:
+            collector.warn(each.warning)
+    return done
+
+
+def _start_spark(
+    spec: ImportSpec, checked: Checked, opened: ExitStack
+) -> tuple[Any, WarmUp | None]:
+    """Spark's session, started as the plan's write path wants it (records through its JVM or
+    not), and the warm-up of its Python workers (none on a Connect server, whose workers are
+    up already), joined as the run ends."""
+    from lagless.importer.spark import is_remote, spark_session
+    from lagless.importer.warm_up import WarmUp
+
+    path = checked.write_path
+    spark = spark_session(
+        spec.master, conf=dict(spec.spark_conf), records_in_jvm=path.records_in_jvm
+    )
+    if is_remote(spark):
+        return spark, None
+    warm_up = WarmUp(spark, _task_modules(path.writer))
+    opened.push(_joined_unless_stopped(warm_up))
+    return spark, warm_up
 
 
 def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:

@@ -211,20 +211,8 @@ class ImportSpec:
             options[o.SUBSCRIBE_PATTERN] = pattern
         else:
             options[o.SUBSCRIBE] = ",".join(topics)
-        way, writer = checked.write_path.way, checked.write_path.writer
-        if self.max_records_per_batch:
-            options[o.MAX_RECORDS_PER_BATCH] = str(self.max_records_per_batch)
-        else:
-            sink = checked.sink
-            # Records the source's tasks write themselves never wait in the driver's memory;
-            # a mirror's decoded events do, while the driver coalesces them.
-            default = {
-                Way.ROWS: sink.max_batch_bytes,
-                Way.TASK_FILES: Sink.max_batch_bytes,
-                Way.CHANGE_FILES: change_files.MAX_BATCH_BYTES,
-            }[way]
-            options[o.MAX_BYTES_PER_BATCH] = str(self.max_bytes_per_batch or default)
-            options[o.FIRST_BATCH_MAX_BYTES] = str(sink.FIRST_BATCH_MAX_BYTES)
+        options.update(self._batch_limits(checked))
+        writer = checked.write_path.writer
         if self.starting_timestamp is not None:
             options[o.STARTING_TIMESTAMP] = str(self.starting_timestamp)
         if self.ending_timestamp is not None:
@@ -248,6 +236,23 @@ class ImportSpec:
             options[o.DECODE_AVRO_VALUES] = avro.option()
         options.update(self.extra_source_options)
         return options
+
+    def _batch_limits(self, checked: Checked) -> dict[str, str]:
+        """The source's limits of a batch: --max-records-per-batch, else bytes, by default what
+        the plan's write path holds in the driver's memory (records the tasks write never wait
+        there; a mirror's decoded events do, while the driver coalesces them)."""
+        if self.max_records_per_batch:
+            return {o.MAX_RECORDS_PER_BATCH: str(self.max_records_per_batch)}
+        sink = checked.sink
+        default = {
+            Way.ROWS: sink.max_batch_bytes,
+            Way.TASK_FILES: Sink.max_batch_bytes,
+            Way.CHANGE_FILES: change_files.MAX_BATCH_BYTES,
+        }[checked.write_path.way]
+        return {
+            o.MAX_BYTES_PER_BATCH: str(self.max_bytes_per_batch or default),
+            o.FIRST_BATCH_MAX_BYTES: str(sink.FIRST_BATCH_MAX_BYTES),
+        }
 
     @property
     def changes_folder(self) -> str:
