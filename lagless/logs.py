@@ -1,8 +1,10 @@
 """Where lagless logs: one file (or stderr on request), plain or JSON lines, configured here only.
 
 stderr belongs to the one-line error (cli/main.py) and the progress display, so the log goes to
-a file by default: $LAGLESS_LOG_FILE, else $XDG_STATE_HOME/lagless/lagless.log (by default
-~/.local/state/lagless/lagless.log). Spark's own log (log4j, importer/log4j2.properties) goes to
+a file by default: $LAGLESS_LOG_FILE, else, for an import, a file of its checkpoint's,
+$XDG_STATE_HOME/lagless/imports/<checkpoint's name>-<digest of its path>.log (every run of
+that import, and no other's), else $XDG_STATE_HOME/lagless/lagless.log (by default under
+~/.local/state). Spark's own log (log4j, importer/log4j2.properties) goes to
 the same file at ERROR, or WARN at --log-level debug. The settings travel in the environment to
 the processes Spark starts (Python workers, the stream source's runner): code there calls
 `configure_from_environment()` before it logs, so a retry in a task lands in the same file.
@@ -10,6 +12,7 @@ the processes Spark starts (Python workers, the stream source's runner): code th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -32,11 +35,29 @@ _configured_file: str | None = None
 _handler: logging.Handler | None = None
 
 
-def default_log_file() -> str:
+def default_log_file(checkpoint: str | None = None) -> str:
+    """$LAGLESS_LOG_FILE; else the import's own file when it has a checkpoint (checkpoint_log);
+    else the user's lagless.log."""
     if os.environ.get(FILE_ENV):
         return os.environ[FILE_ENV]
+    if checkpoint:
+        return checkpoint_log(checkpoint)
+    return str(_state() / "lagless.log")
+
+
+def checkpoint_log(checkpoint: str) -> str:
+    """The log of every run of the import whose checkpoint is `checkpoint`: kept beside the
+    user's other lagless state, not in the checkpoint (a refused import leaves no checkpoint),
+    named by the checkpoint's folder and a digest of its absolute path (ImportSpec.run_id's)."""
+    path = os.path.abspath(checkpoint)
+    digest = hashlib.sha256(path.encode()).hexdigest()[:12]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(path))
+    return str(_state() / "imports" / f"{name or 'checkpoint'}-{digest}.log")
+
+
+def _state() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "lagless" / "lagless.log")
+    return Path(state) / "lagless"
 
 
 def log_file() -> str | None:
@@ -44,11 +65,16 @@ def log_file() -> str | None:
     return _configured_file
 
 
-def configure(level: str = DEFAULT_LEVEL, file: str | None = None, as_json: bool = False) -> str:
-    """Log lagless's records at `level` to `file` (default_log_file(); "-": stderr); the file
-    is also exported to the processes Spark starts. Returns where the log goes."""
+def configure(
+    level: str = DEFAULT_LEVEL,
+    file: str | None = None,
+    as_json: bool = False,
+    checkpoint: str | None = None,
+) -> str:
+    """Log lagless's records at `level` to `file` (default_log_file(checkpoint); "-": stderr);
+    the file is also exported to the processes Spark starts. Returns where the log goes."""
     global _configured_file
-    where = file or default_log_file()
+    where = file or default_log_file(checkpoint)
     handler: logging.Handler
     if where == STDERR:
         handler = logging.StreamHandler(sys.stderr)

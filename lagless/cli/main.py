@@ -60,8 +60,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-file",
         metavar="PATH",
-        help="where the log goes ('-': stderr; default: $LAGLESS_LOG_FILE, else "
-        "$XDG_STATE_HOME/lagless/lagless.log, i.e. ~/.local/state/lagless/lagless.log)",
+        help="where the log goes ('-': stderr; default: $LAGLESS_LOG_FILE, else an import's "
+        "own file, one per --checkpoint, under $XDG_STATE_HOME/lagless/imports/, else "
+        "$XDG_STATE_HOME/lagless/lagless.log; $XDG_STATE_HOME is ~/.local/state by default)",
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     parser.add_argument(
@@ -192,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stopped:  # before the command began
         print(one_line(stopped), file=sys.stderr, flush=True)
         return exit_code(stopped)
-    where = logs.configure(args.log_level, args.log_file, args.log_json)
+    checkpoint = getattr(args, "checkpoint", None)  # an import logs into its own file
+    where = logs.configure(args.log_level, args.log_file, args.log_json, checkpoint)
     log.debug("lagless %s", " ".join(argv))
     try:
         code = int(args.func(args) or 0)
