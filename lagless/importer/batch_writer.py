@@ -38,6 +38,7 @@ from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import SchemaChanged, tell_columns_gone
 from lagless.importer.group import GroupCommitter
 from lagless.importer.maintenance import schedule_for
+from lagless.importer.plan import ImportPlan
 from lagless.importer.routing import Destination
 from lagless.importer.rows import (
     BYTES,
@@ -48,7 +49,7 @@ from lagless.importer.rows import (
     shape,
     sql_string,
 )
-from lagless.importer.spec import Checked, ImportSpec
+from lagless.importer.spec import ImportSpec
 from lagless.importer.write_path import Way
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
@@ -104,7 +105,7 @@ class Finished:
 
 def open_batch_writer(
     spec: ImportSpec,
-    checked: Checked,
+    plan: ImportPlan,
     collector: Collector,
     target_end: Offsets | None,
     first_start: Offsets,
@@ -116,7 +117,7 @@ def open_batch_writer(
     the dead-letter topic), each opened in `opened`: assembled alike in this process and in a
     Spark Connect server (connect_writer.py). overlap: the store's commits of a batch run
     beside the next batch's tasks (this process; a server commits each batch in it)."""
-    committer = GroupCommitter(checked.reader.groups, spec.group) if spec.group else None
+    committer = GroupCommitter(plan.reader.groups, spec.group) if spec.group else None
     dead_letter_topic = (
         opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))
         if spec.dead_letter_topic
@@ -124,7 +125,7 @@ def open_batch_writer(
     )
     return BatchWriter(
         spec,
-        checked,
+        plan,
         collector,
         target_end,
         committer,
@@ -141,7 +142,7 @@ class BatchWriter:
     def __init__(
         self,
         spec: ImportSpec,
-        checked: Checked,
+        plan: ImportPlan,
         collector: Collector,
         target_end: Offsets | None,
         committer: GroupCommitter | None = None,
@@ -154,7 +155,7 @@ class BatchWriter:
         # The tables, each with what its ledger held when the import began (the source reads
         # nothing below it): with Spark's journaled ends, a batch's ranges in each. A routed
         # import adds the tables of topics that appear while it runs (job.admit_new_topics).
-        self.checked = checked
+        self.plan = plan
         self.collector = collector
         self.target_end = target_end
         # Where the query's first batch starts.
@@ -162,10 +163,10 @@ class BatchWriter:
         # Upsert: each partition's log time where the next batch starts (upsert_order.py):
         # each table's ledger's at the start (read after prepare, which gives a ledger an
         # earlier lagless made its column), then what each batch read.
-        self.log_times: dict[TP, int] = ledger_log_times(checked)
+        self.log_times: dict[TP, int] = ledger_log_times(plan)
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
-        self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
-        self.counted_before_run = {lost.tp: lost.skipped_range for lost in checked.lost}
+        self.summary = Summary(skipped=sum(lost.skipped for lost in plan.lost))
+        self.counted_before_run = {lost.tp: lost.skipped_range for lost in plan.lost}
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         # The store, when the source's tasks write the records; None: rows come through Spark.
@@ -192,9 +193,9 @@ class BatchWriter:
         self.last_end: Offsets = {}
         # Compaction and expiry of the import's tables between batches (maintenance.py).
         self.maintenance = schedule_for(
-            checked.sink,
+            plan.sink,
             spec.run_id,
-            lambda: [each.target.table for each in checked.destinations],
+            lambda: [each.target.table for each in plan.destinations],
             spec.maintenance_policy,
             spec.maintain_every_s,
         )
@@ -202,9 +203,9 @@ class BatchWriter:
     def batch_function(self) -> BatchWriter:
         """foreachBatch's function for a query started now, on the write path the plan
         decided for its tables (write_path.decide)."""
-        way = self.checked.write_path.way
+        way = self.plan.write_path.way
         self.changes_decoded = way is Way.CHANGE_FILES
-        sink = self.checked.sink
+        sink = self.plan.sink
         task_files = way is Way.TASK_FILES and isinstance(sink, TaskWrittenSink)
         self.task_written = sink if task_files and isinstance(sink, TaskWrittenSink) else None
         return self
@@ -215,7 +216,7 @@ class BatchWriter:
     def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
         """The batch as the store commits it (its ranges, every table's), and its end offsets."""
         end = batch_end_offsets(self.spec.checkpoint, batch_id)
-        ranges = batch_ranges(self._batch_start(batch_id), end, self.checked.held)
+        ranges = batch_ranges(self._batch_start(batch_id), end, self.plan.held)
         return Batch(batch_id, ranges), end
 
     def _batch_start(self, batch_id: int) -> Offsets:
@@ -234,13 +235,13 @@ class BatchWriter:
         batch is written, the run loop prepares their tables and replays it."""
         covered = batch.covered
         new = sorted(
-            {t for t, _ in covered} - {t for d in self.checked.destinations for t in d.topics}
+            {t for t, _ in covered} - {t for d in self.plan.destinations for t in d.topics}
         )
         if new:
             raise NewTopics(f"batch {batch.id} reads new topics {', '.join(new)}")
         parts = [
             (each, Batch(batch.id, each.ranges_of(batch.ranges)))
-            for each in self.checked.destinations
+            for each in self.plan.destinations
             if each.stopped is None
         ]
         return [part for part in parts if part[1].covered] or parts[:1]
@@ -411,7 +412,7 @@ class BatchWriter:
     ) -> None:
         """failOnDataLoss=false: the batch's offsets that retention deleted before they were
         read (below the log start, and no record came from them) count as skipped."""
-        low, _ = self.checked.reader.log.watermarks(list(end))
+        low, _ = self.plan.reader.log.watermarks(list(end))
         skipped = 0
         for tp, until in end.items():
             since = start.get(tp, until)
@@ -528,17 +529,17 @@ class BatchWriter:
         coalesced = change_files.coalesce(changes, target, self.log_times)
         if coalesced.truncated and not self._holds(destination, batch):
             log.info("%s: emptied by a TRUNCATE", destination.where)
-            self.checked.sink.empty(target)
+            self.plan.sink.empty(target)
         dead: dict[str, int] = {}
         rejected = coalesced.rejected
         if rejected.num_rows:
             if self.dead_letter_topic is not None:
                 self.dead_letter_topic.send(rejected)
-            self.checked.sink.write_dead_letters(spark.createDataFrame(rejected), target, batch)
+            self.plan.sink.write_dead_letters(spark.createDataFrame(rejected), target, batch)
             dead = dict(Counter(rejected.column("error").to_pylist()))
         after = self._log_times_after(partitions, [coalesced.newest.get(tp) for tp in partitions])
         batch.log_times.update(after)
-        told = self.checked.sink.upsert_rows(coalesced.rows, target, batch)
+        told = self.plan.sink.upsert_rows(coalesced.rows, target, batch)
         self.log_times.update(after)
         failpoint("after-write")
         by_partition = _records_by_partition(collected)
@@ -600,7 +601,7 @@ class BatchWriter:
             collected = rejected.toArrow()  # once, for the topic and the table both
             self.dead_letter_topic.send(collected)
             rejected = records.sparkSession.createDataFrame(collected)
-        self.checked.sink.write_dead_letters(rejected, destination.target, batch)
+        self.plan.sink.write_dead_letters(rejected, destination.target, batch)
         dead.update({r: n for r, n in rejected_by_reason.items() if n})
 
     def _write_tables(
@@ -612,7 +613,7 @@ class BatchWriter:
 
         written = Tally()
         _no_constraint_propagation(records.sparkSession)
-        several = len(self.checked.destinations) > 1
+        several = len(self.plan.destinations) > 1
         kept = several and len(parts) > 1
         if kept:
             records = records.persist()
@@ -639,7 +640,7 @@ class BatchWriter:
     def _holds(self, destination: Destination, batch: Batch) -> bool:
         """The table's ledger holds the batch already (a replay): a TRUNCATE in it was applied
         with it, and the rows after it; it is not applied again."""
-        held = self.checked.sink.ledger(destination.target, sorted(batch.covered))
+        held = self.plan.sink.ledger(destination.target, sorted(batch.covered))
         return bool(batch.covered) and all(
             held.get(tp, 0) >= end for tp, (_, end) in batch.covered.items()
         )
@@ -688,8 +689,8 @@ class BatchWriter:
             given = [c.name for c in row_columns(json.loads(schema))]
             own = [*CDC_COLUMNS, DELETED]
             tell_columns_gone(destination.where, fields.fieldNames(), [*given, *own])
-        self.checked.sink.check(grown)
-        self.checked.sink.prepare(grown)
+        self.plan.sink.check(grown)
+        self.plan.sink.prepare(grown)
         destination.target = grown
 
     def _write_rows(
@@ -701,7 +702,7 @@ class BatchWriter:
         written: Tally,
     ) -> None:
         target = destination.target
-        sink = self.checked.sink
+        sink = self.plan.sink
         shaped, observation, reasons = self._shaped(records, destination, batch, partitions)
         failpoint("before-write")
         dead: dict[str, int] = {}
@@ -737,7 +738,7 @@ class BatchWriter:
         return after
 
     def remaining_lag(self, end: Offsets) -> int:
-        latest = self.target_end or self.checked.reader.log.latest(self.checked.partitions)
+        latest = self.target_end or self.plan.reader.log.latest(self.plan.partitions)
         return sum(max(0, high - end.get(tp, 0)) for tp, high in latest.items())
 
 
@@ -783,13 +784,13 @@ def _written(told: int | Written | None, stored: int) -> tuple[int, bool]:
     return (stored if told is None else told), False
 
 
-def ledger_log_times(checked: Checked) -> dict[TP, int]:
+def ledger_log_times(plan: ImportPlan) -> dict[TP, int]:
     """Each upsert table's log times where its ledger ends (Sink.log_times): a topic partition
     lands in one table."""
     found: dict[TP, int] = {}
-    for each in checked.destinations:
+    for each in plan.destinations:
         if each.target.mode == "upsert":
-            found.update(checked.sink.log_times(each.target, each.partitions))
+            found.update(plan.sink.log_times(each.target, each.partitions))
     return found
 
 

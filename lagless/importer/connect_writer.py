@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lagless.exceptions import crossing_spark
-from lagless.importer.spec import Checked, ImportSpec
+from lagless.importer.plan import ImportPlan
+from lagless.importer.spec import ImportSpec
 from lagless.importer.write_path import WritePath
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
@@ -88,12 +89,12 @@ class ServerSideWriter:
         for each in self.destinations:  # idempotent: sets up what the sink keeps per target
             sink.prepare(each.target)
         reader = opened.enter_context(OffsetReader(spec.kafka, retry_s=spec.retry_seconds))
-        checked = Checked(
+        plan = ImportPlan(
             sink, reader, self.partitions, self.destinations, None, self.lost, self.write_path
         )
         writer = open_batch_writer(
             spec,
-            checked,
+            plan,
             ProgressFile(self.channel),
             self.target_end,
             self.first_start,
@@ -124,19 +125,19 @@ class ConnectWriter:
     def __init__(
         self,
         spec: ImportSpec,
-        checked: Checked,
+        plan: ImportPlan,
         collector: Collector,
         target_end: Offsets | None,
         first_start: Offsets,
     ) -> None:
         self.spec = spec
-        self.checked = checked
+        self.plan = plan
         self.collector = collector
         self.target_end = target_end
         self.first_start = first_start
         self.channel = Path(spec.checkpoint, f"connect-{uuid.uuid4().hex[:12]}")
         self.channel.mkdir(parents=True)
-        self.summary = Summary(skipped=sum(lost.skipped for lost in checked.lost))
+        self.summary = Summary(skipped=sum(lost.skipped for lost in plan.lost))
         self.done = 0
         # A batch's error reaches this process inside the query's (job.stopped_by).
         self.failure: BaseException | None = None
@@ -147,13 +148,13 @@ class ConnectWriter:
         """The recipe for a query started now, with every table known now."""
         from lagless import logs
 
-        checked = self.checked
+        plan = self.plan
         return ServerSideWriter(
             self.spec,
-            checked.destinations,
-            checked.partitions,
-            checked.lost,
-            checked.write_path,
+            plan.destinations,
+            plan.partitions,
+            plan.lost,
+            plan.write_path,
             self.target_end,
             self.first_start,
             str(self.channel),

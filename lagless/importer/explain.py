@@ -9,8 +9,9 @@ from typing import Any
 
 from lagless.importer.checkpoint import last_end_offsets
 from lagless.importer.cluster import master_url
+from lagless.importer.plan import check, source_options
 from lagless.importer.routing import Destination
-from lagless.importer.spec import ImportSpec, check, slots_for
+from lagless.importer.spec import ImportSpec, slots_for
 from lagless.source import to_json_offsets
 from lagless.source.datasource import KafkaStreamReader, RangePartition
 from lagless.source.options import SourceOptions
@@ -31,15 +32,15 @@ def default_slots(master: str | None, conf: dict[str, str]) -> int:
 def explain(spec: ImportSpec) -> dict[str, Any]:
     """The next batch's tasks, and the tables it writes into: each with its topics, what its
     ledger holds, and the records of the next batch that are its own."""
-    checked = check(spec)
+    plan = check(spec)
     slots = spec.slots or default_slots(spec.master, dict(spec.spark_conf))
-    with checked.sink, checked.reader:
+    with plan.sink, plan.reader:
         # As a run would: nothing a table holds already is planned (sinks/ledger.py).
-        for each in checked.destinations:
-            each.held = checked.sink.ledger(each.target, each.partitions)
-    options = spec.source_options(checked, slots)
+        for each in plan.destinations:
+            each.held = plan.sink.ledger(each.target, each.partitions)
+    options = source_options(spec, plan, slots)
     reader = KafkaStreamReader(SourceOptions.parse(options))
-    table_of = {topic: each.target.table for each in checked.destinations for topic in each.topics}
+    table_of = {topic: each.target.table for each in plan.destinations for topic in each.topics}
     try:
         if spec.mode == "bulk":
             reader.prepareForTriggerAvailableNow()
@@ -70,7 +71,7 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
             )
     finally:
         reader.stop()
-    return {"slots": slots, "tables": _tables(checked.destinations, tasks), "tasks": tasks}
+    return {"slots": slots, "tables": _tables(plan.destinations, tasks), "tasks": tasks}
 
 
 def _tables(destinations: list[Destination], tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:

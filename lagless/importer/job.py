@@ -49,20 +49,20 @@ from lagless.importer.checkpoint import (
 from lagless.importer.connect_writer import ConnectWriter
 from lagless.importer.debezium import tell_columns_gone
 from lagless.importer.group import GroupCommitter
+from lagless.importer.plan import (
+    ImportPlan,
+    check,
+    check_destinations,
+    source_options,
+    timestamp_offsets,
+)
 from lagless.importer.routing import (
     Destination,
     refuse_a_collision,
     refuse_a_merge,
     topics_of,
 )
-from lagless.importer.spec import (
-    Checked,
-    ImportSpec,
-    check,
-    check_destinations,
-    slots_for,
-    timestamp_offsets,
-)
+from lagless.importer.spec import ImportSpec, slots_for
 from lagless.importer.table_lag import history_of_another_topic
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
@@ -109,67 +109,67 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
     if is_connect(spec.master):
         # A Spark Connect server resolves paths from its own working folder, not this one.
         spec = spec.with_absolute_paths()
-    checked = check(spec)
+    plan = check(spec)
 
     with ExitStack() as opened:
-        opened.enter_context(checked.sink)
-        opened.enter_context(checked.reader)
-        low, high = checked.reader.log.watermarks(checked.partitions)
-        done = resume(spec, checked, collector, low, high)
-        held = checked.held
+        opened.enter_context(plan.sink)
+        opened.enter_context(plan.reader)
+        low, high = plan.reader.log.watermarks(plan.partitions)
+        done = resume(spec, plan, collector, low, high)
+        held = plan.held
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
-        if spec.mode == "bulk" and not checked.lost and all(starts[tp] >= high[tp] for tp in high):
-            return up_to_date(spec, checked, collector)
+        if spec.mode == "bulk" and not plan.lost and all(starts[tp] >= high[tp] for tp in high):
+            return up_to_date(spec, plan, collector)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
-        sizes = sample_meanwhile(checked.reader.records, starts, high)
+        sizes = sample_meanwhile(plan.reader.records, starts, high)
         warm_up = None
         if spark is None:
-            spark, warm_up = _start_spark(spec, checked, opened)
+            spark, warm_up = _start_spark(spec, plan, opened)
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
         # next import's other arguments.
-        if checked.fit is not None:
-            write_fit(spec.checkpoint, checked.fit)
-        prepare(spec, checked, checked.destinations)
-        start = start_offsets(spec, checked, low, high, done)
+        if plan.fit is not None:
+            write_fit(spec.checkpoint, plan.fit)
+        prepare(spec, plan, plan.destinations)
+        start = start_offsets(spec, plan, low, high, done)
         write_first_start(spec.checkpoint, start.first_start)
-        writer = _writer(spec, checked, collector, start, opened, remote=is_remote(spark))
+        writer = _writer(spec, plan, collector, start, opened, remote=is_remote(spark))
         opened.enter_context(collector)
         writer.summary.behind = start.backlog()
         collector.start(writer.summary.behind)
         started = time.monotonic()
-        run_query(spark, spec, checked, writer, sizes(), warm_up)
+        run_query(spark, spec, plan, writer, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
-        described(writer.summary, spec, checked, held)
+        described(writer.summary, spec, plan, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
-    refuse_stopped_tables(spec, checked)
+    refuse_stopped_tables(spec, plan)
     return writer.summary
 
 
 def resume(
-    spec: ImportSpec, checked: Checked, collector: Collector, low: Offsets, high: Offsets
+    spec: ImportSpec, plan: ImportPlan, collector: Collector, low: Offsets, high: Offsets
 ) -> Offsets:
     """Where the run resumes: each table's ledger read (read_ledgers), what the broker deleted
     before any run read it said (or refused, for a mirror), the tables' warnings passed on;
     the offsets the checkpoint's last batch ended at returned."""
-    read_ledgers(spec, checked, checked.destinations, low, high)
+    read_ledgers(spec, plan, plan.destinations, low, high)
     done = last_end_offsets(spec.checkpoint)
-    gone = deleted_before_read(low, checked.held, done)
+    gone = deleted_before_read(low, plan.held, done)
     if gone is not None:
-        refuse_an_incomplete_mirror(spec, low, checked.held, done)
+        refuse_an_incomplete_mirror(spec, low, plan.held, done)
         collector.warn(gone)
-    for each in checked.destinations:
+    for each in plan.destinations:
         if each.warning is not None:
             collector.warn(each.warning)
     return done
 
 
 def _start_spark(
-    spec: ImportSpec, checked: Checked, opened: ExitStack
+    spec: ImportSpec, plan: ImportPlan, opened: ExitStack
 ) -> tuple[Any, WarmUp | None]:
     """Spark's session, started as the plan's write path wants it (records through its JVM or
     not), and the warm-up of its Python workers (none on a Connect server, whose workers are
@@ -177,7 +177,7 @@ def _start_spark(
     from lagless.importer.spark import is_remote, spark_session
     from lagless.importer.warm_up import WarmUp
 
-    path = checked.write_path
+    path = plan.write_path
     spark = spark_session(
         spec.master, conf=dict(spec.spark_conf), records_in_jvm=path.records_in_jvm
     )
@@ -201,30 +201,30 @@ def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:
     return exit
 
 
-def refuse_stopped_tables(spec: ImportSpec, checked: Checked) -> None:
+def refuse_stopped_tables(spec: ImportSpec, plan: ImportPlan) -> None:
     """A bulk import that left a table stopped by a schema change (the others written) ends
     with its reason (exit 2); a continuous one said it when the table stopped."""
-    stopped = [each for each in checked.destinations if each.stopped is not None]
+    stopped = [each for each in plan.destinations if each.stopped is not None]
     if stopped and spec.mode == "bulk":
         first = stopped[0]
         raise SchemaChangeRefused(str(first.stopped), first.target.table)
 
 
-def up_to_date(spec: ImportSpec, checked: Checked, collector: Collector) -> Summary:
+def up_to_date(spec: ImportSpec, plan: ImportPlan, collector: Collector) -> Summary:
     """A bulk import with nothing to read (the tables hold the log up to its end, or the log is
     empty): said without starting Spark. The tables are made (a first import of an empty topic
     leaves an empty table) and the group, if any, is moved up to what the tables hold."""
-    if checked.fit is not None:
-        write_fit(spec.checkpoint, checked.fit)
-    prepare(spec, checked, checked.destinations)
-    held = checked.held
+    if plan.fit is not None:
+        write_fit(spec.checkpoint, plan.fit)
+    prepare(spec, plan, plan.destinations)
+    held = plan.held
     if spec.group and held:
-        GroupCommitter(checked.reader.groups, spec.group).commit(held)
-    summary = described(Summary(), spec, checked, held)
+        GroupCommitter(plan.reader.groups, spec.group).commit(held)
+    summary = described(Summary(), spec, plan, held)
     with collector:
         collector.finish(summary)
     log.info("nothing to import, up to date: %s", summary.as_dict())
-    refuse_stopped_tables(spec, checked)
+    refuse_stopped_tables(spec, plan)
     return summary
 
 
@@ -263,18 +263,18 @@ def refuse_an_incomplete_mirror(
     )
 
 
-def described(summary: Summary, spec: ImportSpec, checked: Checked, held: Offsets) -> Summary:
+def described(summary: Summary, spec: ImportSpec, plan: ImportPlan, held: Offsets) -> Summary:
     """The summary with where its rows went (the store, its tables) and what they held before."""
-    summary.destination = checked.sink.destination
-    summary.table = ", ".join(sorted({each.target.table for each in checked.destinations}))
-    summary.topics = tuple(sorted(topics_of(checked.partitions)))
+    summary.destination = plan.sink.destination
+    summary.table = ", ".join(sorted({each.target.table for each in plan.destinations}))
+    summary.topics = tuple(sorted(topics_of(plan.partitions)))
     summary.held_before = dict(held)
     return summary
 
 
 def read_ledgers(
     spec: ImportSpec,
-    checked: Checked,
+    plan: ImportPlan,
     destinations: list[Destination],
     low: Offsets,
     high: Offsets,
@@ -282,11 +282,9 @@ def read_ledgers(
     """Each table's ledger decides where its partitions start: a lost, fresh or lagging
     checkpoint never imports twice what the table holds (sinks/ledger.py). Read, and a ledger
     that contradicts the log or the checkpoint refused, before anything is written."""
-    lost = {each.tp for each in checked.lost}
+    lost = {each.tp for each in plan.lost}
     for each in destinations:
-        each.held = reconcile(
-            checked.sink.ledger(each.target, each.partitions), low, high, each.where
-        )
+        each.held = reconcile(plan.sink.ledger(each.target, each.partitions), low, high, each.where)
         if each.held:
             log.info(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
@@ -294,7 +292,7 @@ def read_ledgers(
     mirrored = [each for each in destinations if each.stopped is None]
     replayed = a_batch_the_tables_lack(spec.checkpoint, mirrored, lost)
     for each in mirrored:
-        refuse_a_recreated_topic(checked, each, low, high)
+        refuse_a_recreated_topic(plan, each, low, high)
         refuse_a_table_behind(spec.checkpoint, each, lost, replayed)
     replay(spec.checkpoint, replayed)
 
@@ -333,14 +331,14 @@ def replay(checkpoint: str, batch_id: int | None) -> None:
 
 
 def refuse_a_recreated_topic(
-    checked: Checked, destination: Destination, low: Offsets, high: Offsets
+    plan: ImportPlan, destination: Destination, low: Offsets, high: Offsets
 ) -> None:
     """BadInput, before anything is written, when a topic the table holds was deleted and
     recreated since (ledger.recreated): its new log's offsets would be taken for those the
     table holds, and the new records below them never imported. --skip-lost-offsets does not
     change this: the table's rows are the deleted topic's, not lost offsets of this one."""
     found = history_of_another_topic(
-        checked.sink, destination.target, checked.reader.records, destination.held, low, high
+        plan.sink, destination.target, plan.reader.records, destination.held, low, high
     )
     if found:
         raise BadInput(
@@ -350,38 +348,38 @@ def refuse_a_recreated_topic(
         )
 
 
-def prepare(spec: ImportSpec, checked: Checked, destinations: list[Destination]) -> None:
+def prepare(spec: ImportSpec, plan: ImportPlan, destinations: list[Destination]) -> None:
     """Create each table (safe to repeat), once every check passed."""
-    checked.sink.retry_s = spec.retry_seconds
+    plan.sink.retry_s = spec.retry_seconds
     for each in destinations:
         if each.stopped is not None:
             stop_table(spec.checkpoint, each.target.table, each.stopped)
             log.error("%s is stopped (the other tables go on): %s", each.where, each.stopped)
             continue
         if each.target.value_format == "debezium":
-            held = list(checked.sink.table_types(each.target))
+            held = list(plan.sink.table_types(each.target))
             tell_columns_gone(each.where, held, each.target.schema().fieldNames())
-        checked.sink.prepare(each.target)
+        plan.sink.prepare(each.target)
 
 
 def start_offsets(
-    spec: ImportSpec, checked: Checked, low: Offsets, high: Offsets, done: Offsets
+    spec: ImportSpec, plan: ImportPlan, low: Offsets, high: Offsets, done: Offsets
 ) -> Start:
     """Where the first batch starts and, in bulk, where the import ends: by the log, the
     timestamps asked for, and never below what a table holds."""
     target_end = dict(high) if spec.mode == "bulk" else None
     if target_end is not None and spec.ending_timestamp is not None:
-        target_end = timestamp_offsets(checked, spec.ending_timestamp, low, target_end)
+        target_end = timestamp_offsets(plan, spec.ending_timestamp, low, target_end)
     if spec.starting_timestamp is not None:
-        low = timestamp_offsets(checked, spec.starting_timestamp, low, high)
-    held = checked.held
+        low = timestamp_offsets(plan, spec.starting_timestamp, low, high)
+    held = plan.held
     first_start = {tp: max(offset, held.get(tp, offset)) for tp, offset in low.items()}
     return Start(target_end or high, done, target_end, first_start)
 
 
 def _writer(
     spec: ImportSpec,
-    checked: Checked,
+    plan: ImportPlan,
     collector: Collector,
     start: Start,
     opened: ExitStack,
@@ -390,18 +388,18 @@ def _writer(
 ) -> BatchWriter | ConnectWriter:
     """foreachBatch's function: this process's BatchWriter, or a Spark Connect server's."""
     if remote:
-        connect = ConnectWriter(spec, checked, collector, start.target_end, start.first_start)
+        connect = ConnectWriter(spec, plan, collector, start.target_end, start.first_start)
         opened.callback(connect.close)
         return connect
     return open_batch_writer(
-        spec, checked, collector, start.target_end, start.first_start, opened, overlap=True
+        spec, plan, collector, start.target_end, start.first_start, opened, overlap=True
     )
 
 
 def run_query(
     spark: Any,
     spec: ImportSpec,
-    checked: Checked,
+    plan: ImportPlan,
     writer: BatchWriter | ConnectWriter,
     sizes: Mapping[TP, float],
     warm_up: WarmUp | None,
@@ -419,12 +417,12 @@ def run_query(
     # Spark's session is up: from here, SIGINT and SIGTERM only ask to stop (signals.py).
     with stop_requests() as stop:
         writer.stop = stop
-        checked.reader.connection.stop = stop  # the group commits' waits, in this process
+        plan.reader.connection.stop = stop  # the group commits' waits, in this process
         while True:
-            options = spec.source_options(checked, slots, sizes)
+            options = source_options(spec, plan, slots, sizes)
             options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
-            log.info("the query runs, into %d tables", len(checked.destinations))
+            log.info("the query runs, into %d tables", len(plan.destinations))
             warm_up = None  # the planning process is up from the first query on
             try:
                 _await(query, stop, writer, stop_file)
@@ -448,7 +446,7 @@ def run_query(
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
-            if not admit_new_topics(spec, checked, writer.collector.warn):
+            if not admit_new_topics(spec, plan, writer.collector.warn):
                 break  # gone again (deleted): a rerun resumes
             writer.failure = None
     if failure is None and not stop.is_set():
@@ -479,25 +477,25 @@ def _start_query(
 
 
 def admit_new_topics(
-    spec: ImportSpec, checked: Checked, warn: Callable[[str], None] = log.warning
+    spec: ImportSpec, plan: ImportPlan, warn: Callable[[str], None] = log.warning
 ) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
     whose table is an existing one's joins it, unless the table takes one topic's records
     (ImportSpec.one_topic_per_table): refused then. A topic still empty waits for its first
     change event (spec.with_change_events). Returns the topics admitted."""
-    partitions = spec.partitions(checked.reader)
-    known = set(checked.partitions)
+    partitions = spec.partitions(plan.reader)
+    known = set(plan.partitions)
     # Topics of no table: new ones, and those that waited for their first change event.
-    new = [tp for tp in partitions if checked.destination_of(tp[0]) is None]
+    new = [tp for tp in partitions if plan.destination_of(tp[0]) is None]
     # New partitions of a known topic are its table's: the source reads them from offset 0.
-    checked.partitions = sorted(known | set(partitions))
+    plan.partitions = sorted(known | set(partitions))
     if not new:
         return []
-    low, high = checked.reader.log.watermarks(new)
+    low, high = plan.reader.log.watermarks(new)
     refuse_an_incomplete_mirror(spec, low, {}, {})
-    tables = {each.target.table: each for each in checked.destinations}
-    added = check_destinations(spec, checked.sink, checked.reader, new)
+    tables = {each.target.table: each for each in plan.destinations}
+    added = check_destinations(spec, plan.sink, plan.reader, new)
     for each in added:
         joined = tables.get(each.target.table)
         if joined is None:
@@ -506,19 +504,19 @@ def admit_new_topics(
             refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
         if spec.one_topic_per_table:
             refuse_a_collision(spec.template, joined.target.table, joined.topics[0], each.topics[0])
-    read_ledgers(spec, checked, added, low, high)
-    prepare(spec, checked, added)
+    read_ledgers(spec, plan, added, low, high)
+    prepare(spec, plan, added)
     for each in added:
         if each.warning is not None:
             warn(each.warning)
         joined = tables.get(each.target.table)
         if joined is None:
-            checked.destinations.append(each)
+            plan.destinations.append(each)
             continue
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
-    checked.decide_write_path(spec.write_options)  # for the tables as they are now
+    plan.decide_write_path(spec.write_options)  # for the tables as they are now
     admitted = topics_of(tp for each in added for tp in each.partitions)
     log.info("new topics %s: their tables are ready", ", ".join(admitted))
     return admitted

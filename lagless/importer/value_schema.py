@@ -14,7 +14,7 @@ from lagless.exceptions import BadInput
 from lagless.first_line import first_line
 from lagless.importer.debezium import mirror_columns
 from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
-from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, check_identifier
+from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, Target, check_identifier
 from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
@@ -139,7 +139,15 @@ def _provisional(spec: ImportSpec, sink: Sink, topics: tuple[str, ...]) -> Desti
 
     from lagless.importer.routing import Destination
 
-    target = spec.target_for("table", sink, ValueSchema(StructType([])))
+    target = Target(
+        sink.table_name("table"),
+        spec.write,
+        spec.value_format,
+        StructType([]),
+        spec.key_fields,
+        run_id=spec.run_id,
+        deletes=spec.deletes,
+    )
     return Destination(target, topics, [], "")
 
 

@@ -11,7 +11,7 @@ every table's records, so they take one path or the other):
   into change files in the checkpoint (change_files.py); the driver upserts their rows.
 
 `decide` makes the choice from the import's options (WriteOptions), the store and the
-tables (Destination); the plan (spec.Checked) holds it as `write_path`, and the source's
+tables (Destination); the plan (plan.ImportPlan) holds it as `write_path`, and the source's
 options, Spark's start and the BatchWriter read it there.
 """
 

@@ -204,7 +204,8 @@ def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
     plain values decoded in the tasks, batches with an odd value left to from_json, and the
     same rows and dead letters as an import where from_json decodes every value."""
     from lagless.importer.job import run_import
-    from lagless.importer.spec import Checked, ImportSpec
+    from lagless.importer.plan import ImportPlan
+    from lagless.importer.spec import ImportSpec
 
     given = produce_plain_and_mixed(broker, kafka, topic_name, seed=3)
     tasks_log = tmp_path / "tasks.log"
@@ -231,7 +232,7 @@ def test_an_import_decoding_in_its_tasks_stores_what_from_json_alone_stores(
 
     decoded_in_tasks = imported("tasks")
     told = re.findall(r"(\d+) values decoded in the task, (\d+) left", tasks_log.read_text())
-    monkeypatch.setattr(Checked, "json_fields_tasks_decode", property(lambda self: None))
+    monkeypatch.setattr(ImportPlan, "json_fields_tasks_decode", property(lambda self: None))
     by_from_json = imported("from_json")
 
     assert decoded_in_tasks == by_from_json

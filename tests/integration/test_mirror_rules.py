@@ -151,7 +151,8 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
     the dead-letter table with their reason, the rest is applied."""
     from lagless.cdc.envelope import NOT_JSON, OTHER_OP
     from lagless.importer.job import run_import
-    from lagless.importer.spec import ImportSpec, check
+    from lagless.importer.plan import check
+    from lagless.importer.spec import ImportSpec
 
     broker.create_topic(TOPIC, 2)
     produce_changes(kafka)
@@ -173,9 +174,9 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
         cdc_columns=True,
         max_records_per_batch=3,
     )
-    checked = check(spec)
-    with checked.sink, checked.reader:
-        assert checked.write_path.way is Way.CHANGE_FILES  # the tasks decode
+    plan = check(spec)
+    with plan.sink, plan.reader:
+        assert plan.write_path.way is Way.CHANGE_FILES  # the tasks decode
     with caplog.at_level(logging.INFO, logger="lagless.importer.batch_writer"):
         summary = run_import(spec, spark=spark)
     # Each batch's line says where its time went: its tasks, or the driver's store commits.

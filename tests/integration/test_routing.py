@@ -22,7 +22,8 @@ import pytest
 from lagless.gen import ProducedSummary, explicit, produce_profile
 from lagless.importer.checkpoint import journaled_batches, last_end_offsets, read_fit
 from lagless.importer.job import run_import
-from lagless.importer.spec import ImportSpec, check
+from lagless.importer.plan import check
+from lagless.importer.spec import ImportSpec
 from lagless.source.executor_write import ROUTED_WRITER
 from tests.harness import sqlite_elsewhere
 
@@ -168,9 +169,9 @@ def test_a_pattern_imports_three_topics_into_three_delta_tables_the_tasks_write(
         sink_url=url,
         checkpoint=str(tmp_path / "fresh"),
     )
-    checked = check(named)
-    checked.reader.close()
-    writer = checked.write_path.writer
+    plan = check(named)
+    plan.reader.close()
+    writer = plan.write_path.writer
     assert writer is not None and writer.name == ROUTED_WRITER  # the path under test
     fresh = run_import(named, spark=spark)
 

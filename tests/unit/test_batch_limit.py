@@ -220,13 +220,14 @@ def test_a_tiny_byte_limit_still_drains_the_backlog(backlogs: list[int], max_byt
 def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> None:
     """SQLite collects a batch of JSON values on the driver; Parquet streams it from the
     executors, and so does SQLite for raw values unless told to write from the driver."""
+    from lagless.importer.plan import source_options
     from lagless.importer.spec import ImportSpec
     from lagless.kafka.config import KafkaConfig
     from tests.harness.plans import offline_plan
 
     def default_batch_bytes(sink_url: str, **limits: Any) -> str | None:
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **limits)
-        return spec.source_options(offline_plan(spec), slots=4).get("maxBytesPerBatch")
+        return source_options(spec, offline_plan(spec), slots=4).get("maxBytesPerBatch")
 
     on_driver = default_batch_bytes("sqlite:///x.db", value_format="json")
     on_executors = default_batch_bytes("parquet:///lake")
@@ -240,13 +241,14 @@ def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> N
 
 def test_every_sink_starts_with_a_small_first_batch() -> None:
     """Rows show soon after the start, whatever the store; the batches after are large."""
+    from lagless.importer.plan import source_options
     from lagless.importer.spec import ImportSpec
     from lagless.kafka.config import KafkaConfig
     from tests.harness.plans import offline_plan
 
     for sink_url in ("sqlite:///x.db", "parquet:///lake", "delta:///lake"):
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt")
-        options = spec.source_options(offline_plan(spec), slots=4)
+        options = source_options(spec, offline_plan(spec), slots=4)
         assert int(options["firstBatchMaxBytes"]) < int(options["maxBytesPerBatch"]), sink_url
 
 

@@ -173,7 +173,6 @@ KNOWN_MODULE_CYCLES = [
     {"sinks.parquet", "sinks.parquet.maintenance"},
     {"sinks.delta", "sinks.delta.maintenance"},
     {"sinks.iceberg", "sinks.iceberg.maintenance"},
-    {"importer.spec", "importer.value_schema"},
 ]
 
 

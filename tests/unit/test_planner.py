@@ -387,6 +387,7 @@ def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
     with pieces of any size, three remainders of 375 records each started a fetch at a new
     offset (packed into one task, they held the batch for 2.4 s). lagless import plans with
     MIN_TASK_RECORDS, so a remainder that small joins its piece."""
+    from lagless.importer.plan import source_options
     from lagless.importer.spec import MIN_TASK_RECORDS, ImportSpec
     from lagless.kafka.config import KafkaConfig
     from tests.harness.plans import offline_plan
@@ -399,5 +400,5 @@ def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
     planned = plan_tasks(ranges, 4, sizes, min_task_records=MIN_TASK_RECORDS)
     assert sorted(planned) == sorted(ranges)  # a piece per partition, nothing cut off
     options = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), "parquet:///lake", "/tmp/c")
-    source_options = options.source_options(offline_plan(options), slots=2)
+    source_options = source_options(options, offline_plan(options), slots=2)
     assert source_options["minTaskRecords"] == str(MIN_TASK_RECORDS)
