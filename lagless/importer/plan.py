@@ -120,14 +120,7 @@ def check(spec: ImportSpec) -> ImportPlan:
     template = spec.template
     if not spec.routed:
         # Before the broker is asked anything: where the tasks write does not depend on it.
-        target = spec.target(sink)
-        check_tasks_reach_store(
-            master_url(spec.master),
-            spec.shared_disk,
-            sink,
-            target,
-            table_writer(spec.write_options, sink, target) is not None,
-        )
+        _check_tasks_reach(spec, sink, spec.target(sink))
     check_writable_path(spec.checkpoint, "checkpoint directory", folder=True)
     fit = Fit.of(
         spec.topics,
@@ -154,6 +147,13 @@ def check(spec: ImportSpec) -> ImportPlan:
     plan = ImportPlan(sink, reader, partitions, destinations, fit if new_fit else None, lost)
     plan.decide_write_path(spec.write_options)
     return plan
+
+
+def _check_tasks_reach(spec: ImportSpec, sink: Sink, target: Target) -> None:
+    """BadInput when the tasks would write `target`'s files where the executors may not see
+    them (cluster.check_tasks_reach_store)."""
+    tasks_write = table_writer(spec.write_options, sink, target) is not None
+    check_tasks_reach_store(master_url(spec.master), spec.shared_disk, sink, target, tasks_write)
 
 
 def check_destinations(
@@ -186,13 +186,7 @@ def check_destinations(
         if reason is None:
             target, reason = _checked(spec, sink, target)
         if spec.routed:
-            check_tasks_reach_store(
-                master_url(spec.master),
-                spec.shared_disk,
-                sink,
-                target,
-                table_writer(spec.write_options, sink, target) is not None,
-            )
+            _check_tasks_reach(spec, sink, target)
         where = f"table {target.table!r} of {sink.url}"
         spelled = spec.template.spelled(names_of(topics[0])) if spec.routed else ""
         destinations.append(
