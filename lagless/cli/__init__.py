@@ -15,6 +15,7 @@ COMMANDS = {
     "doctor": "doctor",
     "serve": "serve",
     "simulate": "simulate",
+    "debezium": "debezium",
 }
 
 

@@ -5,7 +5,8 @@ jars driven from Python through JPype), each batch of events produced with confl
 record the batch's source offsets. Delivery is at least once, as with Connect: a restarted
 connector replays what followed its last offset flush.
 
-Run by `lagless demo --mirror`, tests/harness/debezium.py and bench/mirror.py:
+Run by `lagless debezium` (a user's own database: `follow`), `lagless demo --mirror`,
+tests/harness/debezium.py and bench/mirror.py:
 `python -m lagless.scenarios.debezium_connector CONFIG.json`, CONFIG holding `bootstrap` and
 `properties` (Debezium's). It stops when its standard input closes: a signal delivered while
 the JVM runs a call of this process crashes the JVM, a closed pipe does not. Its standard
@@ -75,14 +76,22 @@ class ConnectorProcess:
         props: dict[str, str],
         folder: str,
         producer: dict[str, Any] | None = None,
+        *,
+        own_session: bool = False,
     ) -> None:
+        """own_session: in a process group of its own, out of reach of the signals a terminal
+        or a supervisor sends to the caller's group (a signal while the JVM runs a call of
+        that process crashes the JVM); it is stopped by `stop`, or ends itself when the
+        caller is gone (its standard input closes)."""
         self.folder = folder
         self.events = 0
         self._ready = threading.Event()
         config = os.path.join(folder, "debezium.json")
-        with open(config, "w", encoding="utf-8") as handle:
+        # The database's password is in it: readable by this user only.
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
             doc = {"bootstrap": bootstrap, "properties": props, "producer": producer or {}}
             json.dump(doc, handle)
+        os.chmod(config, 0o600)  # a file made before this rule
         with open(os.path.join(folder, "stderr"), "a") as errors:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, config],
@@ -90,6 +99,7 @@ class ConnectorProcess:
                 stdout=subprocess.PIPE,
                 stderr=errors,
                 text=True,
+                start_new_session=own_session,
             )
         threading.Thread(target=self._read, daemon=True).start()
         if not self._ready.wait(READY_TIMEOUT_S):
@@ -151,6 +161,55 @@ class ConnectorProcess:
                 with open(path, encoding="utf-8", errors="replace") as handle:
                     texts.append(handle.read()[-2000:])
         return "\n".join(texts)
+
+
+def follow(
+    bootstrap: str,
+    props: dict[str, str],
+    folder: str,
+    stop: threading.Event,
+    say: Any = print,
+    every_s: float = 10.0,
+    producer: dict[str, Any] | None = None,
+) -> int:
+    """Debezium's connector in its own process group, producing to `bootstrap` until `stop`
+    is set (then it is stopped cleanly: it flushes its offsets, and a restart resumes after
+    them); a line from `say` when it runs and every `every_s` seconds that it sent events.
+    Returns the events sent; TerminalError when it fails to start or stops by itself."""
+    from lagless.exceptions import TerminalError
+
+    try:
+        connector = ConnectorProcess(bootstrap, props, folder, producer, own_session=True)
+    except RuntimeError:
+        raise TerminalError(f"Debezium did not start: {last_error(folder)}") from None
+    try:
+        say("debezium: running")
+        told, last = 0, time.monotonic()
+        while not stop.wait(0.2):
+            if not connector.running():
+                raise TerminalError(f"Debezium stopped: {last_error(connector.folder)}")
+            if connector.events != told and time.monotonic() - last >= every_s:
+                told, last = connector.events, time.monotonic()
+                say(f"debezium: {told:,} change events sent")
+    finally:
+        if connector.running():
+            connector.stop()
+    return connector.events
+
+
+def last_error(folder: str) -> str:
+    """The last line of the connector's logs in `folder` that says what went wrong (an ERROR,
+    a Java exception, a Python error), else their last line."""
+    texts = []
+    for name in ("stderr", "debezium.log"):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                texts += [line.strip() for line in handle if line.strip()]
+    for line in reversed(texts):
+        if " ERROR " in line or "Exception" in line or "Error" in line:
+            return line[-300:]
+    return texts[-1][-300:] if texts else "no log"
 
 
 def drop_slot(database_url: str, name: str) -> None:
