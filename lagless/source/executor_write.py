@@ -67,8 +67,26 @@ class ExecutorWriter(Protocol):
         ...
 
 
+# Every writer the source's tasks may run, by the "module:function" a TaskWriter names it: the
+# stores' and the mirror's (the source may not import them: tests/unit/test_layering.py, which
+# also checks that each of these names a function of an executor-side module). A name not
+# here is refused: an option of the source never imports arbitrary code.
+TASK_WRITERS = frozenset(
+    {
+        "lagless.sinks.staged_parquet:writer",  # Parquet, Delta, Iceberg; SQLite's typed values
+        "lagless.sinks.sqlite.staged:writer",  # SQLite's raw values
+        "lagless.sinks.postgresql.task_copy:writer",  # PostgreSQL's COPY from the tasks
+        "lagless.importer.change_files:writer",  # a mirror's change files
+        f"{__name__}:routed",  # a routed import's: each topic's table's writer
+    }
+)
+
+
 def load_writer(spec: str, config: str, secret: Secret | None = None) -> ExecutorWriter:
-    """The writer "module:function" names, built from its JSON config and its secret."""
+    """The writer "module:function" names (one of TASK_WRITERS), built from its JSON config
+    and its secret."""
+    if spec not in TASK_WRITERS:
+        raise BadInput(f"option executorWriter {spec!r} is none of lagless's task writers")
     module, _, function = spec.partition(":")
     try:
         factory: Callable[[dict[str, object], Secret | None], ExecutorWriter] = getattr(

@@ -35,6 +35,7 @@ from lagless.sinks.delta import DeltaSink
 from lagless.sinks.ledger import Batch
 from lagless.sinks.sqlite import SqliteSink
 from lagless.sinks.upsert_order import LOG_TIME
+from lagless.source.executor_write import TASK_WRITERS
 from lagless.source.schema import ARROW_SCHEMA
 from tests.unit.test_cdc_envelope import (
     FIELDS,
@@ -370,7 +371,7 @@ def test_a_mirror_upserting_with_hard_deletes_is_decoded_by_the_tasks(
     )
     if taken:
         writer = path.writer
-        assert writer is not None
+        assert writer is not None and writer.name in TASK_WRITERS  # the source loads it
         config = json.loads(writer.config)
         assert config["folder"] == str(tmp_path / "ckpt" / "changes")
         assert config["tables"][TOPIC]["key_fields"] == list(destination.target.key_fields)

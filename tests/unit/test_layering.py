@@ -258,3 +258,28 @@ def test_no_modules_import_each_other() -> None:
 
 def test_the_module_check_sees_a_cycle() -> None:
     assert _module_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_every_task_writer_is_a_function_of_an_executor_side_module() -> None:
+    """The source's tasks run writers it names as text (executor_write.TASK_WRITERS: the source
+    may not import the stores or the importer): each is a top-level function of a module
+    that exists, in a package whose code runs in the tasks. An import seen as text here is a
+    dependency the package rules above would otherwise miss."""
+    from lagless.source.executor_write import ROUTED_WRITER, TASK_WRITERS
+
+    assert ROUTED_WRITER in TASK_WRITERS
+    for name in sorted(TASK_WRITERS):
+        module, _, function = name.partition(":")
+        parts = module.split(".")
+        assert parts[0] == "lagless" and parts[1] in {"sinks", "importer", "source"}, name
+        path = ROOT.joinpath(*parts[1:])
+        file = (
+            path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+        )
+        assert file.is_file(), f"{name}: no module {module}"
+        defined = {
+            node.name
+            for node in ast.parse(file.read_text()).body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef)
+        }
+        assert function in defined, f"{name}: {module} defines no {function}"

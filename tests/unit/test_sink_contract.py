@@ -16,6 +16,7 @@ from lagless.kafka.config import KafkaConfig
 from lagless.sinks import sink_from_url
 from lagless.sinks.base import Sink, Target, TaskWrittenSink
 from lagless.sinks.ledger import TP, Batch
+from lagless.source.executor_write import TASK_WRITERS
 from tests.harness.plans import offline_plan, tasks_writer
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ def spec(sink_url: str, **options: Any) -> ImportSpec:
     "url", ["sqlite:///x.db", "parquet:///lake", "delta:///lake", "iceberg:///lake"]
 )
 def test_the_tasks_write_a_raw_append_into_a_task_written_store(url: str) -> None:
-    assert tasks_writer(spec(url)) is not None
+    writer = tasks_writer(spec(url))
+    assert writer is not None and writer.name in TASK_WRITERS  # the source loads it
     assert offline_plan(spec(url)).write_path.way is Way.TASK_FILES
     assert tasks_writer(spec(url, value_format="json")) is None
     assert tasks_writer(spec(url, max_record_bytes=10)) is None
