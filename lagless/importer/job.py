@@ -616,6 +616,20 @@ def _await(
             query.awaitTermination(0.2)
         except StreamingQueryException:
             return  # the caller reads the failure from query.exception()
+        except Exception as exc:
+            if not (stop.is_set() and jvm_gone(exc)):
+                raise
+            # A signal to the process group reached Spark's JVM too, which ended with it:
+            # the stop's doing; the batch in flight, if any, is replayed by the next run.
+            log.warning("Spark's JVM ended with the %s: stopping", stop.first.name)
+            return
+
+
+def jvm_gone(exc: BaseException) -> bool:
+    """py4j could not reach Spark's JVM: it has ended (a signal to the process group)."""
+    from py4j.protocol import Py4JNetworkError
+
+    return any(isinstance(each, Py4JNetworkError | ConnectionError) for each in chain(exc))
 
 
 def _stop(query: Any) -> None:

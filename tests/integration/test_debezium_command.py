@@ -108,7 +108,7 @@ def test_the_command_captures_stops_on_sigterm_and_resumes(broker, kafka, tmp_pa
         assert mirrored.returncode == 0, mirrored.stderr
         with connection(server) as conn:
             source = conn.execute("SELECT id, item FROM public.orders ORDER BY id").fetchall()
-        rows = [(int(i), item) for i, item in mirror_rows(sink, "orders", ["id", "item"])]
+        rows = sorted((int(i), item) for i, item in mirror_rows(sink, "orders", ["id", "item"]))
         assert rows == [tuple(row) for row in source] and rows[0] == (1, "changed")
     finally:
         drop_slot(server.url, slot)

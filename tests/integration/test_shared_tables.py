@@ -4,8 +4,9 @@ beside them. Both imports stay up until they are stopped, every `maintain` run e
 (a table other writers kept changing, skipped in one line), and the table holds every record
 of both topics exactly once.
 
-Real `lagless` processes on the embedded broker; the CI cases produce for 15 s (~60-90 s
-each with Spark's start), the matrix's for three minutes.
+Real `lagless` processes on the embedded broker, the tables in a local folder and on a real S3
+server (SeaweedFS); the CI cases produce for 15 s (~60-90 s each with Spark's start), the
+matrix's for three minutes.
 """
 
 from __future__ import annotations
@@ -76,14 +77,21 @@ def held(url: str) -> list[tuple[Any, ...]] | None:
     [
         ("delta", 15),
         ("iceberg", 15),
+        ("delta+s3", 15),
+        ("iceberg+s3", 15),
         pytest.param("delta", 180, marks=pytest.mark.matrix),
         pytest.param("iceberg", 180, marks=pytest.mark.matrix),
     ],
 )
 def test_two_continuous_imports_and_maintain_share_a_table(
-    store: str, seconds: float, tmp_path: Path
+    store: str, seconds: float, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = f"{store}:///{tmp_path}/lake"
+    if store.endswith("+s3"):
+        s3 = request.getfixturevalue("s3_env")  # its AWS variables reach the processes started
+        plain = store.removesuffix("+s3")
+        catalog = f"?catalog={tmp_path}/catalog.db" if plain == "iceberg" else ""
+        url = s3.url(plain, f"{tmp_path.name}/lake") + catalog
     with EmbeddedBroker(topics=dict.fromkeys(TOPICS, PARTITIONS)) as broker:
         imports = {
             topic: started(
