@@ -334,16 +334,24 @@ class IcebergSink(FolderTableSink):
         access = self.s3.access.iceberg_properties() if self.s3 else {}
         if self.s3:
             finalize_at_exit()  # pyiceberg reads and writes through pyarrow's S3
-        try:
-            self._opened = SqlCatalog(
-                CATALOG_NAME,
-                uri=f"sqlite:///{path}?timeout={BUSY_TIMEOUT_S}",
-                warehouse=warehouse,
-                **io,
-                **access,
-            )
-        except Exception as exc:  # SQLAlchemy's errors, whatever the file holds
-            raise BadInput(f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}") from None
+        for attempt in range(2):
+            try:
+                self._opened = SqlCatalog(
+                    CATALOG_NAME,
+                    uri=f"sqlite:///{path}?timeout={BUSY_TIMEOUT_S}",
+                    warehouse=warehouse,
+                    **io,
+                    **access,
+                )
+                break
+            except Exception as exc:  # SQLAlchemy's errors, whatever the file holds
+                # Two imports starting at once into a new warehouse both make the catalog's
+                # tables: the one that lost opens the catalog the other made.
+                if attempt == 0 and _holds_a_catalog(path):
+                    continue
+                message = f"{path!r} is not an Iceberg SQL catalog: {first_line(exc)}"
+                raise BadInput(message) from None
+        assert self._opened is not None
         return self._opened
 
     @contextmanager
