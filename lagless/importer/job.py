@@ -597,39 +597,53 @@ def _await(
     from pyspark.errors import StreamingQueryException
 
     done_at_stop: int | None = None
-    # A source that fails while planning leaves the query active but stalled: poll its error.
-    while query.isActive and query.exception() is None and writer.failure is None:
-        writer.refresh()
-        if stop.is_set():
-            if done_at_stop is None:
-                done_at_stop = writer.done
-                log.warning("%s: stopping after the batch in flight", stop.first.name)
-                stop_file.set()
-            if stop.insisted:
-                log.warning("a second signal: stopping at once (the checkpoint replays the batch)")
-                return
-            if writer.done > done_at_stop and not writer.tasks_running:
-                return  # the next batch's tasks, when they ran beside its commits, ended too
-            if not query.status.get("isTriggerActive", False):
-                return
+    while True:
         try:
+            # A source that fails while planning leaves the query active but stalled: poll
+            # its error.
+            if not query.isActive or query.exception() is not None or writer.failure is not None:
+                return
+            writer.refresh()
+            if stop.is_set():
+                if done_at_stop is None:
+                    done_at_stop = writer.done
+                    log.warning("%s: stopping after the batch in flight", stop.first.name)
+                    stop_file.set()
+                if stop.insisted:
+                    log.warning(
+                        "a second signal: stopping at once (the checkpoint replays the batch)"
+                    )
+                    return
+                if writer.done > done_at_stop and not writer.tasks_running:
+                    return  # the next batch's tasks, when they ran beside its commits, ended
+                if not query.status.get("isTriggerActive", False):
+                    return
             query.awaitTermination(0.2)
         except StreamingQueryException:
             return  # the caller reads the failure from query.exception()
         except Exception as exc:
             if not (stop.is_set() and jvm_gone(exc)):
                 raise
-            # A signal to the process group reached Spark's JVM too, which ended with it:
-            # the stop's doing; the batch in flight, if any, is replayed by the next run.
-            log.warning("Spark's JVM ended with the %s: stopping", stop.first.name)
+            # A signal to the process group reached Spark's JVM too, which ended (or is
+            # ending) with it: the stop's doing; the batch in flight, if any, is replayed by
+            # the next run.
+            log.warning(
+                "Spark's JVM ended with the %s: stopping (%s)", stop.first.name, text_of(exc)
+            )
             return
 
 
 def jvm_gone(exc: BaseException) -> bool:
-    """py4j could not reach Spark's JVM: it has ended (a signal to the process group)."""
-    from py4j.protocol import Py4JNetworkError
+    """py4j could not reach Spark's JVM, or the JVM no longer knows py4j's own classes: it has
+    ended, or is ending (a signal to the process group). A Java exception the JVM raised is not
+    this: it answered."""
+    from py4j.protocol import Py4JError, Py4JJavaError
 
-    return any(isinstance(each, Py4JNetworkError | ConnectionError) for each in chain(exc))
+    return any(
+        isinstance(each, ConnectionError)
+        or (isinstance(each, Py4JError) and not isinstance(each, Py4JJavaError))
+        for each in chain(exc)
+    )
 
 
 def _stop(query: Any) -> None:
