@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from lagless.cdc import envelope
 from lagless.cdc.envelope import DELETE_COLUMN, ERROR_COLUMN, NEW_SCHEMA_COLUMN, SKIP_COLUMN
 from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
+from lagless.exceptions import BadInput
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
@@ -111,9 +112,11 @@ def rejection_reasons(
     target: Target, max_record_bytes: int | None = None, avro: AvroDecoding | None = None
 ) -> list[str]:
     """Every error text `rejection` can give for this target (a Debezium event's reason
-    begins with one of envelope.REASONS: UNSTORABLE names the column and why)."""
+    begins with one of envelope.REASONS: UNSTORABLE names the column and why), then those of
+    the table's rules on rows (_rules_kept)."""
     texts = [text for _, text in _checks(target, max_record_bytes, avro) if isinstance(text, str)]
-    return texts + (list(envelope.REASONS) if target.value_format == "debezium" else [])
+    texts += list(envelope.REASONS) if target.value_format == "debezium" else []
+    return texts + [rule.broken for rule in target.row_rules]
 
 
 def _rejection(target: Target, max_record_bytes: int | None, avro: AvroDecoding | None) -> Column:
@@ -226,7 +229,7 @@ def shape(
             _log_time(log_times or {}).alias(LOG_TIME),
             deleted.alias(TOMBSTONE),
         ]
-    return records.select(
+    shaped = records.select(
         "topic",
         "partition",
         "offset",
@@ -237,6 +240,48 @@ def shape(
         size.alias(BYTES),
         _rejection(target, max_record_bytes, avro).alias(ERROR),
     )
+    return _rules_kept(shaped, target)
+
+
+def _rules_kept(shaped: DataFrame, target: Target) -> DataFrame:
+    """ERROR, for a row no other reason rejects, the first of the table's rules on rows
+    (Target.row_rules) it breaks: false or NULL, as Delta reads a rule. A tombstone and a
+    skipped change event are no row the table takes: no rule is asked of them. A rule Spark
+    cannot read or resolve on the table's columns refuses the import before anything of the
+    batch is written."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    if not target.row_rules:
+        return shaped
+    taken = F.col(ERROR).isNull()
+    if target.mode == "upsert":
+        taken = taken & ~F.col(TOMBSTONE)
+    if target.value_format == "debezium":
+        taken = taken & ~F.col(SKIP_COLUMN)
+    broken = F.lit(None).cast("string")
+    try:
+        for rule in reversed(target.row_rules):
+            holds = F.coalesce(F.expr(rule.condition).cast("boolean"), F.lit(False))
+            broken = F.when(~holds, F.lit(rule.broken)).otherwise(broken)
+        return shaped.withColumn(ERROR, F.when(taken, broken).otherwise(F.col(ERROR)))
+    except AnalysisException as exc:
+        rule = next(r for r in target.row_rules if not _resolves(shaped, r.condition))
+        raise BadInput(
+            f"table {target.table!r} sets the rule {rule.name} ({rule.condition}) on its rows, "
+            f"which Spark cannot evaluate on them: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def _resolves(shaped: DataFrame, condition: str) -> bool:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    try:
+        shaped.select(F.expr(condition))
+    except AnalysisException:
+        return False
+    return True
 
 
 def _log_time(carried: Mapping[TP, int]) -> Column:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -124,7 +125,26 @@ def spark_session(
             spark = builder.getOrCreate()
         spark.dataSource.register(KafkaDataSource)
         spark.dataSource.register(WarmUpSource)
+    _query_context_to_log()
     return spark
+
+
+# PySpark logs each SQL error it captures with a query context (an analysis error) on stderr,
+# as JSON, through handlers of its own. lagless says an error in one line (exceptions.py): the
+# record goes to lagless's log instead.
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def _query_context_to_log() -> None:
+    from pyspark.logger import PySparkLogger
+
+    handlers = logging.getLogger().handlers or [logging.NullHandler()]
+    for name in QUERY_CONTEXT_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        for each in list(logger.handlers):
+            logger.removeHandler(each)
+        for handler in handlers:  # logging's own addHandler: PySpark's sets its JSON format
+            logging.Logger.addHandler(logger, handler)
 
 
 def driver_java_options(records_in_jvm: bool = True) -> str:

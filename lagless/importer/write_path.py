@@ -110,10 +110,12 @@ def table_writer(options: WriteOptions, sink: Sink, target: Target) -> TaskWrite
     goes to a dead-letter topic) or of typed values in columns of INT, BIGINT, DOUBLE,
     BOOLEAN and STRING (json_values.decodable), JSON or Avro, which the tasks decode (the
     values they do not decode, they leave to Spark's rows), into a store that takes them so
-    for this target. Else None: rows go through Spark (Sink.write). target: as the checks
+    for this target, which sets no rules on rows (Target.row_rules). Else None: rows go
+    through Spark (Sink.write). target: as the checks
     resolved it; a typed one is known only then."""
     if (
         not isinstance(sink, TaskWrittenSink)
+        or target.row_rules  # evaluated on Spark's rows (rows.py)
         or target.mode != "append"
         or target.value_format == "debezium"
         or options.max_record_bytes is not None
@@ -139,7 +141,8 @@ def change_files_writer(
     """The writer of the source's tasks when they decode the records of an upsert themselves
     (change_files.py): every table a mirror of JSON events upserted with hard deletes (soft
     deletes take Spark's rows) or an upsert of raw values, in a store that upserts the
-    driver's rows, and may_write_change_files. Else None."""
+    driver's rows, into tables that set no rules on rows, and may_write_change_files. Else
+    None."""
     if not destinations or not may_write_change_files(options):
         return None
     targets = {}
@@ -158,7 +161,12 @@ def takes_change_files(sink: Sink, target: Target) -> bool:
         target.value_format == "debezium" and target.deletes == "hard" and target.fields is not None
     )
     raw = target.value_format == "raw" and target.fields is None
-    return target.mode == "upsert" and (mirrored or raw) and sink.takes_upsert_rows(target)
+    return (
+        target.mode == "upsert"
+        and (mirrored or raw)
+        and not target.row_rules  # evaluated on Spark's rows (rows.py)
+        and sink.takes_upsert_rows(target)
+    )
 
 
 def decoded_column(target: Target) -> str | None:

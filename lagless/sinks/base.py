@@ -150,6 +150,21 @@ def check_writable_path(path: str, what: str, *, folder: bool) -> None:
 
 
 @dataclass(frozen=True)
+class RowRule:
+    """A rule the table sets on each row it takes (a Delta CHECK constraint or invariant): a
+    Spark SQL condition over the table's columns. A row for which it is false or NULL breaks
+    it (Delta's rule, delta-rs's and Spark's alike), and is dead-lettered alone."""
+
+    name: str
+    condition: str
+
+    @property
+    def broken(self) -> str:
+        """The dead letter's error for a row that breaks the rule."""
+        return f"breaks the table's rule {self.name}: {self.condition}"
+
+
+@dataclass(frozen=True)
 class Target:
     table: str
     mode: WriteMode
@@ -163,6 +178,9 @@ class Target:
     run_id: str = "run"
     # Debezium: a tombstone row is a delete, or (soft) an update of the row's _deleted flag.
     deletes: Deletes = "hard"
+    # What the table requires of each row it takes (Sink.row_rules): evaluated in Spark on the
+    # shaped rows (importer/rows.py), so rows take Spark's path (write_path.decide).
+    row_rules: tuple[RowRule, ...] = ()
 
     @property
     def dead_letter_table(self) -> str:
@@ -287,6 +305,10 @@ class Sink(ABC):
     def check(self, target: Target) -> None:
         """First, before anything is written anywhere: raise BadInput if target cannot be
         written (a table of another layout, a path that cannot be created); write nothing."""
+
+    def row_rules(self, target: Target) -> tuple[RowRule, ...]:
+        """The rules the table (once checked) sets on each row it takes; none by default."""
+        return ()
 
     @abstractmethod
     def prepare(self, target: Target) -> None:

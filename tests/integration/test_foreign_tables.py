@@ -1,6 +1,8 @@
 """Lakehouse tables other writers made or changed (issue 61): lagless either writes them by
 their format's rules, read back by two independent readers (deltalake and polars; pyiceberg
-and polars), or refuses them before anything is written, one line, exit 2.
+and polars), or refuses them before anything is written, one line, exit 2. A Delta table's
+CHECK constraints and invariants are kept: a record whose row breaks one is dead-lettered
+alone, the others land.
 
 The tables are made by delta-rs and pyiceberg, each with one feature; the imports are real
 `lagless import` runs on the embedded broker. A refusal comes before Spark starts (~2 s each,
@@ -64,7 +66,7 @@ def imported(bootstrap: str, sink: str, ckpt: Path, *topics: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus_broker():
-    topics = ["refused", "d_extra", "d_part", "i_sorted", "i_v1"]
+    topics = ["refused", "d_extra", "d_part", "d_checked", "i_sorted", "i_v1"]
     with EmbeddedBroker(topics=dict.fromkeys(topics, PARTITIONS)) as running:
         producer = Producer({"bootstrap.servers": running.bootstrap})
         for topic in topics:
@@ -123,10 +125,28 @@ def delta_table(lake: Path, name: str, schema: pa.Schema = RAW, **options: objec
     return path
 
 
-def with_constraint(lake: Path) -> None:
-    from deltalake import DeltaTable
+def with_rules(lake: Path, name: str) -> str:
+    """A lagless-described table with a CHECK constraint (offset < 10) and an invariant
+    (partition 0 or 1, on the column), as delta-rs makes them."""
+    from deltalake import DeltaTable, Field, Schema
 
-    DeltaTable(delta_table(lake, "checked")).alter.add_constraint({"off_small": "offset < 10"})
+    fields = [
+        Field(
+            f.name,
+            f.type,
+            f.nullable,
+            {"delta.invariants": INVARIANT} if f.name == "partition" else None,
+        )
+        for f in Schema.from_arrow(RAW).fields
+    ]
+    path = str(lake / name)
+    DeltaTable.create(path, schema=Schema(fields), description=APPEND)
+    DeltaTable(path).alter.add_constraint({"off_small": "offset < 10"})
+    return path
+
+
+INVARIANT = '{"expression": {"expression": "partition IN (0, 1)"}}'
+BROKEN = "breaks the table's rule off_small: offset < 10"
 
 
 def with_generated(lake: Path) -> None:
@@ -156,7 +176,6 @@ DELTA_REFUSED: dict[str, tuple[Callable, str]] = {
         lambda lake: delta_table(lake, "by_topic", partition_by=["topic"]),
         "it is partitioned by topic, of a type lagless does not split by",
     ),
-    "checked": (with_constraint, "CHECK constraints (off_small: offset < 10)"),
     "generated": (with_generated, "generated columns (doubled)"),
     "mapped": (
         lambda lake: delta_table(
@@ -187,10 +206,41 @@ def test_delta_tables_of_other_writers_refused_up_front_or_written_by_their_rule
     lake = tmp_path / "written"
     extra = delta_table(lake, "d_extra", RAW.append(pa.field("note", pa.string())))
     part = delta_table(lake, "d_part", partition_by=["partition"])
-    done = run_cli(
-        *imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", "d_extra", "d_part")
-    )
+    checked = with_rules(lake, "d_checked")
+    topics = ("d_extra", "d_part", "d_checked")
+    done = run_cli(*imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", *topics))
     assert done.returncode == 0, done.stderr
+
+    # Rules kept: the records of offset 10 and above are dead letters, each with its reason;
+    # the others are the table's rows, as both readers read them.
+    kept = [row for row in expected() if row[1] < 10]
+    for frame in (pl.from_arrow(DeltaTable(checked).to_pyarrow_table()), pl.read_delta(checked)):
+        assert isinstance(frame, pl.DataFrame)
+        assert sorted(frame.select("partition", "offset", "value").iter_rows()) == kept
+    dead = pl.read_delta(str(lake / "d_checked_dlq"))
+    assert sorted(dead.select("partition", "offset").iter_rows()) == [
+        (p, o) for p, o, _ in expected() if o >= 10
+    ]
+    assert set(dead["error"]) == {BROKEN}
+    rules = DeltaTable(checked).metadata().configuration
+    assert rules["delta.constraints.off_small"] == "offset < 10"  # still the table's rule
+
+    # A rule in words Spark has not (a DataFusion function): refused at the first batch, one
+    # line, exit 2, the table as it was.
+    from deltalake import DeltaTable as Table
+
+    odd = tmp_path / "odd"
+    Table(delta_table(odd, "refused")).alter.add_constraint(
+        {"typed": "arrow_typeof(offset) = 'Int64'"}
+    )
+    before = snapshot(odd)
+    result = run_cli(
+        *imported(corpus_broker.bootstrap, f"delta:///{odd}", tmp_path / "c2", "refused")
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "sets the rule typed (arrow_typeof(offset) = 'Int64') on its rows" in lines[0]
+    assert snapshot(odd) == before
 
     for path in (extra, part):
         by_deltalake = pl.from_arrow(DeltaTable(path).to_pyarrow_table())

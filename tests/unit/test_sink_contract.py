@@ -130,3 +130,21 @@ def test_a_task_written_store_must_commit_what_the_tasks_staged() -> None:
 
     with pytest.raises(TypeError, match="commit_staged"):
         Half("rows:///x", "x")  # type: ignore[abstract]
+
+
+def test_a_table_with_rules_on_rows_takes_them_through_spark() -> None:
+    """Spark evaluates a table's rules on rows (rows.py): neither the tasks' files nor a
+    mirror's change files carry them."""
+    from lagless.importer.write_path import takes_change_files
+    from lagless.sinks.base import RowRule
+
+    url = "delta:///lake"
+    sink = sink_from_url(url)
+    target = spec(url).target(sink)
+    ruled = replace(target, row_rules=(RowRule("small", "offset < 10"),))
+    assert tasks_writer(spec(url), target, sink) is not None
+    assert tasks_writer(spec(url), ruled, sink) is None
+    upsert = replace(target, mode="upsert")
+    assert takes_change_files(sink, upsert)
+    assert not takes_change_files(sink, replace(upsert, row_rules=ruled.row_rules))
+    assert ruled.row_rules[0].broken == "breaks the table's rule small: offset < 10"

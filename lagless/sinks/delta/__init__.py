@@ -38,6 +38,7 @@ from lagless.sinks.base import (
     ALREADY_HELD,
     DEAD_LETTER_COLUMNS,
     TOMBSTONE,
+    RowRule,
     Target,
     WriteMode,
     Written,
@@ -50,6 +51,7 @@ from lagless.sinks.delta.log import (
     AppTransactions,
     footer_stats,
     log_time_id,
+    row_rules,
     transactions,
     unwritable,
 )
@@ -131,6 +133,11 @@ class DeltaSink(FolderTableSink):
                     f"Delta table {path!r}: lagless cannot write its {mode}s ({refused}); pick "
                     "another --table"
                 )
+
+    def row_rules(self, target: Target) -> tuple[RowRule, ...]:
+        """The table's CHECK constraints and invariants, once it exists (log.row_rules)."""
+        delta = self._open_or_none(target.table)
+        return row_rules(delta) if delta is not None else ()
 
     def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
         from lagless.sinks.delta.maintenance import DeltaMaintenance

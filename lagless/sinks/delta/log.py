@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.sinks.base import RowRule
 from lagless.sinks.ledger import TP, Batch, Verdict, verdict
 from lagless.sinks.maintenance import DataFile
 
@@ -132,7 +133,8 @@ class AppTransactions:
 def unwritable(delta: DeltaTable, writes: Writes = "compaction") -> str | None:
     """Why lagless's entries would not be valid in this table; None: they are. A compaction
     keeps the rows; an append adds rows, which must keep the table's rules on rows (CHECK
-    constraints, invariants, generated columns: lagless evaluates none); an upsert also removes
+    constraints and invariants, which lagless evaluates: row_rules; generated columns, which it
+    does not compute); an upsert also removes
     rows, which a table may forbid or expect told apart (a change data feed)."""
     protocol = delta.protocol()
     metadata = delta.metadata()
@@ -184,24 +186,34 @@ def _idle_features(delta: DeltaTable) -> set[str]:
     return set() if '"variant"' in delta.schema().to_json() else {"variantType"}
 
 
-def _rules_for_rows(delta: DeltaTable) -> str | None:
-    """The table's rules on the rows a writer adds, which lagless does not evaluate."""
+def row_rules(delta: DeltaTable) -> tuple[RowRule, ...]:
+    """The table's rules on each row a writer adds: its CHECK constraints (by name) and the
+    invariants of its top-level columns (by column), each a Spark SQL condition. lagless
+    evaluates them on the shaped rows (importer/rows.py) and dead-letters a row that breaks one."""
     configured = delta.metadata().configuration
-    constraints = {
-        name.removeprefix("delta.constraints."): rule
-        for name, rule in configured.items()
+    rules = [
+        RowRule(name.removeprefix("delta.constraints."), rule)
+        for name, rule in sorted(configured.items())
         if name.startswith("delta.constraints.")
-    }
-    if constraints:
-        named = "; ".join(f"{name}: {rule}" for name, rule in sorted(constraints.items()))
-        return f"it has CHECK constraints ({named}), which lagless does not evaluate"
+    ]
+    for field in json.loads(delta.schema().to_json())["fields"]:
+        invariant = field["metadata"].get("delta.invariants")
+        if invariant is not None:
+            condition = json.loads(invariant)["expression"]["expression"]
+            rules.append(RowRule(f"invariant of {field['name']}", condition))
+    return tuple(rules)
+
+
+def _rules_for_rows(delta: DeltaTable) -> str | None:
+    """The table's rules on the rows a writer adds that lagless does not keep (row_rules it
+    evaluates)."""
     fields = json.loads(delta.schema().to_json())["fields"]
     generated = [f["name"] for f in fields if "delta.generationExpression" in f["metadata"]]
     if generated:
         return f"it has generated columns ({', '.join(generated)}), which lagless does not compute"
-    invariants = [f["name"] for f in fields if "delta.invariants" in f["metadata"]]
-    if invariants:
-        return f"it has invariants on {', '.join(invariants)}, which lagless does not evaluate"
+    nested = [f["name"] for f in fields if '"delta.invariants"' in json.dumps(f["type"])]
+    if nested:
+        return f"it has invariants inside {', '.join(nested)}, which lagless does not evaluate"
     identity = [f["name"] for f in fields if "delta.identity.start" in f["metadata"]]
     if identity:
         return f"it has identity columns ({', '.join(identity)}), which lagless does not fill"
