@@ -57,7 +57,7 @@ from rich.table import Table
 
 from lagless.broker import EmbeddedBroker
 from lagless.kafka.config import KafkaConfig
-from lagless.sinks import Target, sink_from_url
+from lagless.sinks import Target, maintenance_of, sink_from_url
 from lagless.sinks.maintenance import Health, Policy
 from lagless.sinks.parquet import RETIRED
 
@@ -474,7 +474,7 @@ def write_compacted(url: str, rows: Any, scratch: Path) -> Pinned:
 
 def sample(url: str, work: Path, policy: Policy, started: float, into: Path) -> Sample | None:
     with sink_from_url(url) as sink:
-        maintenance = sink.maintenance()
+        maintenance = maintenance_of(sink)
         assert maintenance is not None
         found: Health | None = maintenance.health(TOPIC, policy)
     if found is None:

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from lagless.exceptions import ConcurrentMaintenance, TerminalError
 from lagless.first_line import first_line
-from lagless.sinks import Sink
+from lagless.sinks import Sink, maintenance_of
 from lagless.sinks.maintenance import (
     RATIO,
     Policy,
@@ -218,7 +218,7 @@ def schedule_for(
     """The import's schedule for its tables (run_id: its Target.run_id, so that its rerun may
     take over a lock it left); None when the store keeps its own files or maintenance is off
     (every_s 0)."""
-    maintenance = sink.maintenance(run_id)
+    maintenance = maintenance_of(sink, run_id)
     if maintenance is None or every_s <= 0:
         return None
     maintenance.aside = True
@@ -234,7 +234,7 @@ def maintain_once(sink_url: str, table: str | None, policy: Policy) -> list[Roun
 
     policy = replace(policy, thorough=True, sets_window=False)
     with sink_from_url(sink_url) as sink:
-        maintenance = sink.maintenance()
+        maintenance = maintenance_of(sink)
         if maintenance is None:
             raise BadInput(
                 f"{sink.scheme} keeps its own files: maintain takes a Parquet, Delta or Iceberg "

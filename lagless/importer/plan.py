@@ -230,8 +230,9 @@ def with_change_events(spec: ImportSpec, reader: OffsetReader, partitions: list[
 
 def _checked(spec: ImportSpec, sink: Sink, target: Target) -> tuple[Target, str | None]:
     """Sink.check of the target, then the rules its table sets on rows (Sink.row_rules); a
-    mirror's columns the widest of its table's and its newest events' (schema_change.merged). A schema change the table cannot follow stops the table
-    (the reason returned), unless --schema-changes fail."""
+    mirror's columns the widest of its table's and its newest events' (schema_change.merged).
+    A schema change the table cannot follow stops the table (the reason returned), unless
+    --schema-changes fail."""
     try:
         if target.value_format == "debezium" and target.fields is not None:
             held = sink.table_types(target)

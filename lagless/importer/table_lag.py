@@ -18,7 +18,7 @@ from lagless.kafka import TP, Offsets
 from lagless.kafka.config import KafkaConfig
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.kafka.records import RecordInfo, Records
-from lagless.sinks import Sink, Target, sink_from_url
+from lagless.sinks import Sink, Target, maintenance_of, sink_from_url
 from lagless.sinks.ledger import HeldRecord, Recreated, recreated
 from lagless.sinks.maintenance import Health, Policy
 
@@ -150,7 +150,7 @@ def table_health(sink_url: str, table: str, policy: Policy) -> list[Health]:
     its own files (SQL)."""
     sink = sink_from_url(sink_url)
     with sink:
-        maintenance = sink.maintenance()
+        maintenance = maintenance_of(sink)
         if maintenance is None:
             return []
         found = (maintenance.health(each, policy) for each in maintenance.tables(table))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from lagless.exceptions import BadInput
 from lagless.sinks.base import COLUMNS, Sink, Target, TaskWrittenSink, check_identifier
+
+if TYPE_CHECKING:
+    from lagless.sinks.maintenance import StoreMaintenance
 
 SCHEMES = ("sqlite", "parquet", "postgresql", "delta", "iceberg")
 # The stores that also keep tables on S3: `<store>+s3://bucket/prefix` (sinks/s3.py).
@@ -46,4 +51,38 @@ def sink_from_url(url: str) -> Sink:
     raise BadInput(f"sink URL scheme {shown!r} is not one of {', '.join(SCHEMES)}")
 
 
-__all__ = ["COLUMNS", "Sink", "Target", "TaskWrittenSink", "check_identifier", "sink_from_url"]
+def maintenance_of(sink: Sink, run_id: str | None = None) -> StoreMaintenance | None:
+    """Compaction and expiry of the store's tables (sinks/maintenance.py), which an import runs
+    between batches (run_id: its Target.run_id, so that its rerun may take over a lock it
+    left) and `lagless maintain` once; None: the store needs none (a database keeps its own
+    files). Here, beside sink_from_url, so that no store's package imports its maintenance."""
+    if sink.scheme == "parquet":
+        from lagless.sinks.parquet import ParquetSink
+        from lagless.sinks.parquet.maintenance import ParquetMaintenance
+
+        assert isinstance(sink, ParquetSink)
+        return ParquetMaintenance(sink, run_id or f"maintain-{uuid.uuid4().hex[:12]}")
+    if sink.scheme == "delta":
+        from lagless.sinks.delta import DeltaSink
+        from lagless.sinks.delta.maintenance import DeltaMaintenance
+
+        assert isinstance(sink, DeltaSink)
+        return DeltaMaintenance(sink)
+    if sink.scheme == "iceberg":
+        from lagless.sinks.iceberg import IcebergSink
+        from lagless.sinks.iceberg.maintenance import IcebergMaintenance
+
+        assert isinstance(sink, IcebergSink)
+        return IcebergMaintenance(sink)
+    return None
+
+
+__all__ = [
+    "COLUMNS",
+    "Sink",
+    "Target",
+    "TaskWrittenSink",
+    "check_identifier",
+    "maintenance_of",
+    "sink_from_url",
+]

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from lagless.sinks.maintenance import StoreMaintenance
 
 WriteMode = Literal["append", "upsert"]
 ValueFormat = Literal["raw", "json", "avro", "debezium"]
@@ -382,13 +381,6 @@ class Sink(ABC):
 
     # What the refusal suggests instead, beside --shared-disk.
     without_shared_disk: ClassVar[str] = "import into PostgreSQL or a table on S3"
-
-    def maintenance(self, run_id: str | None = None) -> StoreMaintenance | None:
-        """Compaction and expiry of this store's tables (sinks/maintenance.py), which the
-        import runs between batches (run_id: the import's Target.run_id, so that its rerun may
-        take over a lock it left) and `lagless maintain` once; None: the store needs none (a
-        database keeps its own files)."""
-        return None
 
     def close(self) -> None:  # noqa: B027 - most sinks hold nothing open
         """Last in the lifecycle, also when the import fails: release connections."""

@@ -28,7 +28,7 @@ from lagless.gen import explicit, produce_profile
 from lagless.importer.job import run_import
 from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
-from lagless.sinks import sink_from_url
+from lagless.sinks import maintenance_of, sink_from_url
 from lagless.sinks.maintenance import MOST_SMALL_FILES, Health, Policy
 from tests.integration.test_crash_safety import (
     Record,
@@ -76,7 +76,7 @@ def spec_for(kafka: KafkaConfig, topic: str, url: str, folder: Path, **over: Any
 
 def health(url: str, table: str) -> Health:
     with sink_from_url(url) as sink:
-        maintenance = sink.maintenance()
+        maintenance = maintenance_of(sink)
         assert maintenance is not None
         found = maintenance.health(table, POLICY)
     assert found is not None
@@ -121,7 +121,7 @@ class Reader(threading.Thread):
 
     def _table_exists(self) -> bool:
         with sink_from_url(self.url) as sink:
-            maintenance = sink.maintenance()
+            maintenance = maintenance_of(sink)
             assert maintenance is not None
             return bool(maintenance.tables(self.table))
 

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from lagless.importer.maintenance import ROUND_AFTER_BATCHES, Schedule, run_round
 from lagless.planner.ranges import OffsetRange
-from lagless.sinks import Sink, Target, sink_from_url
+from lagless.sinks import Sink, Target, maintenance_of, sink_from_url
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, batch_ranges, holds
 from lagless.sinks.maintenance import RATIO, Policy
 from lagless.source.executor_write import load_writer
@@ -148,7 +148,7 @@ def maintain(
 ) -> None:
     """A round of compaction (by default files up to 2 KiB: these are small) and expiry (by
     default no history kept)."""
-    maintenance = sink.maintenance(TARGET.run_id)
+    maintenance = maintenance_of(sink, TARGET.run_id)
     assert maintenance is not None
     policy = Policy(target_file_size, keep_history_s, thorough=thorough)
     for table in maintenance.tables(TARGET.table):
@@ -488,7 +488,7 @@ def test_an_imports_rounds_cover_every_table_it_writes_those_of_new_topics_inclu
         sink.prepare(target)
         for n in range(4):
             commit(sink, target, Batch(n, {(TOPIC, 0): (n * 5, n * 5 + 5)}))
-    maintenance = sink.maintenance("import-a")
+    maintenance = maintenance_of(sink, "import-a")
     assert maintenance is not None
     imported = ["ta"]  # tb's topic appears later (job.admit_new_topics)
     now = [0.0]
@@ -527,7 +527,7 @@ def test_a_table_written_by_enough_batches_gets_its_round_before_the_time_based_
     compacted ones); a table the batches did not write waits for the time-based round."""
     sink = sink_from_url(f"parquet:///{tmp_path}/lake")
     targets = {name: Target(name, "append", "raw", run_id="import-a") for name in ("ta", "tb")}
-    maintenance = sink.maintenance("import-a")
+    maintenance = maintenance_of(sink, "import-a")
     assert maintenance is not None
     now = [0.0]
     schedule = Schedule(
@@ -569,7 +569,7 @@ def test_a_delta_table_whose_expiry_removes_its_size_is_expired_after_each_batch
     the 1 s window (Delta's vacuum reads the clock); the schedule's own clock is the test's."""
     sink = sink_from_url(f"delta:///{tmp_path}/lake")
     sink.prepare(TARGET)
-    maintenance = sink.maintenance(TARGET.run_id)
+    maintenance = maintenance_of(sink, TARGET.run_id)
     assert maintenance is not None
     now = [0.0]
     schedule = Schedule(

@@ -68,7 +68,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
     from lagless.sinks.delta.upsert import WrittenFiles
-    from lagless.sinks.maintenance import StoreMaintenance
 
 # Columns every lagless table has, whatever the shaping makes of values.
 IDENTITY = ("partition", "offset", "timestamp")
@@ -138,11 +137,6 @@ class DeltaSink(FolderTableSink):
         """The table's CHECK constraints and invariants, once it exists (log.row_rules)."""
         delta = self._open_or_none(target.table)
         return row_rules(delta) if delta is not None else ()
-
-    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
-        from lagless.sinks.delta.maintenance import DeltaMaintenance
-
-        return DeltaMaintenance(self)
 
     def prepare(self, target: Target) -> None:
         """Before the first batch: the folder. A table is created by its first batch, in the

@@ -90,7 +90,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType
 
-    from lagless.sinks.maintenance import StoreMaintenance
 
 CATALOG_NAME = "lagless"
 CATALOG_FILE = "catalog.db"
@@ -228,11 +227,6 @@ class IcebergSink(FolderTableSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return held_in(found) if found is not None else {}
-
-    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
-        from lagless.sinks.iceberg.maintenance import IcebergMaintenance
-
-        return IcebergMaintenance(self)
 
     def empty(self, target: Target) -> None:
         """A snapshot without lagless's summary: the ledger is read past it (summary.py)."""

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +55,6 @@ from lagless.sinks.task_files import stage_rows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from lagless.sinks.maintenance import StoreMaintenance
 
 # Offsets, timestamps and values are nearly all distinct: trying a dictionary for them cost a
 # tenth of the write (measured on 2.4M records of 100 B) and made no file smaller.
@@ -96,11 +94,6 @@ class ParquetSink(FolderTableSink):
         tables = [os.path.join(self.location, t) for t in (target.table, target.dead_letter_table)]
         for folder in (self.location, *tables, self._staging(target)):
             check_writable_path(folder, "directory", folder=True)
-
-    def maintenance(self, run_id: str | None = None) -> StoreMaintenance:
-        from lagless.sinks.parquet.maintenance import ParquetMaintenance
-
-        return ParquetMaintenance(self, run_id or f"maintain-{uuid.uuid4().hex[:12]}")
 
     def prepare(self, target: Target) -> None:
         for table in (target.table, target.dead_letter_table):
