@@ -62,54 +62,74 @@ def table_lag(
     sink = sink_from_url(sink_url)
     target = Target(sink.table_name(table), "append", "raw")
     with sink, OffsetReader(kafka) as reader:
-        partitions: list[TP] = reader.cluster.partitions(topics)
-        held = sink.ledger(target, partitions)
-        # The lag is of this moment: what follows (the records, the recreated-topic check,
-        # which scans an Iceberg table) takes seconds on a big table, and is not lag.
-        looked_at = time.time()
-        low, high = reader.log.watermarks(partitions)
-        oldest_missing = {
-            tp: max(held.get(tp, low[tp]), low[tp])
-            for tp in partitions
-            if max(held.get(tp, low[tp]), low[tp]) < high[tp]
-        }
-        # A few: a change's tombstone carries no source time.
-        found = reader.records.at(oldest_missing, dict.fromkeys(oldest_missing, 3))
-        newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
-        differs: dict[TP, str] = {}
-        if check_recreated:
-            found_recreated = history_of_another_topic(
-                sink, target, reader.records, held, low, high
-            )
-            differs = {each.tp: str(each) for each in found_recreated}
-    now = looked_at if now is None else now
-    mirror = any(_committed_ms(found.get(tp) or newest.get(tp) or []) for tp in partitions)
-    rows = []
-    for tp in partitions:
-        lag_s: float | None = 0.0
-        source_lag_s: float | None = 0.0 if mirror else None
-        if tp in oldest_missing:
-            records = found.get(tp) or []
-            stamp = records[0].timestamp_s if records else None
-            lag_s = None if stamp is None else max(0.0, now - stamp)
-            committed_ms = _committed_ms(records)
-            if mirror:
-                source_lag_s = None if committed_ms is None else max(0.0, now - committed_ms / 1000)
-        start = max(held.get(tp, low[tp]), low[tp])
-        rows.append(
-            PartitionInTable(
-                tp[0],
-                tp[1],
-                held.get(tp),
-                low[tp],
-                high[tp],
-                max(0, high[tp] - start),
-                lag_s,
-                source_lag_s,
-                differs.get(tp),
-            )
-        )
-    return rows
+        seen = _look(sink, target, reader, topics, check_recreated)
+    now = seen.looked_at if now is None else now
+    mirror = any(
+        _committed_ms(seen.missing.get(tp) or seen.newest.get(tp) or []) for tp in seen.partitions
+    )
+    return [_row(seen, tp, now, mirror) for tp in seen.partitions]
+
+
+@dataclass
+class _Seen:
+    """What table_lag read: the table's ledger and the log, at one moment."""
+
+    partitions: list[TP]
+    held: dict[TP, int]
+    low: dict[TP, int]
+    high: dict[TP, int]
+    looked_at: float
+    # The first records the table lacks (a few: a change's tombstone carries no source time).
+    missing: dict[TP, list[RecordInfo]]
+    newest: dict[TP, list[RecordInfo]]
+    differs: dict[TP, str]
+
+    def start(self, tp: TP) -> int:
+        """The first offset the table lacks that the log still holds."""
+        return max(self.held.get(tp, self.low[tp]), self.low[tp])
+
+
+def _look(
+    sink: Sink, target: Target, reader: OffsetReader, topics: list[str], check_recreated: bool
+) -> _Seen:
+    partitions: list[TP] = reader.cluster.partitions(topics)
+    held = sink.ledger(target, partitions)
+    # The lag is of this moment: what follows (the records, the recreated-topic check, which
+    # scans an Iceberg table) takes seconds on a big table, and is not lag.
+    looked_at = time.time()
+    low, high = reader.log.watermarks(partitions)
+    seen = _Seen(partitions, held, low, high, looked_at, {}, {}, {})
+    behind = {tp: seen.start(tp) for tp in partitions if seen.start(tp) < high[tp]}
+    seen.missing = reader.records.at(behind, dict.fromkeys(behind, 3))
+    seen.newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
+    if check_recreated:
+        found = history_of_another_topic(sink, target, reader.records, held, low, high)
+        seen.differs = {each.tp: str(each) for each in found}
+    return seen
+
+
+def _row(seen: _Seen, tp: TP, now: float, mirror: bool) -> PartitionInTable:
+    lag_s: float | None = 0.0
+    source_lag_s: float | None = 0.0 if mirror else None
+    start = seen.start(tp)
+    if start < seen.high[tp]:
+        records = seen.missing.get(tp) or []
+        stamp = records[0].timestamp_s if records else None
+        lag_s = None if stamp is None else max(0.0, now - stamp)
+        committed_ms = _committed_ms(records)
+        if mirror:
+            source_lag_s = None if committed_ms is None else max(0.0, now - committed_ms / 1000)
+    return PartitionInTable(
+        tp[0],
+        tp[1],
+        seen.held.get(tp),
+        seen.low[tp],
+        seen.high[tp],
+        max(0, seen.high[tp] - start),
+        lag_s,
+        source_lag_s,
+        seen.differs.get(tp),
+    )
 
 
 def _committed_ms(records: list[RecordInfo]) -> int | None:

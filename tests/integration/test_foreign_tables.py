@@ -4,9 +4,12 @@ and polars), or refuses them before anything is written, one line, exit 2. A Del
 CHECK constraints and invariants are kept: a record whose row breaks one is dead-lettered
 alone, the others land.
 
-The tables are made by delta-rs and pyiceberg, each with one feature; the imports are real
-`lagless import` runs on the embedded broker. A refusal comes before Spark starts (~2 s each,
-run side by side); the tables lagless writes take two imports with Spark, one per store.
+The tables are made by delta-rs and pyiceberg, each with one feature, in a local folder or
+under a prefix of a real S3 server (SeaweedFS, tests/harness/s3.py; an Iceberg warehouse there
+keeps its SQLite catalog on the driver, as `iceberg+s3://...?catalog=PATH` says); the imports
+are real `lagless import` runs on the embedded broker. A refusal comes before Spark starts (~2 s
+each, run side by side; nothing written is checked on disk and in the bucket); the tables
+lagless writes take imports with Spark, per store and place.
 """
 
 from __future__ import annotations
