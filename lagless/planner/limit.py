@@ -33,15 +33,7 @@ def limit_batch(
     start, when a limit is below 1, or when max_bytes comes without bytes_per_record while
     there is something to read.
     """
-    if start.keys() != latest.keys():
-        raise ValueError(f"start and latest name different partitions: {start} vs {latest}")
-    for key, offset in start.items():
-        if latest[key] < offset:
-            raise ValueError(f"{key}: latest offset {latest[key]} is before start {offset}")
-    for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
-        if limit is not None and limit < 1:
-            raise ValueError(f"{name} must be at least 1, not {limit}")
-
+    _check(start, latest, max_records, max_bytes)
     backlog = {key: latest[key] - offset for key, offset in start.items()}
     total_records = sum(backlog.values())
     if total_records == 0:
@@ -59,9 +51,43 @@ def limit_batch(
         return dict(latest)
 
     quota = {key: share * records for key, records in backlog.items()}
+    records_left = max_records or total_records
+    bytes_left = max_bytes or total_bytes
+    take = _rounded(quota, sizes, records_left, bytes_left)
+    if sum(take.values()) == 0:
+        take[min(backlog, key=lambda k: (-backlog[k], k))] = 1
+    return {key: offset + take[key] for key, offset in start.items()}
+
+
+def _check(
+    start: Mapping[Key, int],
+    latest: Mapping[Key, int],
+    max_records: int | None,
+    max_bytes: int | None,
+) -> None:
+    """limit_batch's ValueErrors about its arguments."""
+    if start.keys() != latest.keys():
+        raise ValueError(f"start and latest name different partitions: {start} vs {latest}")
+    for key, offset in start.items():
+        if latest[key] < offset:
+            raise ValueError(f"{key}: latest offset {latest[key]} is before start {offset}")
+    for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{name} must be at least 1, not {limit}")
+
+
+def _rounded(
+    quota: Mapping[Key, Fraction],
+    sizes: Mapping[Key, Fraction],
+    records_limit: int,
+    bytes_limit: Fraction | int,
+) -> dict[Key, int]:
+    """Each partition's quota rounded down to whole records, then the records that rounding
+    left unread within the limits one each to the partitions with the largest rounded-off
+    part (ties by key)."""
     take = {key: math.floor(part) for key, part in quota.items()}
-    records_left = (max_records or total_records) - sum(take.values())
-    bytes_left = (max_bytes or total_bytes) - _bytes(take, sizes)
+    records_left = records_limit - sum(take.values())
+    bytes_left = bytes_limit - _bytes(take, sizes)
     for key in sorted(quota, key=lambda k: (take[k] - quota[k], k)):
         if records_left < 1:
             break
@@ -69,9 +95,7 @@ def limit_batch(
             take[key] += 1
             records_left -= 1
             bytes_left -= sizes[key]
-    if sum(take.values()) == 0:
-        take[min(backlog, key=lambda k: (-backlog[k], k))] = 1
-    return {key: offset + take[key] for key, offset in start.items()}
+    return take
 
 
 def _bytes(take: Mapping[Key, int], sizes: Mapping[Key, Fraction]) -> Fraction:

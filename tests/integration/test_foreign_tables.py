@@ -8,8 +8,8 @@ The tables are made by delta-rs and pyiceberg, each with one feature, in a local
 under a prefix of a real S3 server (SeaweedFS, tests/harness/s3.py; an Iceberg warehouse there
 keeps its SQLite catalog on the driver, as `iceberg+s3://...?catalog=PATH` says); the imports
 are real `lagless import` runs on the embedded broker. A refusal comes before Spark starts (~2 s
-each, run side by side; nothing written is checked on disk and in the bucket); the tables
-lagless writes take imports with Spark, per store and place.
+each, run side by side; that nothing was written is checked on disk and in the bucket); the
+rest takes three imports with Spark per place, two into Delta tables, one into Iceberg ones.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -26,6 +28,7 @@ import pytest
 from confluent_kafka import Producer
 
 from lagless.broker import EmbeddedBroker
+from tests.harness.s3 import SeaweedS3, reader_filesystem, reader_options
 
 PARTITIONS = 2
 RECORDS = 40  # per topic
@@ -42,6 +45,78 @@ RAW = pa.schema(
     ]
 )
 APPEND = "lagless --write append"  # what lagless's Delta tables are described as
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Where tables go: the local folder `folder`, or with `s3` (the server) the prefix `prefix`
+    of its bucket, `folder` then holding only what stays on the driver (an Iceberg warehouse's
+    SQLite catalog). Made, imported into, read and snapshot the same way in both places."""
+
+    folder: Path
+    s3: SeaweedS3 | None = None
+    prefix: str = ""
+
+    def below(self, name: str) -> Lake:
+        """A lake of its own inside this one."""
+        return Lake(self.folder / name, self.s3, f"{self.prefix}/{name}")
+
+    @property
+    def root(self) -> str:
+        """The tables' folder: a local path or `s3://bucket/prefix`."""
+        return str(self.folder) if self.s3 is None else f"s3://{self.s3.bucket}/{self.prefix}"
+
+    def path(self, table: str) -> str:
+        return f"{self.root}/{table}"
+
+    @property
+    def catalog_file(self) -> Path:
+        """An Iceberg warehouse's SQL catalog: in the warehouse, or on the driver beside it."""
+        return self.folder / "catalog.db"
+
+    def sink(self, store: str) -> str:
+        """lagless's sink URL for the tables of `store` (delta, iceberg) here."""
+        if self.s3 is None:
+            return f"{store}:///{self.folder}"
+        catalog = f"?catalog={self.catalog_file}" if store == "iceberg" else ""
+        return self.s3.url(store, self.prefix) + catalog
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        """deltalake's and polars' storage options."""
+        return None if self.s3 is None else reader_options()
+
+    def iceberg_properties(self) -> dict[str, str]:
+        """pyiceberg's SqlCatalog, as lagless opens it (sinks/iceberg/): its warehouse, FileIO."""
+        if self.s3 is None:
+            return {"warehouse": f"file://{self.folder}"}
+        options = reader_options()
+        return {
+            "warehouse": self.root,
+            "s3.endpoint": options["endpoint"],
+            "s3.access-key-id": options["access_key_id"],
+            "s3.secret-access-key": options["secret_access_key"],
+            "s3.region": options["region"],
+        }
+
+    def snapshot(self) -> list[tuple[str, int]]:
+        """Every file and object stored here, with its size."""
+        stored = [(str(p), p.stat().st_size) for p in self.folder.rglob("*")]
+        if self.s3 is not None:
+            from pyarrow.fs import FileSelector
+
+            under = FileSelector(f"{self.s3.bucket}/{self.prefix}", True, recursive=True)
+            found = reader_filesystem().get_file_info(under)
+            stored += [(f"s3://{info.path}", info.size or 0) for info in found]
+        return sorted(stored)
+
+
+def lake_at(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> Lake:
+    """The test's lake: `tmp_path`, or on S3 a prefix of its own (the catalog in `tmp_path`)."""
+    if where == "local":
+        return Lake(tmp_path)
+    s3 = request.getfixturevalue("s3_env")  # its AWS variables reach the imports started
+    return Lake(tmp_path, s3, tmp_path.name)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -91,28 +166,25 @@ def expected() -> list[tuple[int, int, bytes]]:
     return sorted(rows)
 
 
-def snapshot(folder: Path) -> list[tuple[str, int]]:
-    return sorted((str(p), p.stat().st_size) for p in folder.rglob("*"))
-
-
 def refused(
-    bootstrap: str, root: Path, sink: str, cases: dict[str, tuple[Callable, str]]
+    bootstrap: str, root: Lake, store: str, cases: dict[str, tuple[Callable, str]]
 ) -> list[str]:
-    """Each case's table made by `make(lake)` in a folder of its own, then imported into: what
+    """Each case's table made by `make(lake)` in a lake of its own, then imported into: what
     went wrong, where the import did not refuse it in one line (saying `says`, exit 2) with
-    nothing written."""
+    nothing written (the lake and the checkpoint as they were)."""
 
     def run(name: str, make: Callable, says: str) -> str | None:
-        lake = root / name / "lake"
-        lake.mkdir(parents=True)
+        case = root.below(name)
+        lake = case.below("lake")
+        lake.folder.mkdir(parents=True)
         make(lake)
-        before = snapshot(root / name)
-        args = imported(bootstrap, sink.format(lake=lake), root / name / "ckpt", "refused")
+        before = case.snapshot()
+        args = imported(bootstrap, lake.sink(store), case.folder / "ckpt", "refused")
         args[args.index("{topic}")] = name
         result = run_cli(*args)
         lines = result.stderr.strip().splitlines()
         if result.returncode == 2 and len(lines) == 1 and says in lines[0]:
-            return None if snapshot(root / name) == before else f"{name}: written to"
+            return None if case.snapshot() == before else f"{name}: written to"
         return f"{name}: exit {result.returncode}, {result.stderr!r}"
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -120,31 +192,39 @@ def refused(
         return [failure for failure in found if failure is not None]
 
 
-def delta_table(lake: Path, name: str, schema: pa.Schema = RAW, **options: object) -> str:
+def delta(lake: Lake, name: str):
+    """A Delta table of the lake, through deltalake."""
     from deltalake import DeltaTable
 
-    path = str(lake / name)
-    DeltaTable.create(path, schema=schema, description=APPEND, **options)  # type: ignore[arg-type]
+    return DeltaTable(lake.path(name), storage_options=lake.options)
+
+
+def delta_table(lake: Lake, name: str, schema: Any = RAW, **options: Any) -> str:
+    from deltalake import DeltaTable
+
+    path = lake.path(name)
+    DeltaTable.create(
+        path, schema=schema, description=APPEND, storage_options=lake.options, **options
+    )
     return path
 
 
-def with_rules(lake: Path, name: str) -> str:
+def with_rules(lake: Lake, name: str) -> str:
     """A lagless-described table with a CHECK constraint (offset < 10) and an invariant
     (partition 0 or 1, on the column), as delta-rs makes them."""
-    from deltalake import DeltaTable, Field, Schema
+    from deltalake import Field, Schema
 
     fields = [
         Field(
             f.name,
             f.type,
-            f.nullable,
-            {"delta.invariants": INVARIANT} if f.name == "partition" else None,
+            nullable=f.nullable,
+            metadata={"delta.invariants": INVARIANT} if f.name == "partition" else None,
         )
         for f in Schema.from_arrow(RAW).fields
     ]
-    path = str(lake / name)
-    DeltaTable.create(path, schema=Schema(fields), description=APPEND)
-    DeltaTable(path).alter.add_constraint({"off_small": "offset < 10"})
+    path = delta_table(lake, name, Schema(fields))
+    delta(lake, name).alter.add_constraint({"off_small": "offset < 10"})
     return path
 
 
@@ -152,24 +232,22 @@ INVARIANT = '{"expression": {"expression": "partition IN (0, 1)"}}'
 BROKEN = "breaks the table's rule off_small: offset < 10"
 
 
-def with_generated(lake: Path) -> None:
-    from deltalake import DeltaTable, Field, Schema
+def with_generated(lake: Lake) -> None:
+    from deltalake import Field, Schema
     from deltalake.schema import PrimitiveType
 
     fields = Schema.from_arrow(RAW).fields
     doubled = Field(
         "doubled", PrimitiveType("long"), metadata={"delta.generationExpression": "offset * 2"}
     )
-    DeltaTable.create(
-        str(lake / "generated"), schema=Schema([*fields, doubled]), description=APPEND
-    )
+    delta_table(lake, "generated", Schema([*fields, doubled]))
 
 
-def with_deletion_vectors(lake: Path) -> None:
-    from deltalake import DeltaTable
+def with_deletion_vectors(lake: Lake) -> None:
     from deltalake.table import TableFeatures
 
-    DeltaTable(delta_table(lake, "vectors")).alter.add_feature(
+    delta_table(lake, "vectors")
+    delta(lake, "vectors").alter.add_feature(
         TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
     )
 
@@ -196,84 +274,88 @@ DELTA_REFUSED: dict[str, tuple[Callable, str]] = {
 }
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_delta_tables_of_other_writers_refused_up_front_or_written_by_their_rules(
-    corpus_broker, tmp_path
+    corpus_broker, tmp_path, request, where
 ):
-    failures = refused(corpus_broker.bootstrap, tmp_path, "delta:///{lake}", DELTA_REFUSED)
+    root = lake_at(where, tmp_path, request)
+    failures = refused(corpus_broker.bootstrap, root, "delta", DELTA_REFUSED)
     assert not failures, failures
 
     # A nullable column lagless's rows lack: NULL in the rows it appends. A table partitioned
     # by an integer column: each file under its partition's folder, its value in the log.
-    from deltalake import DeltaTable
-
-    lake = tmp_path / "written"
+    lake = root.below("written")
     extra = delta_table(lake, "d_extra", RAW.append(pa.field("note", pa.string())))
     part = delta_table(lake, "d_part", partition_by=["partition"])
     checked = with_rules(lake, "d_checked")
     topics = ("d_extra", "d_part", "d_checked")
-    done = run_cli(*imported(corpus_broker.bootstrap, f"delta:///{lake}", tmp_path / "c", *topics))
+    done = run_cli(*imported(corpus_broker.bootstrap, lake.sink("delta"), tmp_path / "c", *topics))
     assert done.returncode == 0, done.stderr
 
     # Rules kept: the records of offset 10 and above are dead letters, each with its reason;
     # the others are the table's rows, as both readers read them.
     kept = [row for row in expected() if row[1] < 10]
-    for frame in (pl.from_arrow(DeltaTable(checked).to_pyarrow_table()), pl.read_delta(checked)):
+    by_both = (
+        pl.from_arrow(delta(lake, "d_checked").to_pyarrow_table()),
+        pl.read_delta(checked, storage_options=lake.options),
+    )
+    for frame in by_both:
         assert isinstance(frame, pl.DataFrame)
         assert sorted(frame.select("partition", "offset", "value").iter_rows()) == kept
-    dead = pl.read_delta(str(lake / "d_checked_dlq"))
+    dead = pl.read_delta(lake.path("d_checked_dlq"), storage_options=lake.options)
     assert sorted(dead.select("partition", "offset").iter_rows()) == [
         (p, o) for p, o, _ in expected() if o >= 10
     ]
     assert set(dead["error"]) == {BROKEN}
-    rules = DeltaTable(checked).metadata().configuration
+    rules = delta(lake, "d_checked").metadata().configuration
     assert rules["delta.constraints.off_small"] == "offset < 10"  # still the table's rule
 
     # A rule in words Spark has not (a DataFusion function): refused at the first batch, one
     # line, exit 2, the table as it was.
-    from deltalake import DeltaTable as Table
-
-    odd = tmp_path / "odd"
-    Table(delta_table(odd, "refused")).alter.add_constraint(
-        {"typed": "arrow_typeof(offset) = 'Int64'"}
-    )
-    before = snapshot(odd)
+    odd = root.below("odd")
+    delta_table(odd, "refused")
+    delta(odd, "refused").alter.add_constraint({"typed": "arrow_typeof(offset) = 'Int64'"})
+    before = odd.snapshot()
     result = run_cli(
-        *imported(corpus_broker.bootstrap, f"delta:///{odd}", tmp_path / "c2", "refused")
+        *imported(corpus_broker.bootstrap, odd.sink("delta"), tmp_path / "c2", "refused")
     )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "sets the rule typed (arrow_typeof(offset) = 'Int64') on its rows" in lines[0]
-    assert snapshot(odd) == before
+    assert odd.snapshot() == before
 
-    for path in (extra, part):
-        by_deltalake = pl.from_arrow(DeltaTable(path).to_pyarrow_table())
-        by_polars = pl.read_delta(path)
+    for name, path in (("d_extra", extra), ("d_part", part)):
+        by_deltalake = pl.from_arrow(delta(lake, name).to_pyarrow_table())
+        by_polars = pl.read_delta(path, storage_options=lake.options)
         for frame in (by_deltalake, by_polars):
             assert isinstance(frame, pl.DataFrame)
             assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected()
         assert path == part or by_polars["note"].null_count() == RECORDS
-    added = pl.from_arrow(pa.table(DeltaTable(part).get_add_actions(flatten=True)))
+    added = pl.from_arrow(pa.table(delta(lake, "d_part").get_add_actions(flatten=True)))
     assert isinstance(added, pl.DataFrame)
     for path, value in added.select("path", "partition.partition").iter_rows():
         assert path.startswith(f"partition={value}/"), (path, value)
 
 
-def iceberg_catalog(lake: Path):
+def iceberg_catalog(lake: Lake):
+    """The lake's warehouse as lagless opens it: pyiceberg's SQL catalog `lagless` in the
+    lake's catalog file, its tables in the namespace `default`."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    lake.mkdir(parents=True, exist_ok=True)
-    catalog = SqlCatalog("lagless", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}")
+    lake.folder.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{lake.catalog_file}"
+    catalog = SqlCatalog("lagless", uri=uri, **lake.iceberg_properties())
     catalog.create_namespace_if_not_exists("default")
     return catalog
 
 
-def iceberg_table(lake: Path, name: str, properties: dict[str, str] | None = None):
+def iceberg_table(lake: Lake, name: str, properties: dict[str, str] | None = None):
     """A table lagless would take as its own (its write mode, a raw append's columns)."""
     properties = {"lagless.write": "append", **(properties or {})}
     return iceberg_catalog(lake).create_table(("default", name), schema=RAW, properties=properties)
 
 
-def partitioned_iceberg(lake: Path) -> None:
+def partitioned_iceberg(lake: Lake) -> None:
     from pyiceberg.transforms import IdentityTransform
 
     table = iceberg_table(lake, "partitioned")
@@ -281,7 +363,7 @@ def partitioned_iceberg(lake: Path) -> None:
         spec.add_field("partition", IdentityTransform(), "partition")
 
 
-def identified(lake: Path, name: str, fields: list[str]):
+def identified(lake: Lake, name: str, fields: list[str]):
     table = iceberg_table(lake, name)
     with table.update_schema() as update:
         update.set_identifier_fields(*fields)
@@ -297,23 +379,25 @@ ICEBERG_REFUSED: dict[str, tuple[Callable, str]] = {
 }
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_iceberg_tables_of_other_writers_refused_up_front_or_written_by_their_rules(
-    corpus_broker, tmp_path
+    corpus_broker, tmp_path, request, where
 ):
     from pyiceberg.transforms import IdentityTransform
 
-    failures = refused(corpus_broker.bootstrap, tmp_path, "iceberg:///{lake}", ICEBERG_REFUSED)
+    root = lake_at(where, tmp_path, request)
+    failures = refused(corpus_broker.bootstrap, root, "iceberg", ICEBERG_REFUSED)
     assert not failures, failures
 
     # Written: a sort order (files may be written unsorted, and say so), format version 1.
-    lake = tmp_path / "written"
+    lake = root.below("written")
     sorted_table = iceberg_table(lake, "i_sorted")
     with sorted_table.update_sort_order() as order:
         order.asc("offset", IdentityTransform())
     iceberg_table(lake, "i_v1", properties={"format-version": "1"})
     topics = ("i_sorted", "i_v1")
     done = run_cli(
-        *imported(corpus_broker.bootstrap, f"iceberg:///{lake}", tmp_path / "c", *topics)
+        *imported(corpus_broker.bootstrap, lake.sink("iceberg"), tmp_path / "c", *topics)
     )
     assert done.returncode == 0, done.stderr
 
@@ -321,7 +405,7 @@ def test_iceberg_tables_of_other_writers_refused_up_front_or_written_by_their_ru
     for name in topics:
         table = catalog.load_table(("default", name))
         by_pyiceberg = pl.from_arrow(table.scan().to_arrow())
-        by_polars = pl.scan_iceberg(table).collect()
+        by_polars = pl.scan_iceberg(table, storage_options=lake.options).collect()
         for frame in (by_pyiceberg, by_polars):
             assert isinstance(frame, pl.DataFrame)
             assert sorted(frame.select("partition", "offset", "value").iter_rows()) == expected(), (
