@@ -169,20 +169,7 @@ class IcebergMaintenance(StoreMaintenance):
             groups = [[f] for f in sized if f.path in folded] + plan(
                 [f for f in sized if f.path not in folded], policy.target_file_size, policy.thorough
             )
-            chosen: list[IcebergFile] = []
-            written: list[IcebergFile] = []
-            writes: list[uuid.UUID] = []
-            try:
-                for group in groups:
-                    if chosen and time.monotonic() >= deadline:
-                        break
-                    files = [current[each.path] for each in group]
-                    writes.append(uuid.uuid4())
-                    written += self._rewrite(found, files, deleted, writes[-1])
-                    chosen += files
-            except Exception:
-                self._remove_written(found, writes)
-                raise
+            chosen, written = self._rewrite_groups(found, current, groups, deleted, deadline)
             rewritten = {f.file_path for f in chosen}
             stale, restated = _stale_deletes(mergeable, rewritten, set(current))
             if not chosen and not stale:
@@ -198,6 +185,33 @@ class IcebergMaintenance(StoreMaintenance):
         done.rewritten_bytes += sum(f.file_size_in_bytes for f in written)
         done.merged_deletes += len(stale)
         return seen
+
+    def _rewrite_groups(
+        self,
+        found: Table,
+        current: dict[str, IcebergFile],
+        groups: list[list[DataFile]],
+        deleted: dict[str, pa.Array],
+        deadline: float,
+    ) -> tuple[list[IcebergFile], list[IcebergFile]]:
+        """Each group's files written again as one, in order, until the deadline (the first
+        group always): the files chosen, and those written. A write that fails removes what
+        the round wrote."""
+        chosen: list[IcebergFile] = []
+        written: list[IcebergFile] = []
+        writes: list[uuid.UUID] = []
+        try:
+            for group in groups:
+                if chosen and time.monotonic() >= deadline:
+                    break
+                files = [current[each.path] for each in group]
+                writes.append(uuid.uuid4())
+                written += self._rewrite(found, files, deleted, writes[-1])
+                chosen += files
+        except Exception:
+            self._remove_written(found, writes)
+            raise
+        return chosen, written
 
     def _remove_written(self, found: Table, writes: list[uuid.UUID]) -> None:
         """The files of the writes a failed round made (a full disk leaves one cut short; its
