@@ -435,44 +435,59 @@ def _balance(report: LagReport, memberships: Sequence[GroupDescription] | None) 
             )
         ]
     latest = memberships[-1]
+    return _mixed_consumers(report, latest, drained, lagging, fix) + _range_piling(latest, lagging)
+
+
+def _mixed_consumers(
+    report: LagReport,
+    latest: GroupDescription,
+    drained: list[tuple[str, int]],
+    lagging: list[tuple[str, int]],
+    fix: str,
+) -> list[Finding]:
+    """Consumers that hold a drained partition next to a lagging one, fewer than partitions."""
     mixed = [
         member
         for member in latest.members
         if any(p in drained for p in member.partitions)
         and any(p in lagging for p in member.partitions)
     ]
-    findings = []
-    if mixed and len(latest.members) < len(report.rows):
-        example = mixed[0]
-        findings.append(
-            Finding(
-                "drained-and-lagging",
-                f"{len(mixed)} of {len(latest.members)} consumers hold a drained partition next "
-                f"to a lagging one (e.g. {example.client_id or example.member_id}: "
-                f"{_names(list(example.partitions))}) with fewer consumers than partitions "
-                f"({len(latest.members)} < {len(report.rows)}): each waits on its drained "
-                "partition.",
-                fix,
-            )
+    if not mixed or len(latest.members) >= len(report.rows):
+        return []
+    example = mixed[0]
+    return [
+        Finding(
+            "drained-and-lagging",
+            f"{len(mixed)} of {len(latest.members)} consumers hold a drained partition next "
+            f"to a lagging one (e.g. {example.client_id or example.member_id}: "
+            f"{_names(list(example.partitions))}) with fewer consumers than partitions "
+            f"({len(latest.members)} < {len(report.rows)}): each waits on its drained "
+            "partition.",
+            fix,
         )
+    ]
+
+
+def _range_piling(latest: GroupDescription, lagging: list[tuple[str, int]]) -> list[Finding]:
+    """The range assignor's piling: lagging partitions on a few consumers, others idle."""
     lagging_per_member = {
         member.member_id: [p for p in member.partitions if p in lagging]
         for member in latest.members
     }
     piled = [m for m in latest.members if len(lagging_per_member[m.member_id]) >= 2]
     spare = [m for m in latest.members if not lagging_per_member[m.member_id]]
-    if latest.assignor == "range" and piled and spare:
-        findings.append(
-            Finding(
-                "range-piling",
-                f"the range assignor piled the lagging partitions on {len(piled)} consumers "
-                f"while {len(spare)} hold none (e.g. "
-                f"{_names(lagging_per_member[piled[0].member_id])} on one consumer).",
-                "set partition.assignment.strategy=cooperative-sticky (or roundrobin) so "
-                "lagging partitions spread over the consumers",
-            )
+    if latest.assignor != "range" or not piled or not spare:
+        return []
+    return [
+        Finding(
+            "range-piling",
+            f"the range assignor piled the lagging partitions on {len(piled)} consumers "
+            f"while {len(spare)} hold none (e.g. "
+            f"{_names(lagging_per_member[piled[0].member_id])} on one consumer).",
+            "set partition.assignment.strategy=cooperative-sticky (or roundrobin) so "
+            "lagging partitions spread over the consumers",
         )
-    return findings
+    ]
 
 
 def notes(exam: Examination) -> list[str]:
@@ -491,11 +506,19 @@ def notes(exam: Examination) -> list[str]:
 def _membership(report: LagReport, memberships: Sequence[GroupDescription] | None) -> list[Finding]:
     if not memberships:  # None: not told (notes); []: not sampled
         return []
-    findings = []
     latest = memberships[-1]
+    return [
+        *_rebalancing_or_idle(report, latest),
+        *_no_commits(report, latest),
+        *_rebalances(memberships),
+        *_eager_protocol(latest),
+    ]
+
+
+def _rebalancing_or_idle(report: LagReport, latest: GroupDescription) -> list[Finding]:
     members = len(latest.members)
     if rebalancing(latest):
-        findings.append(
+        return [
             Finding(
                 "rebalancing",
                 f"the group is rebalancing (state {latest.state}, {members} members holding "
@@ -504,61 +527,77 @@ def _membership(report: LagReport, memberships: Sequence[GroupDescription] | Non
                 "(session.timeout.ms, max.poll.interval.ms); the cooperative-sticky assignor "
                 "keeps partitions read during a rebalance",
             )
+        ]
+    idle = [m for m in latest.members if not m.partitions]
+    if not idle:
+        return []
+    partitions = len(report.rows)
+    why = (
+        f"more consumers than partitions ({members} > {partitions})"
+        if members > partitions
+        else f"the assignor gave them none of the {partitions} partitions"
+    )
+    return [
+        Finding(
+            "idle-consumers",
+            f"{len(idle)} of {members} consumers hold no partition: {why}.",
+            "run at most one consumer per partition, or add partitions",
         )
-    elif idle := [m for m in latest.members if not m.partitions]:
-        partitions = len(report.rows)
-        why = (
-            f"more consumers than partitions ({members} > {partitions})"
-            if members > partitions
-            else f"the assignor gave them none of the {partitions} partitions"
+    ]
+
+
+def _no_commits(report: LagReport, latest: GroupDescription) -> list[Finding]:
+    if not latest.members or not report.rows:
+        return []
+    if any(row.committed is not None for row in report.rows):
+        return []
+    members = len(latest.members)
+    return [
+        Finding(
+            "no-commits",
+            f"group {report.group} has {members} member{'' if members == 1 else 's'} but "
+            "has committed no offset yet: a group that rebalances before its first commit "
+            "starts over from auto.offset.reset each time.",
+            "let members stay long enough to commit (session.timeout.ms, "
+            "max.poll.interval.ms), commit soon after the first records, or use static "
+            "membership (group.instance.id)",
         )
-        findings.append(
-            Finding(
-                "idle-consumers",
-                f"{len(idle)} of {members} consumers hold no partition: {why}.",
-                "run at most one consumer per partition, or add partitions",
-            )
-        )
-    if latest.members and report.rows and all(row.committed is None for row in report.rows):
-        findings.append(
-            Finding(
-                "no-commits",
-                f"group {report.group} has {members} member{'' if members == 1 else 's'} but "
-                "has committed no offset yet: a group that rebalances before its first commit "
-                "starts over from auto.offset.reset each time.",
-                "let members stay long enough to commit (session.timeout.ms, "
-                "max.poll.interval.ms), commit soon after the first records, or use static "
-                "membership (group.instance.id)",
-            )
-        )
+    ]
+
+
+def _rebalances(memberships: Sequence[GroupDescription]) -> list[Finding]:
     rebalances = sum(
         1 for before, after in itertools.pairwise(memberships) if before.members != after.members
     )
-    if rebalances:
-        findings.append(
-            Finding(
-                "rebalances",
-                f"the group rebalanced at least {rebalances} times while the doctor watched; "
-                "with the eager protocol every rebalance stops all consumers.",
-                "find why members leave (session.timeout.ms, max.poll.interval.ms exceeded by "
-                "slow processing); static membership (group.instance.id) keeps restarts from "
-                "rebalancing",
-            )
+    if not rebalances:
+        return []
+    return [
+        Finding(
+            "rebalances",
+            f"the group rebalanced at least {rebalances} times while the doctor watched; "
+            "with the eager protocol every rebalance stops all consumers.",
+            "find why members leave (session.timeout.ms, max.poll.interval.ms exceeded by "
+            "slow processing); static membership (group.instance.id) keeps restarts from "
+            "rebalancing",
         )
-    if latest.assignor in EAGER_ASSIGNORS:
-        static = all(m.group_instance_id for m in latest.members)
-        findings.append(
-            Finding(
-                "eager-protocol",
-                f"the group uses the {latest.assignor} assignor, an eager protocol: each "
-                "rebalance revokes every partition from every consumer (stop-the-world)"
-                + ("" if static else ", and its members have no static membership")
-                + ".",
-                "set partition.assignment.strategy=cooperative-sticky"
-                + ("" if static else " and give each consumer a group.instance.id"),
-            )
+    ]
+
+
+def _eager_protocol(latest: GroupDescription) -> list[Finding]:
+    if latest.assignor not in EAGER_ASSIGNORS:
+        return []
+    static = all(m.group_instance_id for m in latest.members)
+    return [
+        Finding(
+            "eager-protocol",
+            f"the group uses the {latest.assignor} assignor, an eager protocol: each "
+            "rebalance revokes every partition from every consumer (stop-the-world)"
+            + ("" if static else ", and its members have no static membership")
+            + ".",
+            "set partition.assignment.strategy=cooperative-sticky"
+            + ("" if static else " and give each consumer a group.instance.id"),
         )
-    return findings
+    ]
 
 
 def render(exam: Examination, findings: Sequence[Finding]) -> str:
