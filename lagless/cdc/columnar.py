@@ -156,6 +156,22 @@ def changes(
         rows, missing_key = _upserts(parsed, upsert, readings, envelope, row_type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, TypeError, OverflowError):
         return None  # what Arrow's reading refuses, the event at a time reads or rejects
+    return _with_the_others(envelope, keys, values, present, upsert, rows, missing_key, row_type)
+
+
+def _with_the_others(
+    envelope: Envelope,
+    keys: pa.Array,
+    values: pa.Array,
+    present: pa.Array,
+    upsert: pa.Array,
+    rows: pa.Array,
+    missing_key: pa.Array,
+    row_type: pa.StructType,
+) -> Decoded | None:
+    """The upserts Arrow read (`rows`, where `upsert` holds among the `present` values) and the
+    other events, each read by Envelope.change, back in the batch's order; None when one of
+    the others brings a new schema or a truncate (the batch is read an event at a time)."""
     present_at = np.flatnonzero(present.to_numpy(zero_copy_only=False))
     upsert_at = present_at[upsert.to_numpy(zero_copy_only=False)]
     other_at = np.setdiff1d(np.arange(len(values)), upsert_at, assume_unique=True)
