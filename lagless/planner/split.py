@@ -75,6 +75,22 @@ def plan_tasks(
     Raises ValueError when slots, min_task_records, min_tasks or max_task_records is below 1,
     when a range ends before it starts, or when two ranges of one partition overlap.
     """
+    work = _checked(ranges, slots, min_task_records, min_tasks, max_task_records)
+    sizes = record_sizes({r.key for r in work}, bytes_per_record)
+    chosen = _best_cut(work, sizes, slots, min_task_records)
+    if max_task_records is None and min_tasks == 1:
+        return chosen
+    return _capped(chosen, sizes, max_task_records, min_tasks)
+
+
+def _checked(
+    ranges: Sequence[OffsetRange],
+    slots: int,
+    min_task_records: int,
+    min_tasks: int,
+    max_task_records: int | None,
+) -> list[OffsetRange]:
+    """plan_tasks' ValueErrors; else the ranges that hold records, sorted."""
     if slots < 1:
         raise ValueError(f"slots must be at least 1, not {slots}")
     if min_task_records < 1:
@@ -90,13 +106,29 @@ def plan_tasks(
     for before, after in itertools.pairwise(work):
         if before.key == after.key and before.end > after.start:
             raise ValueError(f"{before} and {after} overlap")
+    return work
 
-    sizes = record_sizes({r.key for r in work}, bytes_per_record)
+
+def _weight(task: OffsetRange, sizes: Mapping[tuple[str, int], Fraction]) -> Fraction:
+    return task.records * sizes[task.key]
+
+
+def _heaviest_first(
+    tasks: list[OffsetRange], sizes: Mapping[tuple[str, int], Fraction]
+) -> list[OffsetRange]:
+    """Largest weight first, ties by (topic, partition, start): a plan is reproducible."""
+    return sorted(tasks, key=lambda t: (-_weight(t, sizes), t.topic, t.partition, t.start))
+
+
+def _best_cut(
+    work: list[OffsetRange],
+    sizes: Mapping[tuple[str, int], Fraction],
+    slots: int,
+    min_task_records: int,
+) -> list[OffsetRange]:
+    """The cut of the fewest pieces per slot (PIECES_PER_SLOT) whose largest-first schedule
+    ends within FINER_CUT_MIN_GAIN of the best of them."""
     total = sum((r.records * sizes[r.key] for r in work), Fraction(0))
-
-    def weight(task: OffsetRange) -> Fraction:
-        return task.records * sizes[task.key]
-
     plans: list[tuple[float, list[OffsetRange]]] = []
     for pieces_per_slot in PIECES_PER_SLOT:
         target = total / (slots * pieces_per_slot)
@@ -104,16 +136,24 @@ def plan_tasks(
         for offset_range in work:
             piece_records = max(min_task_records, math.ceil(target / sizes[offset_range.key]))
             tasks.extend(_cut(offset_range, piece_records, min_task_records))
-        tasks.sort(key=lambda t: (-weight(t), t.topic, t.partition, t.start))
-        plans.append((_makespan([float(weight(t)) for t in tasks], slots), tasks))
+        tasks = _heaviest_first(tasks, sizes)
+        plans.append((_makespan([float(_weight(t, sizes)) for t in tasks], slots), tasks))
     best = min(makespan for makespan, _ in plans)
-    chosen = next(tasks for makespan, tasks in plans if makespan <= best * (1 + FINER_CUT_MIN_GAIN))
-    if max_task_records is None and min_tasks == 1:
-        return chosen
+    return next(tasks for makespan, tasks in plans if makespan <= best * (1 + FINER_CUT_MIN_GAIN))
+
+
+def _capped(
+    chosen: list[OffsetRange],
+    sizes: Mapping[tuple[str, int], Fraction],
+    max_task_records: int | None,
+    min_tasks: int,
+) -> list[OffsetRange]:
+    """Spark's two caps: tasks of at most max_task_records records, then at least min_tasks
+    tasks (the heaviest of 2 records or more cut into halves)."""
     if max_task_records is not None:
         chosen = [piece for task in chosen for piece in _even_cut(task, max_task_records)]
     # Heaviest first (ties by topic, partition, start): heapq pops the smallest key.
-    heap = [((-weight(t), t.topic, t.partition, t.start), t) for t in chosen]
+    heap = [((-_weight(t, sizes), t.topic, t.partition, t.start), t) for t in chosen]
     heapq.heapify(heap)
     done: list[OffsetRange] = []
     while len(heap) + len(done) < min_tasks and heap:
@@ -122,10 +162,9 @@ def plan_tasks(
             done.append(task)
             continue
         for half in _even_cut(task, math.ceil(task.records / 2)):
-            heapq.heappush(heap, ((-weight(half), half.topic, half.partition, half.start), half))
-    tasks = done + [task for _, task in heap]
-    tasks.sort(key=lambda t: (-weight(t), t.topic, t.partition, t.start))
-    return tasks
+            key = (-_weight(half, sizes), half.topic, half.partition, half.start)
+            heapq.heappush(heap, (key, half))
+    return _heaviest_first(done + [task for _, task in heap], sizes)
 
 
 def _even_cut(task: OffsetRange, max_records: int) -> list[OffsetRange]:
