@@ -229,12 +229,8 @@ def produce_profile(
     Assumes nobody else writes to the topic meanwhile: record i of partition p lands at
     offset start(p) + i, which is checked against the high watermarks afterwards.
     """
-    if keys < 1:
-        raise BadInput(f"--keys {keys} must be at least 1")
-    profile.check_fits(compression)
     shape = shape or ProbeRecords()
-    if poison and not shape.poisonable:
-        raise BadInput(f"--poison does not apply to profile {profile.name!r}")
+    _check_options(profile, keys, poison, compression, shape)
     poison_at = poison_positions(profile.total_records, poison)
     reader = OffsetReader(config)
     check_topic(reader.cluster, topic, profile)
@@ -260,16 +256,10 @@ def produce_profile(
                 written=written,
                 on_progress=on_progress,
             )
-        if producer.flush(FLUSH_TIMEOUT_S):
-            raise TerminalError(f"records still unsent to {topic!r} after {FLUSH_TIMEOUT_S:.0f} s")
+        _flush(producer, delivery_errors, topic)
         seconds = time.perf_counter() - started
         if on_progress:
             on_progress(written.done)
-        if delivery_errors.first is not None:
-            raise TerminalError(
-                f"{delivery_errors.count} records failed to reach {topic!r}: "
-                f"{delivery_errors.first.str()}"
-            )
         after = _watermarks(reader.log, partitions)
     offsets = {p: (before[p][1], before[p][1] + count) for p, count in enumerate(profile.counts)}
     _check_nobody_else_wrote(topic, offsets, after)
@@ -284,6 +274,27 @@ def produce_profile(
         poison=written.poison,
         _newest=written.newest,
     )
+
+
+def _check_options(
+    profile: Profile, keys: int, poison: float, compression: str, shape: RecordShape
+) -> None:
+    if keys < 1:
+        raise BadInput(f"--keys {keys} must be at least 1")
+    profile.check_fits(compression)
+    if poison and not shape.poisonable:
+        raise BadInput(f"--poison does not apply to profile {profile.name!r}")
+
+
+def _flush(producer: Producer, delivery_errors: DeliveryErrors, topic: str) -> None:
+    """Every record sent and acknowledged, or a TerminalError saying how many were not."""
+    if producer.flush(FLUSH_TIMEOUT_S):
+        raise TerminalError(f"records still unsent to {topic!r} after {FLUSH_TIMEOUT_S:.0f} s")
+    if delivery_errors.first is not None:
+        raise TerminalError(
+            f"{delivery_errors.count} records failed to reach {topic!r}: "
+            f"{delivery_errors.first.str()}"
+        )
 
 
 @dataclass
