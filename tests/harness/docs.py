@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +64,15 @@ def sh_blocks(page: Path) -> list[Block]:
         elif line.strip() == FIRST_HOUR_END:
             in_first_hour = False
         if line.strip() == "```sh":
-            end = lines.index("```", index + 1)
+            # A block in a list item is indented: its fence and lines alike.
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].strip() == "```")
+            body = textwrap.dedent("\n".join(lines[index + 1 : end]))
             marked = NOT_RUN.match(before.strip())
             blocks.append(
                 Block(
                     page=page,
                     line=index + 1,
-                    text="\n".join(lines[index + 1 : end]) + "\n",
+                    text=body + "\n",
                     not_run=marked.group("reason") if marked else None,
                     first_hour=in_first_hour,
                 )

@@ -53,7 +53,7 @@ def test_every_shell_block_is_run_by_a_test_or_says_why_not() -> None:
     assert not unmarked, f"mark them <!-- not run: REASON --> or move them into a guide: {unmarked}"
     assert not [b.where for b in first_hour() if b.not_run], "the first hour is run whole"
     for page in pages():
-        marks = re.findall(r"^<!-- not run", page.read_text(), re.MULTILINE)
+        marks = re.findall(r"^\s*<!-- not run", page.read_text(), re.MULTILINE)
         assert len(marks) == sum(1 for b in sh_blocks(page) if b.not_run), (
             f"{page.name}: a <!-- not run: REASON --> marker must sit right above a ```sh block"
         )
