@@ -37,7 +37,7 @@ from lagless.importer.checkpoint import (
 from lagless.importer.dead_letter_topic import DeadLetterTopic
 from lagless.importer.debezium import SchemaChanged, tell_columns_gone
 from lagless.importer.group import GroupCommitter
-from lagless.importer.maintenance import schedule_for
+from lagless.importer.maintenance import Schedule, schedule_for
 from lagless.importer.plan import ImportPlan
 from lagless.importer.routing import Destination
 from lagless.importer.rows import (
@@ -49,7 +49,7 @@ from lagless.importer.rows import (
     shape,
     sql_string,
 )
-from lagless.importer.spec import ImportSpec
+from lagless.importer.spec import BatchSettings, ImportSpec
 from lagless.importer.write_path import Way
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
@@ -123,8 +123,15 @@ def open_batch_writer(
         if spec.dead_letter_topic
         else None
     )
+    maintenance = schedule_for(
+        plan.sink,
+        spec.run_id,
+        lambda: [each.target.table for each in plan.destinations],
+        spec.maintenance_policy,
+        spec.maintain_every_s,
+    )
     return BatchWriter(
-        spec,
+        spec.batch_settings,
         plan,
         collector,
         target_end,
@@ -132,6 +139,7 @@ def open_batch_writer(
         dead_letter_topic,
         first_start,
         overlap=overlap,
+        maintenance=maintenance,
     )
 
 
@@ -141,7 +149,7 @@ class BatchWriter:
 
     def __init__(
         self,
-        spec: ImportSpec,
+        settings: BatchSettings,
         plan: ImportPlan,
         collector: Collector,
         target_end: Offsets | None,
@@ -150,8 +158,9 @@ class BatchWriter:
         first_start: Offsets | None = None,
         *,
         overlap: bool = False,
+        maintenance: Schedule | None = None,
     ) -> None:
-        self.spec = spec
+        self.settings = settings
         # The tables, each with what its ledger held when the import began (the source reads
         # nothing below it): with Spark's journaled ends, a batch's ranges in each. A routed
         # import adds the tables of topics that appear while it runs (job.admit_new_topics).
@@ -192,13 +201,7 @@ class BatchWriter:
         self.failure: BaseException | None = None
         self.last_end: Offsets = {}
         # Compaction and expiry of the import's tables between batches (maintenance.py).
-        self.maintenance = schedule_for(
-            plan.sink,
-            spec.run_id,
-            lambda: [each.target.table for each in plan.destinations],
-            spec.maintenance_policy,
-            spec.maintain_every_s,
-        )
+        self.maintenance = maintenance
 
     def batch_function(self) -> BatchWriter:
         """foreachBatch's function for a query started now, on the write path the plan
@@ -215,7 +218,7 @@ class BatchWriter:
 
     def batch(self, batch_id: int) -> tuple[Batch, Offsets]:
         """The batch as the store commits it (its ranges, every table's), and its end offsets."""
-        end = batch_end_offsets(self.spec.checkpoint, batch_id)
+        end = batch_end_offsets(self.settings.checkpoint, batch_id)
         ranges = batch_ranges(self._batch_start(batch_id), end, self.plan.held)
         return Batch(batch_id, ranges), end
 
@@ -224,7 +227,7 @@ class BatchWriter:
         if batch_id == 0:
             return dict(self.first_start)
         try:
-            return batch_end_offsets(self.spec.checkpoint, batch_id - 1)
+            return batch_end_offsets(self.settings.checkpoint, batch_id - 1)
         except OSError:  # Spark keeps the offsets of its last 100 batches only
             return dict(self.last_end or self.first_start)
 
@@ -274,7 +277,8 @@ class BatchWriter:
             return False
         last = self._last_finished
         tasks_s, driver_s = (last.tasks_s or 0.0, last.driver_s) if last else (0.0, 0.0)
-        return commits_beside_tasks(self.spec.mode, tasks_s, driver_s, self.spec.trigger_seconds)
+        settings = self.settings
+        return commits_beside_tasks(settings.mode, tasks_s, driver_s, settings.trigger_seconds)
 
     def _finish_beside_the_next(
         self, finish: Callable[[], Finished], batch_id: int, started: float
@@ -282,7 +286,7 @@ class BatchWriter:
         """The batch's commits on a thread of their own: Spark records the batch, plans the
         next and runs its tasks meanwhile. The checkpoint's mark says so until the store holds
         the batch: a run that ends before has it read again (job.py)."""
-        checkpoint = self.spec.checkpoint
+        checkpoint = self.settings.checkpoint
         mark_storing(checkpoint, batch_id)
 
         def commit() -> None:
@@ -395,7 +399,7 @@ class BatchWriter:
                 {reason: n for reason, n in written.dead.items() if n},
                 written.already,
             )
-            if not self.spec.fail_on_data_loss:
+            if not self.settings.fail_on_data_loss:
                 read = self.summary.by_partition - read_before
                 self._count_skipped(batch_id, start, end, read)
             if self.committer is not None:
@@ -483,7 +487,7 @@ class BatchWriter:
     def _run_change_tasks(self, receipts: DataFrame) -> pa.Table:
         """A Debezium mirror's (or a raw upsert's) batch: the source's tasks decode its change
         events into files (change_files.py); `receipts` names them, a row per piece."""
-        folder = self.spec.changes_folder
+        folder = self.settings.changes_folder
         if self._store_work is None:
             change_files.clear(folder)  # what a crashed attempt wrote; no batch reads it now
         failpoint("before-write")
@@ -561,7 +565,7 @@ class BatchWriter:
 
         target = destination.target
         avro = destination.avro
-        reasons = rejection_reasons(target, self.spec.max_record_bytes, avro)
+        reasons = rejection_reasons(target, self.settings.max_record_bytes, avro)
         # One pass over the batch, not three. Two SQL expressions rather than a Column per
         # partition: building Columns costs a JVM round trip each, which on 24 partitions was
         # half a second of every batch.
@@ -578,7 +582,7 @@ class BatchWriter:
         if target.value_format == "debezium":
             metrics.append(F.expr(f"collect_set({NEW_SCHEMA_COLUMN}) AS schemas"))
         log_times = self.log_times if target.mode == "upsert" else None
-        shaped = shape(records, target, self.spec.max_record_bytes, avro, log_times)
+        shaped = shape(records, target, self.settings.max_record_bytes, avro, log_times)
         return shaped.observe(observation, *metrics), observation, reasons
 
     def _store_dead_letters(
@@ -653,10 +657,10 @@ class BatchWriter:
         try:
             yield
         except SchemaChangeRefused as refused:
-            if self.spec.schema_changes == "fail":
+            if self.settings.schema_changes == "fail":
                 raise
             destination.stopped = str(refused)
-            stop_table(self.spec.checkpoint, destination.target.table, str(refused))
+            stop_table(self.settings.checkpoint, destination.target.table, str(refused))
             log.error("%s is stopped (the other tables go on): %s", destination.where, refused)
 
     def _evolve(self, destination: Destination, schemas: list[str], must_grow: bool = True) -> None:

@@ -54,6 +54,21 @@ def slots_for(parallelism: int) -> int:
 
 
 @dataclass(frozen=True)
+class BatchSettings:
+    """What of the options the BatchWriter reads (ImportSpec.batch_settings), decided once and
+    passed down: the writer sees these values, not the options."""
+
+    checkpoint: str
+    mode: RunMode
+    trigger_seconds: float
+    fail_on_data_loss: bool
+    schema_changes: SchemaChanges
+    max_record_bytes: int | None
+    # Where the tasks write a mirror's change files (ImportSpec.changes_folder).
+    changes_folder: str
+
+
+@dataclass(frozen=True)
 class ImportSpec:
     kafka: KafkaConfig
     topics: tuple[str, ...]
@@ -180,6 +195,19 @@ class ImportSpec:
             self.routed,
             self.master,
             self.shared_disk,
+            self.changes_folder,
+        )
+
+    @property
+    def batch_settings(self) -> BatchSettings:
+        """What of the options the BatchWriter reads."""
+        return BatchSettings(
+            self.checkpoint,
+            self.mode,
+            self.trigger_seconds,
+            self.fail_on_data_loss,
+            self.schema_changes,
+            self.max_record_bytes,
             self.changes_folder,
         )
 
