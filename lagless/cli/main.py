@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from lagless import logs
 from lagless.exceptions import BadInput, Stopped, TransientError, from_spark
+from lagless.first_line import first_line
 from lagless.signals import interrupt_on_signals
 
 EXIT_FAILED = 1
@@ -253,13 +254,10 @@ def _reader_gone() -> int:
 
 def _first_line(exc: BaseException) -> str:
     try:
-        text = str(exc)
+        str(exc)
     except Exception:  # a py4j error whose JVM is gone
-        text = repr(exc.args)
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return type(exc).__name__
+        return first_line(repr(exc.args))
+    return first_line(exc)
 
 
 if __name__ == "__main__":
