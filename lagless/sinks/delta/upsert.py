@@ -98,6 +98,14 @@ class WrittenFiles:
             _, (_, dropped) = self._frames.popitem(last=False)
             self._bytes -= dropped
 
+    def keep_only(self, folder: str, live: set[str]) -> None:
+        """Of the files under `folder` (one table's), only those of `live` (its version's): a
+        file another writer removed (a compaction, this import's own between batches) is
+        never read again, and was kept until the limit pushed it out: a mirror's driver held
+        up to the whole limit of such files (bench/soak.py)."""
+        prefix = folder.rstrip("/") + "/"
+        self.forget([p for p in self._frames if p.startswith(prefix) and p not in live])
+
     def forget(self, paths: Iterable[str]) -> None:
         """Files the table no longer holds (a batch wrote them again), or never will (its
         commit lost)."""
@@ -248,6 +256,9 @@ def _rewrite(
     )
     files = data_files(table.delta)
     by_path = {each.path: each for each in files}
+    table.written.keep_only(
+        table.folder, {table.storage.join(table.folder, each.path) for each in files}
+    )
     touched = sorted(pc.unique(gone.column(FILE)).to_pylist()) if gone.num_rows else []
     added = _frame(in_schema(planned.added, schema)) if planned.added.num_rows else None
     written: list[str] = []
