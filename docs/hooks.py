@@ -19,8 +19,8 @@ def on_files(files: Any, config: Any) -> Any:
 
     page = README.read_text().replace("](docs/", "](")
     files.append(File.generated(config, "index.md", content=page))
-    for chart in sorted(CHARTS.glob("*.png")):
-        uri = f"bench/results/{chart.name}"
+    for chart in sorted(CHARTS.rglob("*.png")):
+        uri = f"bench/results/{chart.relative_to(CHARTS).as_posix()}"
         files.append(File.generated(config, uri, abs_src_path=str(chart)))
     return files
 
