@@ -289,9 +289,11 @@ class Visibility(threading.Thread):
         return self.judged_from + (window + 1) * WINDOW_S
 
     def latencies(self, since: float, until: float) -> list[float]:
-        """Of the records sent in [since, until), within the last RECENT_S."""
+        """Of the records that became visible in [since, until), within the last RECENT_S (by
+        when they were seen, not sent: a sample always has those its interval saw, however
+        slow the machine)."""
         with self.lock:
-            return [late for sent, late in self.recent if since <= sent < until]
+            return [late for sent, late in self.recent if since <= sent + late < until]
 
     def window_p99s(self) -> list[float]:
         """Each 15-minute window's p99 from `judged_from` on, in order (one of fewer than 20
