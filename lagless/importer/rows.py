@@ -12,6 +12,7 @@ from lagless.cdc import envelope
 from lagless.cdc.envelope import DELETE_COLUMN, ERROR_COLUMN, NEW_SCHEMA_COLUMN, SKIP_COLUMN
 from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
 from lagless.exceptions import BadInput
+from lagless.first_line import first_line
 from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
@@ -269,7 +270,7 @@ def _rules_kept(shaped: DataFrame, target: Target) -> DataFrame:
         rule = next(r for r in target.row_rules if not _resolves(shaped, r.condition))
         raise BadInput(
             f"table {target.table!r} sets the rule {rule.name} ({rule.condition}) on its rows, "
-            f"which Spark cannot evaluate on them: {str(exc).splitlines()[0]}"
+            f"which Spark cannot evaluate on them: {first_line(exc)}"
         ) from None
 
 

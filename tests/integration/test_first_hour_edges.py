@@ -19,7 +19,6 @@ embedded one over TCP; the imports run Spark.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pty
 import re
@@ -35,6 +34,7 @@ import pytest
 from confluent_kafka import Producer
 
 from lagless.broker import EmbeddedBroker
+from tests.harness.setup_stamp import skip_unless_installed_by_setup
 
 pytestmark = pytest.mark.spark  # the import starts Spark
 
@@ -44,17 +44,9 @@ RECORDS = 400
 INTERNAL = ("noida", "field report")
 
 
-def installed_by_setup() -> bool:
-    """scripts/setup installed this venv's packages from this pyproject.toml (its stamp)."""
-    digest = hashlib.sha1((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:12]
-    return (Path(sys.prefix) / f".installed-{digest}").exists()
-
-
 @pytest.fixture
 def clone(tmp_path: Path) -> Path:
-    if not installed_by_setup():
-        # The setup would install into this venv, which the test shares: never.
-        pytest.skip("this venv's packages' stamp is not of this pyproject.toml (scripts/setup)")
+    skip_unless_installed_by_setup()  # the setup would install into this venv, shared
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: nothing to clone")
     folder = tmp_path / "clone"

@@ -11,7 +11,6 @@ other process builds is stood for by a file the test puts in place, not a JVM's 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,21 +21,14 @@ from pathlib import Path
 import pytest
 
 from lagless.importer import class_archive
+from tests.harness.setup_stamp import skip_unless_installed_by_setup
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def installed_by_setup() -> bool:
-    """scripts/setup installed this venv's packages from this pyproject.toml (its stamp)."""
-    digest = hashlib.sha1((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:12]
-    return (Path(sys.prefix) / f".installed-{digest}").exists()
-
-
 @pytest.fixture
 def clone(tmp_path: Path) -> Path:
-    if not installed_by_setup():
-        # The setup would install into this venv, which the test shares: never.
-        pytest.skip("this venv's packages' stamp is not of this pyproject.toml (scripts/setup)")
+    skip_unless_installed_by_setup()  # the setup would install into this venv, shared
     folder = tmp_path / "clone"
     (folder / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "setup", folder / "scripts" / "setup")

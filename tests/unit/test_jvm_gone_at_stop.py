@@ -11,7 +11,7 @@ import signal
 from typing import Any, ClassVar
 
 import pytest
-from py4j.protocol import Py4JNetworkError
+from py4j.protocol import Py4JError, Py4JNetworkError
 
 from lagless.importer.job import _await, jvm_gone
 from lagless.signals import StopFile, StopRequest
@@ -42,15 +42,26 @@ class Writer:
         pass
 
 
-def test_the_jvm_gone_after_a_stop_request_ends_the_wait(tmp_path) -> None:
+class JvmEnding(JvmGone):
+    """A query whose JVM is ending: it still answers, but no longer knows py4j's own classes,
+    so pyspark's reading of a Java error fails as py4j fails (seen in CI: "py4j.reflection does
+    not exist in the JVM", raised by `query.exception()` before any wait)."""
+
+    def exception(self) -> None:
+        raise Py4JError("py4j.reflection does not exist in the JVM")
+
+
+@pytest.mark.parametrize("query", [JvmGone, JvmEnding])
+def test_the_jvm_gone_or_ending_after_a_stop_request_ends_the_wait(query, tmp_path) -> None:
     stop = StopRequest()
     stop.record(signal.SIGTERM)
-    _await(JvmGone(), stop, Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
+    _await(query(), stop, Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
 
 
-def test_the_jvm_gone_without_a_stop_request_is_raised(tmp_path) -> None:
-    with pytest.raises(Py4JNetworkError):
-        _await(JvmGone(), StopRequest(), Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
+@pytest.mark.parametrize(("query", "raised"), [(JvmGone, Py4JNetworkError), (JvmEnding, Py4JError)])
+def test_the_jvm_gone_or_ending_without_a_stop_request_is_raised(query, raised, tmp_path) -> None:
+    with pytest.raises(raised):
+        _await(query(), StopRequest(), Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
 
 
 def test_only_py4j_losing_the_jvm_counts_as_gone() -> None:
@@ -59,32 +70,8 @@ def test_only_py4j_losing_the_jvm_counts_as_gone() -> None:
     assert not jvm_gone(ValueError("a bug"))
 
 
-class JvmEnding(JvmGone):
-    """A query whose JVM is ending: it still answers, but no longer knows py4j's own classes,
-    so pyspark's reading of a Java error fails as py4j fails (seen in CI: "py4j.reflection does
-    not exist in the JVM", raised by `query.exception()` before any wait)."""
-
-    def exception(self) -> None:
-        from py4j.protocol import Py4JError
-
-        raise Py4JError("py4j.reflection does not exist in the JVM")
-
-
-def test_a_jvm_ending_after_a_stop_request_ends_the_wait_wherever_it_is_met(tmp_path) -> None:
-    stop = StopRequest()
-    stop.record(signal.SIGTERM)
-    _await(JvmEnding(), stop, Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
-
-
-def test_a_jvm_ending_without_a_stop_request_is_raised(tmp_path) -> None:
-    from py4j.protocol import Py4JError
-
-    with pytest.raises(Py4JError):
-        _await(JvmEnding(), StopRequest(), Writer(), StopFile(tmp_path / "stop"))  # type: ignore[arg-type]
-
-
 def test_a_java_error_is_an_answer_not_a_jvm_gone() -> None:
-    from py4j.protocol import Py4JError, Py4JJavaError
+    from py4j.protocol import Py4JJavaError
 
     assert jvm_gone(Py4JError("py4j.reflection does not exist in the JVM"))
     answered = Py4JJavaError.__new__(Py4JJavaError)  # its __init__ asks a JVM for the error

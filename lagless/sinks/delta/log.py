@@ -134,8 +134,8 @@ def unwritable(delta: DeltaTable, writes: Writes = "compaction") -> str | None:
     """Why lagless's entries would not be valid in this table; None: they are. A compaction
     keeps the rows; an append adds rows, which must keep the table's rules on rows (CHECK
     constraints and invariants, which lagless evaluates: row_rules; generated columns, which it
-    does not compute); an upsert also removes
-    rows, which a table may forbid or expect told apart (a change data feed)."""
+    does not compute); an upsert also removes rows, which a table may forbid or expect told
+    apart (a change data feed)."""
     protocol = delta.protocol()
     metadata = delta.metadata()
     partitioned = _unwritten_partitions(delta, writes)
