@@ -208,6 +208,8 @@ def run_table_lag(args: argparse.Namespace) -> int:
             f"mirror {table}: {sum(row.behind for row in rows):,} change events and "
             f"{max(mirror):,.1f} s behind the database"
         )
+    if any(row.incomplete for row in rows):
+        print(incomplete_line(table, rows))
     for row in rows:
         if row.another_topic is not None:
             print(
@@ -217,6 +219,34 @@ def run_table_lag(args: argparse.Namespace) -> int:
     if tables:
         print_table(health_table(tables), console)
     return 0
+
+
+def incomplete_line(table: str, rows: list[PartitionInTable]) -> str:
+    """What a table lacks for good: records it skipped below what it holds, and records the
+    log deleted before any import read them; and the way to make it whole."""
+    parts = []
+    skipped = [row for row in rows if row.skipped]
+    if skipped:
+        parts.append(
+            f"{sum(row.skipped for row in skipped):,} records of {_partitions(skipped)} were "
+            "deleted by the broker before they were read and skipped (--skip-lost-offsets)"
+        )
+    gone = [row for row in rows if row.deleted_unread]
+    if gone:
+        parts.append(
+            f"{sum(row.deleted_unread for row in gone):,} records of {_partitions(gone)} it "
+            "lacks are no longer in the log"
+        )
+    return (
+        f"table {table} is incomplete: {'; '.join(parts)}. A mirror: re-snapshot the table "
+        "into a new --table and --checkpoint (docs/mirror.md, Re-snapshot a table)"
+    )
+
+
+def _partitions(rows: list[PartitionInTable]) -> str:
+    named = [f"{row.topic}[{row.partition}]" for row in rows[:3]]
+    more = f" and {len(rows) - 3} more partitions" if len(rows) > 3 else ""
+    return ", ".join(named) + more
 
 
 def partitions_table(table: str, rows: list[PartitionInTable]) -> Table:

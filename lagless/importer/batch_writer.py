@@ -176,6 +176,9 @@ class BatchWriter:
         # Offsets the checks found lost before the run (retention, a recreated topic), skipped.
         self.summary = Summary(skipped=sum(lost.skipped for lost in plan.lost))
         self.counted_before_run = {lost.tp: lost.skipped_range for lost in plan.lost}
+        # Each partition's first batch in this run (Batch.skipped takes the records the checks
+        # before the run counted with it).
+        self._first_batch_of: dict[TP, int] = {}
         self.committer = committer
         self.dead_letter_topic = dead_letter_topic
         # The store, when the source's tasks write the records; None: rows come through Spark.
@@ -220,7 +223,30 @@ class BatchWriter:
         """The batch as the store commits it (its ranges, every table's), and its end offsets."""
         end = batch_end_offsets(self.settings.checkpoint, batch_id)
         ranges = batch_ranges(self._batch_start(batch_id), end, self.plan.held)
-        return Batch(batch_id, ranges), end
+        batch = Batch(batch_id, ranges)
+        if not self.settings.fail_on_data_loss:
+            batch.skipped.update(self._skipped(batch))
+        return batch, end
+
+    def _skipped(self, batch: Batch) -> dict[TP, int]:
+        """failOnDataLoss=false: per partition, the batch's records the table never takes
+        (Batch.skipped): those of its range below the log's start now (the source, which reads
+        after this, goes on from there), and with the first batch of a partition, those the
+        checks before the run found deleted below its range (a mirror's first records)."""
+        covered = batch.covered
+        if not covered:
+            return {}
+        low, _ = self.plan.reader.log.watermarks(list(covered))
+        skipped = {}
+        for tp, (since, until) in covered.items():
+            first = self._first_batch_of.setdefault(tp, batch.id) == batch.id
+            before_run = self.counted_before_run.get(tp, (0, 0)) if first else (0, 0)
+            n = max(0, min(until, low[tp]) - since) + max(
+                0, min(before_run[1], since) - before_run[0]
+            )
+            if n:
+                skipped[tp] = n
+        return skipped
 
     def _batch_start(self, batch_id: int) -> Offsets:
         """Where the batch's ranges start: the end of the batch before it."""
@@ -243,7 +269,7 @@ class BatchWriter:
         if new:
             raise NewTopics(f"batch {batch.id} reads new topics {', '.join(new)}")
         parts = [
-            (each, Batch(batch.id, each.ranges_of(batch.ranges)))
+            (each, batch.part(each.ranges_of(batch.ranges)))
             for each in self.plan.destinations
             if each.stopped is None
         ]

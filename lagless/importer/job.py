@@ -70,6 +70,7 @@ from lagless.signals import StopFile, StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import lacking, lacks_only, reconcile
 from lagless.source import SOURCE_NAME, to_json_offsets
+from lagless.source.data_loss import Lost
 from lagless.source.executor_write import ROUTED_WRITER
 from lagless.source.options import LOG_TO, STOP_FILE
 from lagless.source.sampling import sample_meanwhile
@@ -115,12 +116,14 @@ def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any 
         opened.enter_context(plan.sink)
         opened.enter_context(plan.reader)
         low, high = plan.reader.log.watermarks(plan.partitions)
+        lost_under_checkpoint = bool(plan.lost)
         done = resume(spec, plan, collector, low, high)
         held = plan.held
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
-        if spec.mode == "bulk" and not plan.lost and all(starts[tp] >= high[tp] for tp in high):
+        nothing = all(starts[tp] >= high[tp] for tp in high)
+        if spec.mode == "bulk" and not lost_under_checkpoint and nothing:
             return up_to_date(spec, plan, collector)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
@@ -162,6 +165,7 @@ def resume(
     if gone is not None:
         refuse_an_incomplete_mirror(spec, low, plan.held, done)
         collector.warn(gone)
+        plan.lost += mirror_losses(spec, low, high, plan.held, done)
     for each in plan.destinations:
         if each.warning is not None:
             collector.warn(each.warning)
@@ -248,8 +252,11 @@ def refuse_an_incomplete_mirror(
     """A mirror whose change events the broker deleted before any run read them would miss
     rows, with nothing said but a warning: refused (BadInput, each partition's count), as
     Spark's failOnDataLoss refuses offsets lost under a checkpoint, unless
-    --skip-lost-offsets accepts the loss (the warning is said then)."""
+    --skip-lost-offsets accepts the loss (the warning is said then). A mirror told where to
+    start (--starting-timestamp: a re-snapshot's) wants nothing before it."""
     if spec.value_format != "debezium" or not spec.fail_on_data_loss:
+        return
+    if spec.starting_timestamp is not None:
         return
     gone = {tp: o for tp, o in sorted(low.items()) if o and tp not in held and tp not in done}
     if not gone:
@@ -261,6 +268,24 @@ def refuse_an_incomplete_mirror(
         "execute-snapshot signal) into a new --table and --checkpoint, or accept the loss "
         "with --skip-lost-offsets"
     )
+
+
+def mirror_losses(
+    spec: ImportSpec, low: Offsets, high: Offsets, held: Offsets, done: Offsets
+) -> list[Lost]:
+    """A mirror's change events the broker deleted before any run read them, accepted under
+    --skip-lost-offsets: lost from offset 0, so that the table's ledger keeps their count
+    (Batch.skipped) and `lag --sink` calls the table incomplete. Other imports' tables start
+    where their logs start."""
+    if spec.value_format != "debezium" or spec.fail_on_data_loss:
+        return []
+    if spec.starting_timestamp is not None:
+        return []
+    return [
+        Lost(tp, 0, o, high[tp])
+        for tp, o in sorted(low.items())
+        if o and tp not in held and tp not in done
+    ]
 
 
 def described(summary: Summary, spec: ImportSpec, plan: ImportPlan, held: Offsets) -> Summary:

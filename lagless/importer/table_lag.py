@@ -42,9 +42,18 @@ class PartitionInTable:
     # The table holds another topic's history: the topic was deleted and recreated since
     # (ledger.recreated); what it says, else None.
     another_topic: str | None = None
+    # Records below what the table holds that it never took (Sink.skipped: deleted before they
+    # were read, --skip-lost-offsets), and records above it the log no longer holds (deleted
+    # before any import read them): either makes the table incomplete.
+    skipped: int = 0
+    deleted_unread: int = 0
+
+    @property
+    def incomplete(self) -> bool:
+        return self.skipped > 0 or self.deleted_unread > 0
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "incomplete": self.incomplete}
 
 
 def table_lag(
@@ -83,6 +92,7 @@ class _Seen:
     missing: dict[TP, list[RecordInfo]]
     newest: dict[TP, list[RecordInfo]]
     differs: dict[TP, str]
+    skipped: dict[TP, int]
 
     def start(self, tp: TP) -> int:
         """The first offset the table lacks that the log still holds."""
@@ -94,11 +104,12 @@ def _look(
 ) -> _Seen:
     partitions: list[TP] = reader.cluster.partitions(topics)
     held = sink.ledger(target, partitions)
+    skipped = sink.skipped(target, partitions)
     # The lag is of this moment: what follows (the records, the recreated-topic check, which
     # scans an Iceberg table) takes seconds on a big table, and is not lag.
     looked_at = time.time()
     low, high = reader.log.watermarks(partitions)
-    seen = _Seen(partitions, held, low, high, looked_at, {}, {}, {})
+    seen = _Seen(partitions, held, low, high, looked_at, {}, {}, {}, skipped)
     behind = {tp: seen.start(tp) for tp in partitions if seen.start(tp) < high[tp]}
     seen.missing = reader.records.at(behind, dict.fromkeys(behind, 3))
     seen.newest = reader.records.at({tp: high[tp] - 1 for tp in partitions if high[tp] > 0})
@@ -129,6 +140,8 @@ def _row(seen: _Seen, tp: TP, now: float, mirror: bool) -> PartitionInTable:
         lag_s,
         source_lag_s,
         seen.differs.get(tp),
+        seen.skipped.get(tp, 0),
+        max(0, seen.low[tp] - seen.held[tp]) if tp in seen.held else 0,
     )
 
 

@@ -344,6 +344,13 @@ class Sink(ABC):
         partition left out: none kept (an append table, or one an earlier lagless wrote)."""
         return {}
 
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """With `ledger`: per partition, the records below what the table holds that it never
+        took, kept with the batches' ranges (Batch.skipped: deleted by the broker before they
+        were read, under --skip-lost-offsets). A partition left out skipped nothing; a table
+        with any is incomplete (`lag --sink` says so)."""
+        return {}
+
     @abstractmethod
     def write(
         self, rows: DataFrame, target: Target, batch: Batch, before_commit: Callable[[], None]

@@ -54,6 +54,15 @@ class Batch:
     id: int
     ranges: Mapping[TP, Range] = field(default_factory=dict)
     log_times: dict[TP, int] = field(default_factory=dict, compare=False)
+    # Per partition, the records of its range the table never takes: the broker deleted them
+    # before they were read, and the import goes on past them (--skip-lost-offsets). The
+    # store keeps the count with the ranges (Sink.skipped); the table is incomplete from then.
+    skipped: dict[TP, int] = field(default_factory=dict, compare=False)
+
+    def part(self, ranges: Mapping[TP, Range]) -> Batch:
+        """The batch's part of `ranges` (a table's), with their partitions' skipped records."""
+        kept = {tp: n for tp, n in self.skipped.items() if tp in ranges}
+        return Batch(self.id, ranges, skipped=kept)
 
     @property
     def covered(self) -> dict[TP, Range]:
@@ -66,14 +75,14 @@ class Batch:
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "ranges": [
-                    {"topic": t, "partition": p, "start": s, "end": e}
-                    for (t, p), (s, e) in self.covered.items()
-                ]
-            }
-        )
+        """The ranges (with the records each skipped, where any), as stores keep them."""
+        listed = []
+        for (t, p), (s, e) in self.covered.items():
+            entry: dict[str, object] = {"topic": t, "partition": p, "start": s, "end": e}
+            if self.skipped.get((t, p)):
+                entry["skipped"] = self.skipped[(t, p)]
+            listed.append(entry)
+        return json.dumps({"ranges": listed})
 
     @staticmethod
     def ranges_from_json(text: str) -> dict[TP, Range]:
@@ -82,6 +91,16 @@ class Batch:
             (r["topic"], int(r["partition"])): (int(r["start"]), int(r["end"]))
             for r in doc["ranges"]
         }
+
+
+def skipped_listed(doc: Mapping[str, object]) -> dict[TP, int]:
+    """The records skipped per partition in a document of Batch.to_json's shape."""
+    found: dict[TP, int] = {}
+    for entry in doc.get("ranges", ()):  # type: ignore[attr-defined]
+        if entry.get("skipped"):
+            tp = (entry["topic"], int(entry["partition"]))
+            found[tp] = found.get(tp, 0) + int(entry["skipped"])
+    return found
 
 
 def batch_ranges(

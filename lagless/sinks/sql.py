@@ -221,6 +221,8 @@ def ledger_layout(target: Target, dialect: Dialect) -> Layout:
             ("end_offset", types["bigint"]),
             # Upsert: the partition's log time at end_offset (upsert_order.py); else NULL.
             (LOG_TIME, types["bigint"]),
+            # The records of the range the table never took (Batch.skipped); else NULL.
+            ("skipped", types["bigint"]),
         ),
         unique=("topic", "partition", "start_offset"),
     )
@@ -232,7 +234,8 @@ def record_ranges(layout: Layout, batch: Batch) -> list[str]:
     entry."""
     rows = ", ".join(
         f"({_literal(topic)}, {int(partition)}, {int(start)}, {int(end)}, "
-        f"{_number(batch.log_times.get((topic, partition)))})"
+        f"{_number(batch.log_times.get((topic, partition)))}, "
+        f"{_number(batch.skipped.get((topic, partition)))})"
         for (topic, partition), (start, end) in batch.covered.items()
     )
     if not rows:
@@ -244,7 +247,8 @@ def record_ranges(layout: Layout, batch: Batch) -> list[str]:
         'SET "end_offset" = CASE WHEN excluded."end_offset" > t."end_offset" '
         'THEN excluded."end_offset" ELSE t."end_offset" END, '
         f"{log_time} = CASE WHEN t.{log_time} IS NULL OR excluded.{log_time} > t.{log_time} "
-        f"THEN excluded.{log_time} ELSE t.{log_time} END"
+        f'THEN excluded.{log_time} ELSE t.{log_time} END, "skipped" = '
+        'COALESCE(t."skipped", excluded."skipped")'
     ]
 
 
@@ -267,6 +271,14 @@ def log_times(layout: Layout) -> str:
     return (
         f'SELECT "topic", "partition", MAX({quoted(LOG_TIME)}) FROM {quoted(layout.table)} '
         f'WHERE {quoted(LOG_TIME)} IS NOT NULL GROUP BY "topic", "partition"'
+    )
+
+
+def skipped_offsets(layout: Layout) -> str:
+    """A query: (topic, partition, the records its entries skipped; Batch.skipped)."""
+    return (
+        f'SELECT "topic", "partition", SUM("skipped") FROM {quoted(layout.table)} '
+        'WHERE "skipped" > 0 GROUP BY "topic", "partition"'
     )
 
 

@@ -166,6 +166,14 @@ class DeltaSink(FolderTableSink):
         found = self._transactions.versions(delta, path, list(names.values()))
         return {tp: ms for tp, name in names.items() if (ms := found[name]) is not None}
 
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """Kept as an application transaction per partition that skipped offsets."""
+        delta = self._open_or_none(target.table)
+        if delta is None:
+            return {}
+        path = self.storage.join(self.location, target.table)
+        return self._transactions.skipped(delta, path, partitions)
+
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         import polars as pl
 
@@ -244,6 +252,7 @@ class DeltaSink(FolderTableSink):
             delta,
             lambda: self._open_or_none(table),
             batch,
+            self._transactions.skipped_after(delta, folder, batch),
             actions,
             lambda delta: self._transactions.is_replay(delta, folder, batch),
         )
@@ -518,6 +527,7 @@ def _commit(
     delta: DeltaTable,
     reopen: Callable[[], DeltaTable | None],
     batch: Batch,
+    skipped: dict[TP, int],
     actions: list[Any],
     replayed: Callable[[DeltaTable], bool],
 ) -> bool:
@@ -531,7 +541,9 @@ def _commit(
     from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
     props = CommitProperties(
-        app_transactions=[Transaction(name, version) for name, version in transactions(batch)],
+        app_transactions=[
+            Transaction(name, version) for name, version in transactions(batch, skipped)
+        ],
         custom_metadata={RANGES: batch.to_json()},
     )
     hooks = PostCommitHookProperties(**NO_CLEANUP)

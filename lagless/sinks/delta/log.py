@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -64,13 +64,20 @@ def log_time_id(tp: TP) -> str:
     return f"lagless-log-time:{tp[0]}:{tp[1]}"
 
 
-def transactions(batch: Batch) -> list[tuple[str, int]]:
-    """The application transactions a commit of the batch records: its ranges' ends and its
-    partitions' log times."""
+def skipped_id(tp: TP) -> str:
+    """The application transaction whose version is the records a partition's batches skipped
+    (Batch.skipped), all told."""
+    return f"lagless-skipped:{tp[0]}:{tp[1]}"
+
+
+def transactions(batch: Batch, skipped: Mapping[TP, int]) -> list[tuple[str, int]]:
+    """The application transactions a commit of the batch records: its ranges' ends, its
+    partitions' log times, and the offsets skipped all told where it skips some
+    (AppTransactions.skipped_after)."""
     ranges = batch.covered
     ends = [(app_id(tp), end) for tp, (_, end) in ranges.items()]
     times = [(log_time_id(tp), ms) for tp, ms in sorted(batch.log_times.items()) if tp in ranges]
-    return ends + times
+    return ends + times + [(skipped_id(tp), n) for tp, n in sorted(skipped.items())]
 
 
 class AppTransactions:
@@ -104,6 +111,19 @@ class AppTransactions:
                 known[name] = delta.transaction_version(name)
         self._known[folder] = (table_id, version, known)
         return {name: known[name] for name in names}
+
+    def skipped(self, delta: DeltaTable, folder: str, partitions: Iterable[TP]) -> dict[TP, int]:
+        """The offsets each partition's ledger skipped, all told (none: left out)."""
+        wanted = {tp: skipped_id(tp) for tp in partitions}
+        versions = self.versions(delta, folder, list(wanted.values()))
+        return {tp: v for tp, name in wanted.items() if (v := versions[name])}
+
+    def skipped_after(self, delta: DeltaTable, folder: str, batch: Batch) -> dict[TP, int]:
+        """What `transactions` records for a batch that skipped records (Batch.skipped): each
+        such partition's skipped records all told once the batch is in."""
+        gaps = {tp: n for tp, n in batch.skipped.items() if n and tp in batch.covered}
+        before = self.skipped(delta, folder, gaps) if gaps else {}
+        return {tp: before.get(tp, 0) + n for tp, n in gaps.items()}
 
     def is_replay(self, delta: DeltaTable, folder: str, batch: Batch) -> bool:
         """The log holds the batch's offsets already (ledger.verdict; raises ConcurrentImport

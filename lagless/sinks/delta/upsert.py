@@ -275,6 +275,7 @@ def _rewrite(
     if added is not None:
         written.append(_write(table, added))
     now = int(time.time() * 1000)
+    skipped = table.transactions.skipped_after(table.delta, table.folder, batch)
     actions = [
         commit_info(
             "MERGE",
@@ -283,7 +284,7 @@ def _rewrite(
             {"numTargetFilesRemoved": len(touched), "numTargetFilesAdded": len(written)},
             **{RANGES: batch.to_json()},
         ),
-        *(txn(application, version, now) for application, version in transactions(batch)),
+        *(txn(name, version, now) for name, version in transactions(batch, skipped)),
         *(add(table.storage, table.folder, path, data_change=True) for path in written),
         *(remove(by_path[path], now, data_change=True) for path in touched),
     ]

@@ -70,7 +70,7 @@ from lagless.sinks.iceberg.row_delta import (
     transaction,
     write_delete_files,
 )
-from lagless.sinks.iceberg.summary import held_in, log_times_in, properties
+from lagless.sinks.iceberg.summary import held_in, log_times_in, properties, skipped_in
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.newer_wins import (
     COORDINATES,
@@ -248,6 +248,12 @@ class IcebergSink(FolderTableSink):
             catalog = self._catalog(create=False)
             found = self._load(catalog, target.table) if catalog is not None else None
             return log_times_in(found) if found is not None else {}
+
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, target.table) if catalog is not None else None
+            return skipped_in(found) if found is not None else {}
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         import polars as pl
@@ -542,7 +548,7 @@ class IcebergSink(FolderTableSink):
                 return False
             tx = transaction(found)
             log_times = log_times_in(found) if batch.log_times else None
-            build(tx, found, properties(held, batch, log_times))
+            build(tx, found, properties(found, held, batch, log_times))
             try:
                 tx.commit_transaction()
                 return True

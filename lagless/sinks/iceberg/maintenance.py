@@ -53,7 +53,7 @@ from lagless.sinks.iceberg.row_delta import (
     transaction,
     write_delete_files,
 )
-from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in
+from lagless.sinks.iceberg.summary import HELD, carried, held_in, log_times_in, skipped_in
 from lagless.sinks.maintenance import (
     DataFile,
     Health,
@@ -280,7 +280,7 @@ class IcebergMaintenance(StoreMaintenance):
             if set(deleting) != {each.file_path for each in deletes}:
                 break  # another writer's deletes may name rows of the files rewritten
             tx = transaction(found)
-            properties = carried(held_in(found), log_times_in(found))
+            properties = carried(held_in(found), log_times_in(found), skipped_in(found))
             replaced = deletes if replaced_deletes is None else replaced_deletes
             gone = [current[each.file_path] for each in removed] + replaced
             commit_row_delta(tx, properties, added=added, removed=gone, entries=self.entries)
@@ -335,7 +335,7 @@ class IcebergMaintenance(StoreMaintenance):
             removed, moved = swap
             failpoint("mid-fold")  # the folded and moved files written, in no snapshot
             tx = transaction(found)
-            properties = carried(held_in(found), log_times_in(found))
+            properties = carried(held_in(found), log_times_in(found), skipped_in(found))
             added = [*written, *moved]
             commit_row_delta(tx, properties, added=added, removed=removed, entries=self.entries)
             try:

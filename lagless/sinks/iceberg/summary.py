@@ -26,6 +26,8 @@ RANGES = "lagless.ranges"
 HELD = "lagless.held"
 # Upsert: each partition's log time where the table's ledger ends (upsert_order.py), as HELD.
 LOG_TIMES = "lagless.log-times"
+# The records the batches skipped (Batch.skipped), all told per partition, cumulative as HELD.
+SKIPPED = "lagless.skipped"
 
 
 def held_in(table: Table) -> dict[TP, int]:
@@ -51,20 +53,35 @@ def held_in(table: Table) -> dict[TP, int]:
 def log_times_in(table: Table) -> dict[TP, int]:
     """Each partition's log time where the table's ledger ends (none: not an upsert table's
     or not kept by an earlier lagless)."""
+    return _newest(table, LOG_TIMES, "ms")
+
+
+def skipped_in(table: Table) -> dict[TP, int]:
+    """The records each partition's batches skipped, all told (none: left out): carried with
+    HELD by every snapshot of lagless's since the first skip, so read from the newest."""
+    return _newest(table, SKIPPED, "skipped", with_held=True)
+
+
+def _newest(table: Table, name: str, field: str, with_held: bool = False) -> dict[TP, int]:
+    """The newest snapshot's map `name` (cumulative, as HELD), each entry's `field`;
+    `with_held`: the newest snapshot with HELD has it, or none has."""
     from pyiceberg.table.snapshots import ancestors_of
 
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-        listed = snapshot.summary.get(LOG_TIMES) if snapshot.summary is not None else None
-        if listed is not None:  # cumulative, as HELD
-            return {(e["topic"], int(e["partition"])): int(e["ms"]) for e in json.loads(listed)}
+        summary = snapshot.summary
+        listed = summary.get(name) if summary is not None else None
+        if listed is not None:
+            return {(e["topic"], int(e["partition"])): int(e[field]) for e in json.loads(listed)}
+        if with_held and summary is not None and summary.get(HELD) is not None:
+            break
     return {}
 
 
 def properties(
-    held: Mapping[TP, int], batch: Batch, log_times: Mapping[TP, int] | None = None
+    found: Table, held: Mapping[TP, int], batch: Batch, log_times: Mapping[TP, int] | None = None
 ) -> dict[str, str]:
-    """The summary properties of a batch's snapshots, given what the table held before it
-    (and, upsert, its log times then)."""
+    """The summary properties of a batch's snapshots, given the table before it (`found`),
+    what it held then (and, upsert, its log times then)."""
     after = dict(held)
     for tp, (_, end) in batch.covered.items():
         after[tp] = max(after.get(tp, 0), end)
@@ -73,16 +90,29 @@ def properties(
         times = {**log_times}
         for tp, ms in batch.log_times.items():
             times[tp] = max(times.get(tp, ms), ms)
-    return {RANGES: batch.to_json(), **carried(after, times)}
+    skipped = skipped_in(found)
+    for tp, n in batch.skipped.items():
+        if n and tp in batch.covered:
+            skipped[tp] = skipped.get(tp, 0) + n
+    return {RANGES: batch.to_json(), **carried(after, times, skipped)}
 
 
-def carried(held: Mapping[TP, int], log_times: Mapping[TP, int] | None = None) -> dict[str, str]:
-    """The summary properties that say what the table holds (and, upsert, its log times):
-    a batch's, and those of a snapshot that changes no row (a compaction), as they were, so
-    that expiring the snapshots before it keeps the ledger."""
-    listed = [{"topic": t, "partition": p, "end": e} for (t, p), e in sorted(held.items())]
-    found = {HELD: json.dumps(listed, separators=(",", ":"))}
+def carried(
+    held: Mapping[TP, int],
+    log_times: Mapping[TP, int] | None = None,
+    skipped: Mapping[TP, int] | None = None,
+) -> dict[str, str]:
+    """The summary properties that say what the table holds (and, upsert, its log times; the
+    offsets its ledger skipped): a batch's, and those of a snapshot that changes no row (a
+    compaction), as they were, so that expiring the snapshots before it keeps the ledger."""
+    found = {HELD: _listed(held, "end")}
     if log_times:
-        kept = [{"topic": t, "partition": p, "ms": ms} for (t, p), ms in sorted(log_times.items())]
-        found[LOG_TIMES] = json.dumps(kept, separators=(",", ":"))
+        found[LOG_TIMES] = _listed(log_times, "ms")
+    if skipped:
+        found[SKIPPED] = _listed(skipped, "skipped")
     return found
+
+
+def _listed(values: Mapping[TP, int], field: str) -> str:
+    listed = [{"topic": t, "partition": p, field: n} for (t, p), n in sorted(values.items())]
+    return json.dumps(listed, separators=(",", ":"))

@@ -48,7 +48,16 @@ from lagless.sinks.base import (
     check_writable_path,
 )
 from lagless.sinks.folder_table import HELD_RECORD_COLUMNS, FolderTableSink, newest_rows_in
-from lagless.sinks.ledger import TP, Batch, HeldRecord, Range, Verdict, held_until, verdict
+from lagless.sinks.ledger import (
+    TP,
+    Batch,
+    HeldRecord,
+    Range,
+    Verdict,
+    held_until,
+    skipped_listed,
+    verdict,
+)
 from lagless.sinks.storage import LocalStorage, Storage
 from lagless.sinks.task_files import stage_rows
 
@@ -103,6 +112,24 @@ class ParquetSink(FolderTableSink):
         table = self.storage.join(self.location, target.table)
         with self.storage.errors(f"Parquet table {table}"):
             return held_until(_held_ranges(self.storage, table)[0])
+
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        """From the `_ranges.json` of the batch folders (a merged folder's lists those of the
+        batches it replaced, which are not counted again)."""
+        table = self.storage.join(self.location, target.table)
+        found: dict[TP, int] = {}
+        with self.storage.errors(f"Parquet table {table}"):
+            docs = {
+                name: json.loads(text)
+                for name, text in batch_folders(self.storage, table)
+                if text is not None
+            }
+        replaced = {name for doc in docs.values() for name in doc.get(MERGED, ())}
+        for name, doc in docs.items():
+            if name not in replaced:
+                for tp, n in skipped_listed(doc).items():
+                    found[tp] = found.get(tp, 0) + n
+        return found
 
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         """Read in the batch folder that holds each partition's newest range only."""

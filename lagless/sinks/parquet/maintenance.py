@@ -40,7 +40,6 @@ from lagless.sinks.parquet import (
     RETIRED,
     _held_ranges,
     batch_folders,
-    ranges_listed,
     retire,
 )
 
@@ -95,10 +94,7 @@ class ParquetMaintenance(StoreMaintenance):
             if listed is None:
                 raise TerminalError(f"{folder} lost its {RANGES} under the table's lock")
             doc = json.loads(listed)
-            ranges += [
-                {"topic": t, "partition": p, "start": s, "end": e}
-                for (t, p), (s, e) in ranges_listed(doc)
-            ]
+            ranges += doc["ranges"]  # as listed: the records each skipped go along
             parts += [self.storage.read_parquet(path) for path in self._data_files(folder)]
         rows = pa.concat_tables(parts, promote_options="permissive")
         digest = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:20]

@@ -49,6 +49,7 @@ from lagless.sinks.sql import (
     log_times,
     quoted,
     record_ranges,
+    skipped_offsets,
     spark_type,
     target_layout,
     tombstone_layout,
@@ -187,13 +188,21 @@ class PostgresSink(DriverSink, TaskWrittenSink):
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         return self._from_ledger(target, log_times) if target.mode == "upsert" else {}
 
-    def _from_ledger(self, target: Target, query: Callable[[Layout], str]) -> dict[TP, int]:
-        """(topic, partition, a number) of each partition, by `query` of the ledger table."""
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, skipped_offsets, "skipped")
+
+    def _from_ledger(
+        self, target: Target, query: Callable[[Layout], str], column: str = "end_offset"
+    ) -> dict[TP, int]:
+        """(topic, partition, a number) of each partition, by `query` of the ledger table;
+        nothing where the ledger lacks `column` (an earlier lagless's)."""
         layout = ledger_layout(target, "postgresql")
         with self._connect() as conn:
-            if conn.execute("SELECT to_regclass(%s)", (quoted(layout.table),)).fetchone() == (
-                None,
-            ):
+            if not conn.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+                "AND NOT attisdropped",
+                (quoted(layout.table), column),
+            ).fetchone():
                 return {}  # no import into the table yet, or one by a lagless before the ledger
             found = conn.execute(query(layout)).fetchall()
         return by_partition(found)

@@ -58,6 +58,7 @@ from lagless.sinks.sql import (
     ledger_layout,
     log_times,
     record_ranges,
+    skipped_offsets,
     target_layout,
     tombstone_layout,
     upsert,
@@ -204,15 +205,20 @@ class SqliteSink(DriverSink, TaskWrittenSink):
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         return self._from_ledger(target, log_times) if target.mode == "upsert" else {}
 
-    def _from_ledger(self, target: Target, query: Callable[[Layout], str]) -> dict[TP, int]:
-        """(topic, partition, a number) of each partition, by `query` of the ledger table."""
+    def skipped(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
+        return self._from_ledger(target, skipped_offsets, "skipped")
+
+    def _from_ledger(
+        self, target: Target, query: Callable[[Layout], str], column: str | None = None
+    ) -> dict[TP, int]:
+        """(topic, partition, a number) of each partition, by `query` of the ledger table;
+        nothing where the ledger lacks `column` (an earlier lagless's)."""
         if not os.path.exists(self.location):
             return {}
         layout = ledger_layout(target, "sqlite")
         with self._connect() as conn:
-            if not conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (layout.table,)
-            ).fetchone():
+            names = [row[1] for row in conn.execute(f'PRAGMA table_info("{layout.table}")')]
+            if not names or (column is not None and column not in names):
                 return {}  # no import into the table yet, or one by a lagless before the ledger
             found = conn.execute(query(layout)).fetchall()
         return by_partition(found)
