@@ -48,9 +48,9 @@ def lag_of(kafka, sink: str, table: str) -> tuple[dict, str]:
     return json.loads(shown.stdout), text.stdout
 
 
-@pytest.mark.parametrize("store", ["sqlite", "delta", "iceberg"])
+@pytest.mark.parametrize("store", ["sqlite", "postgresql", "delta", "iceberg"])
 def test_a_mirror_that_skipped_deleted_events_is_incomplete_until_made_anew(
-    broker, kafka, tmp_path: Path, spark, store: str
+    broker, kafka, tmp_path: Path, spark, store: str, request
 ) -> None:
     """The first events of partition 0 deleted before any run read them, accepted with
     --skip-lost-offsets: 2 skipped. Then, under the checkpoint, events of partition 1 past
@@ -60,28 +60,30 @@ def test_a_mirror_that_skipped_deleted_events_is_incomplete_until_made_anew(
     produce_changes(kafka, range(1, 9))  # ids 2, 4, 6, 8 in partition 0; odd ones in 1
     broker.delete_records(TOPIC, 0, 2)
     sink = f"{store}:///{tmp_path}/m" + (".db" if store == "sqlite" else "")
+    if store == "postgresql":
+        sink = request.getfixturevalue("postgres").url
     spec = ImportSpec(
         kafka=kafka,
         topics=(TOPIC,),
         sink_url=sink,
         checkpoint=str(tmp_path / "ckpt"),
-        table="t",
+        table="mirrored",
         write="upsert",
         value_format="debezium",
         fail_on_data_loss=False,
     )
     run_import(spec, spark=spark)
-    assert {int(row[0]) for row in mirror_rows(sink, "t", ["id"])} == {1, 3, 5, 6, 7, 8}
-    rows = {row.partition: row for row in table_lag(kafka, sink, "t", [TOPIC])}
+    assert {int(row[0]) for row in mirror_rows(sink, "mirrored", ["id"])} == {1, 3, 5, 6, 7, 8}
+    rows = {row.partition: row for row in table_lag(kafka, sink, "mirrored", [TOPIC])}
     assert (rows[0].skipped, rows[1].skipped) == (2, 0)
 
     produce_changes(kafka, range(9, 17))  # offsets 4..7 of each partition
     broker.delete_records(TOPIC, 1, 6)  # ids 9 and 11 of partition 1, never read
     run_import(spec, spark=spark)
-    held = {int(row[0]) for row in mirror_rows(sink, "t", ["id"])}
+    held = {int(row[0]) for row in mirror_rows(sink, "mirrored", ["id"])}
     assert held == {1, 3, 5, 6, 7, 8, 10, 12, 13, 14, 15, 16}
 
-    shown, text = lag_of(kafka, sink, "t")
+    shown, text = lag_of(kafka, sink, "mirrored")
     by_partition = {row["partition"]: row for row in shown["partitions"]}
     assert [(by_partition[p]["skipped"], by_partition[p]["incomplete"]) for p in (0, 1)] == [
         (2, True),
@@ -89,27 +91,27 @@ def test_a_mirror_that_skipped_deleted_events_is_incomplete_until_made_anew(
     ]
     line = next(line for line in text.splitlines() if "incomplete" in line)
     assert line.startswith(
-        f"table t is incomplete: 4 records of {TOPIC}[0], {TOPIC}[1] were deleted by the "
+        f"table mirrored is incomplete: 4 records of {TOPIC}[0], {TOPIC}[1] were deleted by the "
         "broker before they were read and skipped (--skip-lost-offsets)"
     ), text
 
     # Events past what the table holds deleted before any import read them: lacking too.
     produce_changes(kafka, range(18, 22, 2))  # offsets 8 and 9 of partition 0
     broker.delete_records(TOPIC, 0, 10)
-    shown, text = lag_of(kafka, sink, "t")
+    shown, text = lag_of(kafka, sink, "mirrored")
     (row,) = [row for row in shown["partitions"] if row["partition"] == 0]
     assert (row["deleted_unread"], row["behind"], row["incomplete"]) == (2, 0, True)
     assert f"2 records of {TOPIC}[0] it lacks are no longer in the log" in text
 
     # Made anew (a new --table and --checkpoint) of what the log holds: complete, said so by
     # saying nothing.
-    anew = replace(spec, table="t_v2", checkpoint=str(tmp_path / "ckpt-v2"))
+    anew = replace(spec, table="mirrored_v2", checkpoint=str(tmp_path / "ckpt-v2"))
     snapshot_at_ms = int(time.time() * 1000)
     produce_changes(kafka, range(1, 17))  # the re-snapshot's events (op r in life)
     run_import(
         replace(anew, fail_on_data_loss=True, starting_timestamp=snapshot_at_ms), spark=spark
     )
-    shown, text = lag_of(kafka, sink, "t_v2")
+    shown, text = lag_of(kafka, sink, "mirrored_v2")
     assert not any(row["incomplete"] for row in shown["partitions"]), shown
     assert "incomplete" not in text
 
