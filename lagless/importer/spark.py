@@ -21,6 +21,8 @@ from lagless.logs import child_output_to_log, log_file, spark_log_level
 from lagless.signals import kept_handlers
 from lagless.source.worker_python import ARCHIVES, EXECUTOR_PYTHON, archive_alias
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -126,7 +128,24 @@ def spark_session(
         spark.dataSource.register(KafkaDataSource)
         spark.dataSource.register(WarmUpSource)
     _query_context_to_log()
+    _accumulator_errors_to_log(spark)
     return spark
+
+
+def _accumulator_errors_to_log(spark: SparkSession) -> None:
+    """PySpark's accumulator server (a thread of this process the JVM sends task updates to)
+    prints a traceback on stderr when the JVM drops its connection mid-update: a stop that
+    signals the process group ends the JVM first. Told in lagless's log instead (exit codes
+    and the one-line stop are the run's, exceptions.py)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def logged(request: object, client_address: object) -> None:
+        error = sys.exc_info()[1]
+        log.debug("Spark's accumulator updates ended: %s", first_line(error or "no error"))
+
+    server.handle_error = logged
 
 
 # PySpark logs each SQL error it captures with a query context (an analysis error) on stderr,
