@@ -18,10 +18,13 @@ At the end the workload stops, the mirrors catch up, and: each mirror table equa
 row for row, the plain table holds every record produced exactly once, serve answers for
 every group.
 
-The verdict: after the first --warm-up-minutes, no resource grows by more than 10% an hour (a
-linear fit of its samples, against its value at the fit's start; printed per resource); the
-plain topic's p99 of each 15-minute window within 1.5x of the first window's; nothing lost
-or doubled. Exit 0 when every check holds, 1 otherwise. One PNG per resource with --png-dir.
+The verdict (bench/soak_verdict.py): after the first --warm-up-minutes, no resource grows by
+more than 10% an hour (a linear fit of its samples, against its value at the fit's start,
+printed per resource; a process's figures fitted per life of the process, each restart a new
+series with a warm-up of its own); the plain topic's p99 of each 15-minute window, outside the
+faults' windows (a fault until the import caught up with it), within 1.5x of the first
+window's; each fault caught up with within 5 minutes (its worst wait printed); nothing lost
+or doubled. Exit 0 when every check holds, 1 otherwise. One PNG per figure with --png-dir.
 
     .venv/bin/python bench/soak.py --hours 2 --png-dir bench/results/soak
     small (the suite's run): --minutes 2 --warm-up-minutes 0.5 --fault-minutes 0.4
@@ -39,7 +42,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +56,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchlib import cli_env, cmdline, descendants, lagless_command, tree_cpu_seconds  # noqa: E402
+from bench.soak_verdict import (  # noqa: E402
+    LIFE,
+    Check,
+    FaultWindow,
+    Histogram,
+    fault_of,
+    growth_checks,
+    latency_checks,
+    window_of,
+)
 from lagless.broker import EmbeddedBroker  # noqa: E402
 from lagless.kafka.config import KafkaConfig  # noqa: E402
 from lagless.scenarios.postgres_server import PostgresServer  # noqa: E402
@@ -63,9 +75,6 @@ PARTITIONS = 8
 PLAIN_TOPIC = "soak-plain"
 PLAIN_TABLE = "soak_plain"
 MIRROR_PREFIX = "db"
-WINDOW_S = 900.0
-GROWTH_PER_HOUR = 0.10
-P99_GROWTH = 1.5
 
 
 def log(text: str) -> None:
@@ -84,9 +93,12 @@ class Service:
     folder: Path
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    # The process's life: 1 for the first, +1 at each start (a restart, a kill's).
+    lives: int = 0
     exits: list[int] = field(default_factory=list)
 
     def start(self) -> None:
+        self.lives += 1
         with (
             open(self.folder / f"{self.name}.stdout", "ab") as stdout,
             open(self.folder / f"{self.name}.stderr", "ab") as stderr,
@@ -190,16 +202,27 @@ class PlainProducer(threading.Thread):
         self.sent: dict[int, list[tuple[int, float]]] = {p: [] for p in range(PARTITIONS)}
         self.produced = 0
         self.failed = 0
+        # Records produced and not yet reported delivered (or failed), by when produced.
+        self.undelivered: collections.Counter[float] = collections.Counter()
         self.stop = threading.Event()
         self.paused = threading.Event()
 
     def _delivered(self, at: float, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.failed += 1
-            return
         with self.lock:
+            self.undelivered[at] -= 1
+            if not self.undelivered[at]:
+                del self.undelivered[at]
+            if err is not None:
+                self.failed += 1
+                return
             self.sent[msg.partition()].append((msg.offset(), at))
             self.produced += 1
+
+    def oldest_unseen(self) -> float | None:
+        """When the oldest record produced and not yet found visible was produced (None: every
+        one is visible); called under `lock`."""
+        waiting = [each[0][1] for each in self.sent.values() if each]
+        return min([*waiting, *self.undelivered], default=None)
 
     def run(self) -> None:
         tick, sequence = 0.1, 0
@@ -207,7 +230,10 @@ class PlainProducer(threading.Thread):
             began = time.time()
             delivered = functools.partial(self._delivered, began)
             if not self.paused.is_set():
-                for _ in range(max(1, int(self.rate * tick))):
+                count = max(1, int(self.rate * tick))
+                with self.lock:
+                    self.undelivered[began] += count
+                for _ in range(count):
                     value = str(sequence).encode()
                     while True:
                         try:
@@ -230,9 +256,11 @@ class Visibility(threading.Thread):
     """Polls the plain table's ledger: a record is visible from the poll that finds its offset
     held. What the table holds is deleted from the log (as retention would, sooner).
 
-    Its memory stays flat over hours: the latencies of the last RECENT_S (the samples' p50 and
-    p99), and those of each 15-minute window from `judged_from` on, each reduced to its p99 once
-    the window is over (at 2,000 records/s, every latency of two hours kept was ~2 GB)."""
+    Each record's wait goes to the fault whose window it overlaps (soak_verdict.FaultWindow:
+    the fault's start until every record produced before its end is visible), or else to the
+    15-minute window it was sent in, from `judged_from` on. Its memory stays flat over hours:
+    the latencies of the last RECENT_S (the samples' p50 and p99), a histogram per window, the
+    worst wait per fault (at 2,000 records/s, every latency of two hours kept was ~2 GB)."""
 
     RECENT_S = 600.0
 
@@ -243,8 +271,8 @@ class Visibility(threading.Thread):
         self.url, self.producer, self.broker = url, producer, broker
         self.judged_from = judged_from
         self.recent: collections.deque[tuple[float, float]] = collections.deque()
-        self.open_windows: dict[int, list[float]] = {}
-        self.closed_windows: dict[int, float] = {}  # window -> its p99
+        self.windows: dict[int, Histogram] = {}
+        self.faults: list[FaultWindow] = []
         self.deleted: dict[int, int] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -265,28 +293,40 @@ class Visibility(threading.Thread):
                     waiting = self.producer.sent[p]
                     seen.extend(at for offset, at in waiting if offset < top)
                     self.producer.sent[p] = [(o, t) for o, t in waiting if o >= top]
-            self._note(seen, now)
+                oldest = self.producer.oldest_unseen()
+            self._note(seen, now, oldest)
             for (_, p), top in held.items():
                 if top > self.deleted.get(p, 0):
                     with contextlib.suppress(Exception):
                         self.broker.delete_records(PLAIN_TOPIC, p, top)
                         self.deleted[p] = top
 
-    def _note(self, sent_at: list[float], now: float) -> None:
+    def fault_began(self, name: str) -> FaultWindow:
         with self.lock:
+            self.faults.append(FaultWindow(name, time.time()))
+            return self.faults[-1]
+
+    def fault_ended(self, fault: FaultWindow) -> None:
+        with self.lock:
+            fault.ended = time.time()
+
+    def _note(self, sent_at: list[float], now: float, oldest_unseen: float | None) -> None:
+        with self.lock:
+            for each in self.faults:
+                each.note_caught_up(oldest_unseen, now)
+            first = min(sent_at, default=now)
+            open_faults = [f for f in self.faults if f.recovered is None or f.recovered >= first]
             for sent in sent_at:
-                self.recent.append((sent, now - sent))
-                if sent >= self.judged_from:
-                    window = int((sent - self.judged_from) // WINDOW_S)
-                    self.open_windows.setdefault(window, []).append(now - sent)
+                late = now - sent
+                self.recent.append((sent, late))
+                fault = fault_of(open_faults, sent, now)
+                window = window_of(sent, self.judged_from)
+                if fault is not None:
+                    fault.worst_s = max(fault.worst_s, late)
+                elif window is not None:
+                    self.windows.setdefault(window, Histogram()).add(late)
             while self.recent and self.recent[0][0] < now - self.RECENT_S:
                 self.recent.popleft()
-            # A window is over once no record sent in it can still be waiting: a minute after.
-            for window in [w for w in self.open_windows if self._end(w) < now - 60]:
-                self.closed_windows[window] = _p99(self.open_windows.pop(window))
-
-    def _end(self, window: int) -> float:
-        return self.judged_from + (window + 1) * WINDOW_S
 
     def latencies(self, since: float, until: float) -> list[float]:
         """Of the records that became visible in [since, until), within the last RECENT_S (by
@@ -295,20 +335,9 @@ class Visibility(threading.Thread):
         with self.lock:
             return [late for sent, late in self.recent if since <= sent + late < until]
 
-    def window_p99s(self) -> list[float]:
-        """Each 15-minute window's p99 from `judged_from` on, in order (one of fewer than 20
-        records, the run's last, left out)."""
+    def judged(self, run_started: float, judge: bool) -> list[Check]:
         with self.lock:
-            found = dict(self.closed_windows)
-            found.update(
-                {w: _p99(late) for w, late in self.open_windows.items() if len(late) >= 20}
-            )
-        return [found[w] for w in sorted(found)]
-
-
-def _p99(latencies: list[float]) -> float:
-    ordered = sorted(latencies)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+            return latency_checks(self.windows, self.faults, run_started, judge)
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -351,6 +380,7 @@ class Soak:
             process = service.process
             if process is None or process.poll() is not None:
                 continue
+            row[f"{name} {LIFE}"] = service.lives
             for role, pids in roles(process.pid).items():
                 row[f"{name} {role} MiB"] = sum(_status(p, "VmRSS:") for p in pids) / 1024
             tree = descendants(process.pid)
@@ -358,6 +388,7 @@ class Soak:
             row[f"{name} threads"] = sum(_status(p, "Threads:") for p in tree)
             cpu += tree_cpu_seconds(process.pid)
         row["soak's own MiB"] = _status(os.getpid(), "VmRSS:") / 1024
+        row["machine load"] = os.getloadavg()[0]
         row["checkpoints MiB"] = folder_bytes(self.work, lambda p: "ckpt-" in str(p))[1] / 2**20
         row["staging MiB"] = folder_bytes(self.work, lambda p: "staging" in str(p))[1] / 2**20
         for store in [*self.args.mirror_stores, "plain"]:
@@ -404,54 +435,11 @@ class Soak:
         return worst
 
 
-def _fit_growth(points: list[tuple[float, float]]) -> float | None:
-    """The linear fit's growth per hour, against the fit's value at its first point."""
-    if len(points) < 3:
-        return None
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread == 0:
-        return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-    start = mean_y + slope * (xs[0] - mean_x)
-    if abs(start) < 1e-9:
-        return None if abs(slope) < 1e-9 else float("inf")
-    return slope * 3600 / abs(start)
-
-
-# Figures that are not resources: a level, a rate or a latency, judged otherwise (or not); the
-# soak's own memory (the instrument's, not lagless's: sampled, charted, not judged); and the
-# tables' data, which grows with what the sources write (the files that hold it are judged).
-NOT_RESOURCES = ("at_s", "produced", "visible", "lag s", "cpu cores", "soak's own")
-GROWS_WITH_THE_DATA = "data MiB"
-
-
-def verdict(soak: Soak, visibility: Visibility, growth: bool) -> list[tuple[str, bool, str]]:
+def verdict(soak: Soak, visibility: Visibility, judge: bool) -> list[Check]:
+    """Growth per resource (per process life), then latency outside the faults' windows and
+    each fault's catching up (bench/soak_verdict.py)."""
     warm = soak.args.warm_up_minutes * 60
-    checks: list[tuple[str, bool, str]] = []
-    names = sorted({k for row in soak.samples for k in row if not k.startswith(NOT_RESOURCES)})
-    for name in names:
-        if any(part in name for part in NOT_RESOURCES) or name.endswith(GROWS_WITH_THE_DATA):
-            continue
-        points = [(r["at_s"], r[name]) for r in soak.samples if name in r and r["at_s"] >= warm]
-        rate = _fit_growth(points)
-        if rate is None:
-            continue
-        ok = rate <= GROWTH_PER_HOUR or not growth
-        checks.append((f"{name}: {rate * 100:+.1f}% an hour", ok, "growth"))
-    windows = visibility.window_p99s()
-    if windows:
-        worst = max(windows) / windows[0] if windows[0] > 0 else 1.0
-        checks.append(
-            (
-                f"visible p99 per 15 min: {', '.join(f'{w:.2f}' for w in windows)} s "
-                f"(worst {worst:.2f}x the first)",
-                worst <= P99_GROWTH or not growth,
-                "latency",
-            )
-        )
-    return checks
+    return growth_checks(soak.samples, warm, judge) + visibility.judged(soak.started, judge)
 
 
 def chart(soak: Soak, folder: Path) -> None:
@@ -461,8 +449,8 @@ def chart(soak: Soak, folder: Path) -> None:
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    names = sorted({k for row in soak.samples for k in row if k != "at_s"})
-    for name in names:
+    names = {k for row in soak.samples for k in row if k != "at_s"}
+    for name in sorted(n for n in names if not n.endswith(f" {LIFE}")):
         points = [(r["at_s"] / 60, r[name]) for r in soak.samples if name in r]
         if not points:
             continue
@@ -720,7 +708,9 @@ def main() -> int:
             if time.time() >= next_fault:
                 fault = schedule[len(soak.faults) % len(schedule)]
                 soak.faults.append((time.time(), fault.__name__))
+                window = visibility.fault_began(fault.__name__)
                 log(fault())
+                visibility.fault_ended(window)
                 next_fault += args.fault_minutes * 60
         return finish(soak, database, producer, visibility, connector, fleet)
     finally:
@@ -751,7 +741,7 @@ def finish(
     producer.stop.set()
     producer.join(120)
     connector.wait_quiet(quiet_s=5.0, timeout_s=300)
-    checks: list[tuple[str, bool, str]] = []
+    checks: list[Check] = []
     deadline = time.time() + 600
     pending = {(store, table) for store in soak.args.mirror_stores for table in ("orders", "items")}
     found: dict[tuple[str, str], tuple[int, int, int]] = {}
@@ -806,7 +796,7 @@ def plain_held(soak: Soak) -> int:
     return 0
 
 
-def serve_answers(soak: Soak, fleet: Any) -> tuple[str, bool, str]:
+def serve_answers(soak: Soak, fleet: Any) -> Check:
     """serve's /api lists every group of the fleet."""
     import urllib.request
 
@@ -835,7 +825,7 @@ def _groups_of(listed: Any) -> list[Any]:
     return list(listed)
 
 
-def report(soak: Soak, checks: list[tuple[str, bool, str]], database: Database) -> None:
+def report(soak: Soak, checks: list[Check], database: Database) -> None:
     restarts = {n: s.restarts for n, s in soak.services.items()}
     log(
         f"{len(soak.samples)} samples, {len(soak.faults)} faults, {database.changes} changes, "

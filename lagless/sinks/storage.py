@@ -127,6 +127,17 @@ class LocalStorage:
 
         pq.write_table(table, path)
 
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        """A file to read a row group at a time (merge_parquet)."""
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path)
+
+    def parquet_writer(self, path: str, schema: pa.Schema) -> pq.ParquetWriter:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(path, schema)
+
     def files(self, folder: str) -> dict[str, tuple[int, int]]:
         """Every file under the folder, by path relative to it: its size and modification time
         (ms since the epoch). None missing: an empty listing."""
@@ -327,6 +338,16 @@ class S3Storage:
 
         pq.write_table(table, path.removeprefix("s3://"), filesystem=self.filesystem)
 
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self.filesystem.open_input_file(path.removeprefix("s3://")))
+
+    def parquet_writer(self, path: str, schema: pa.Schema) -> pq.ParquetWriter:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(path.removeprefix("s3://"), schema, filesystem=self.filesystem)
+
     def files(self, folder: str) -> dict[str, tuple[int, int]]:
         """Every object under the folder, by key relative to it: its size and modification
         time (ms since the epoch)."""
@@ -386,6 +407,62 @@ class S3Storage:
 
 
 Storage = LocalStorage | S3Storage
+
+# A merged file's row groups: rows (pyarrow's default most) and the bytes of Arrow they are
+# gathered in first, whichever comes first.
+ROW_GROUP_ROWS = 1024 * 1024
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+# The rows read from a source file at a time.
+READ_ROWS = 64 * 1024
+
+
+def merge_parquet(storage: Storage, sources: list[str], destination: str) -> int:
+    """The sources' rows, in order, written into one file (a compaction's): their columns
+    unified as pa.concat_tables(promote_options="default") does (a column some lack is NULL
+    there), read and written a row group at a time, so that the driver holds one row group
+    however large the files (a 94 MB group of a plain table's files whole: 0.64 GiB of Arrow,
+    the driver's RSS at 975 MiB). Returns the rows written."""
+    import pyarrow as pa
+
+    files = [storage.open_parquet(path) for path in sources]
+    schema = pa.unify_schemas([each.schema_arrow for each in files], promote_options="default")
+    written, gathered = 0, []
+    with storage.parquet_writer(destination, schema) as writer:
+        for each in files:
+            for batch in each.iter_batches(batch_size=READ_ROWS):
+                gathered.append(_conformed(batch, schema))
+                rows = sum(b.num_rows for b in gathered)
+                if rows >= ROW_GROUP_ROWS or sum(b.nbytes for b in gathered) >= ROW_GROUP_BYTES:
+                    written += _write_row_group(writer, gathered)
+                    gathered = []
+        written += _write_row_group(writer, gathered)
+    return written
+
+
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """The batch in the unified schema: its columns in order, cast where the schema widened
+    them, NULL where it lacks one."""
+    import pyarrow as pa
+
+    columns = []
+    for field in schema:
+        index = batch.schema.get_field_index(field.name)
+        if index < 0:
+            columns.append(pa.nulls(batch.num_rows, field.type))
+        else:
+            column = batch.column(index)
+            columns.append(column if column.type == field.type else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _write_row_group(writer: pq.ParquetWriter, batches: list[pa.RecordBatch]) -> int:
+    import pyarrow as pa
+
+    if not batches:
+        return 0
+    rows = pa.Table.from_batches(batches)
+    writer.write_table(rows, row_group_size=ROW_GROUP_ROWS)
+    return rows.num_rows
 
 
 def _reason(exc: Exception) -> str:

@@ -29,8 +29,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from lagless.exceptions import TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks.delta.log import LOG, data_files, footer_stats, remove, unwritable
@@ -43,6 +41,7 @@ from lagless.sinks.maintenance import (
     beside_others,
     plan,
 )
+from lagless.sinks.storage import merge_parquet
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -123,22 +122,20 @@ class DeltaMaintenance(StoreMaintenance):
         """One group into one file, committed as the version after the one planned on; False
         when another writer took that version first (the file written is removed)."""
         folder = self._path(table)
-        rows = pa.concat_tables(
-            [self.storage.read_parquet(self.storage.join(folder, f.path)) for f in group],
-            promote_options="default",
-        )
+        sources = [self.storage.join(folder, f.path) for f in group]
         expected = sum(
-            f.records or self.storage.parquet_metadata(self.storage.join(folder, f.path)).num_rows
-            for f in group
+            f.records or self.storage.parquet_metadata(path).num_rows
+            for f, path in zip(group, sources, strict=True)
         )
-        if rows.num_rows != expected:
-            raise TerminalError(
-                f"Delta table {folder}: its files hold {rows.num_rows} rows where the log counts "
-                f"{expected}; compaction refused"
-            )
         name = f"part-00000-{uuid.uuid4()}-c000.compacted.parquet"
         path = self.storage.join(folder, name)
-        self.storage.write_parquet(path, rows)
+        merged_rows = merge_parquet(self.storage, sources, path)
+        if merged_rows != expected:
+            self.storage.remove(path)
+            raise TerminalError(
+                f"Delta table {folder}: its files hold {merged_rows} rows where the log counts "
+                f"{expected}; compaction refused"
+            )
         failpoint("mid-compaction")  # the merged file beside the table's, not in its log
         size, modified = self.storage.stat(path)
         merged = Merged(name, size, modified, footer_stats(self.storage.parquet_metadata(path)))
