@@ -12,7 +12,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
@@ -63,10 +63,13 @@ class AvroEvents:
     Kafka Connect's JSON: (the Connect schema's text, the payload), the payload's values as
     the JSON's (cdc/avro_schema.py). Undecodable with the wire format's reasons."""
 
+    # By registry and schema id: the Connect schema's text and the schema values are read
+    # with, made once per Python worker.
+    _schemas: ClassVar[dict[tuple[str, int], tuple[bytes, Any] | None]] = {}
+
     def __init__(self, registry_url: str) -> None:
+        self.registry_url = registry_url
         self.writers = WriterSchemas(registry_url)
-        # By schema id: the Connect schema's text and the schema the values are read with.
-        self._schemas: dict[int, tuple[bytes, Any] | None] = {}
 
     def __call__(self, data: bytes) -> tuple[bytes | None, Any]:
         import fastavro
@@ -91,15 +94,16 @@ class AvroEvents:
     def _schema(self, schema_id: int) -> tuple[bytes, Any] | None:
         import fastavro
 
-        if schema_id not in self._schemas:
+        cached = (self.registry_url, schema_id)
+        if cached not in self._schemas:
             text = self.writers.text(schema_id)
             if text is None:
-                self._schemas[schema_id] = None
+                self._schemas[cached] = None
             else:
                 avro = json.loads(text)
                 connect = json.dumps(connect_schema(avro), separators=(",", ":")).encode()
-                self._schemas[schema_id] = (connect, fastavro.parse_schema(plain(avro)))
-        return self._schemas[schema_id]
+                self._schemas[cached] = (connect, fastavro.parse_schema(plain(avro)))
+        return self._schemas[cached]
 
 
 def events_of(schema_registry: str | None) -> Split:
@@ -139,10 +143,16 @@ def mirror_columns(
     fields = given
     if fields is None:
         with_schema = [(key, s) for key, s, _ in newest if s is not None]
+        if not with_schema and isinstance(events, AvroEvents):
+            raise BadInput(
+                "--value-format debezium found no Avro change event of the schema registry in "
+                "the topics (Kafka Connect's JSON? leave out --schema-registry)"
+            )
         if not with_schema:
             raise BadInput(
                 "--value-format debezium found no change event with its schema in the topics "
-                "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
+                "(Kafka Connect's JSON with schemas.enable=false? give --value-schema; Avro? "
+                "give --schema-registry)"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
         fields = StructType([field_of(c) for c in columns])

@@ -11,17 +11,19 @@ updated on another column, a primary-key change, a delete (and its tombstone), a
 with a default, a column widened, and a table without a primary key. Each Avro mirror holds
 each value by its type's rule, equals its JSON twin row for row, and dead-letters alone, with
 their reasons, the out-of-range values and the values that are not Avro of the registry.
+A registry that does not answer, or whose events the topics do not hold (JSON ones), is bad
+input in one line before anything is written.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import struct
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,15 +52,6 @@ ADDED = "extra"  # the column added mid-run, with a default
 DELETED_ID, ADDED_ID = 5, 6
 NOTES_COLUMNS = ["body", "n", "_op", "_lsn", "_source_ts_ms"]
 REFUSED_REASON = "0001-01-01 .. 9999-12-31"
-
-
-@pytest.fixture(scope="module")
-def source() -> Iterator[PostgresServer]:
-    server = PostgresServer.start_new(logical=True)
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 def _create(db: Any) -> None:
@@ -157,7 +150,15 @@ def _import_command(kafka: Any, sink: str, checkpoint: Path, registry: str) -> N
     assert done.returncode == 0, done.stderr
 
 
-def test_avro_events_mirror_as_json_ones_do(source, broker, kafka, tmp_path, spark):
+def test_avro_events_mirror_as_json_ones_do(broker, kafka, tmp_path, spark):
+    source = PostgresServer.start_new(logical=True)
+    try:
+        _mirror_of(source, broker, kafka, tmp_path)
+    finally:
+        source.destroy()
+
+
+def _mirror_of(source: PostgresServer, broker: Any, kafka: Any, tmp_path: Path) -> None:
     admin = connection(source)
     admin.execute(f"CREATE DATABASE {DATABASE}")
     url = source.url.rsplit("/", 1)[0] + f"/{DATABASE}"
@@ -294,3 +295,29 @@ def _assert_soft_deletes(kafka: Any, sink: str, tmp_path: Path, registry: str) -
     assert {i: soft[i] for i in hard} == _held("SQLite", sink, "avro_corpus")
     letters = sorted(corpus.dead_letters(sink, "soft"))
     assert letters == sorted(corpus.dead_letters(sink, "avro_corpus")), letters
+
+
+@pytest.mark.parametrize("registry_answers", [True, False], ids=["json-events", "no-registry"])
+def test_a_registry_that_does_not_fit_is_one_line_and_exit_2(
+    broker, kafka, topic_name, tmp_path, registry_answers
+):
+    broker.create_topic(topic_name, 1)
+    event = {"schema": {"type": "struct", "fields": []}, "payload": {"op": "c", "after": {}}}
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce(topic_name, key=b'{"id": 1}', value=json.dumps(event).encode())
+    assert producer.flush(30) == 0
+    with SchemaRegistry() as registry:
+        url = registry.url if registry_answers else "http://127.0.0.1:9"
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "lagless", "import", "--bootstrap", kafka.bootstrap),
+                *("--topic", topic_name, "--value-format", "debezium", "--schema-registry", url),
+                *("--sink", f"sqlite:///{tmp_path}/m.db", "--checkpoint", str(tmp_path / "c")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    said = "no Avro change event" if registry_answers else "cannot reach the schema registry"
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
