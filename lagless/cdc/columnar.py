@@ -9,7 +9,8 @@ dates, timestamps scaled to µs); the columns whose values need Python (base64 b
 decimals, zoned timestamps, times of day) go through the same `convert` as an event at a time.
 
 Only the common shape is read here: upserts (`r`, `c`, `u` with an `after`) of one schema the
-table takes, in an import with hard deletes. Any other event of the batch (a delete, a
+table takes, in Kafka Connect's JSON (Avro events are read an event at a time), in an import
+with hard deletes. Any other event of the batch (a delete, a
 tombstone, an op a mirror does not apply, an event without `after`) is read by
 Envelope.change, in its place. A batch this cannot take whole (a value of a JSON type its
 column does not read, a new schema, nested columns, soft deletes) is read an event at a time:
@@ -41,6 +42,7 @@ from lagless.cdc.envelope import (
     Envelope,
     Unstorable,
 )
+from lagless.cdc.envelope import split as json_events
 from lagless.cdc.unavailable import TEXT_FORMS, UNAVAILABLE
 
 if TYPE_CHECKING:
@@ -129,6 +131,8 @@ def changes(
     `chosen`: the reading (Column.read_as) each column's values took last, kept between
     batches by the caller: a timestamp column of --value-schema holds µs or ISO text."""
     if envelope.deletes != "hard" or envelope.change_log or len(values) == 0:
+        return None
+    if envelope.events is not json_events:  # Avro: an event at a time
         return None
     present = pc.is_valid(values)
     split = _payloads(values.filter(present))

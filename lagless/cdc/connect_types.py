@@ -1,7 +1,8 @@
 """Kafka Connect's schemas as Spark columns, and each JSON value as its column takes it.
 
-A Debezium change event in Kafka Connect's JSON carries its schema (`{"schema", "payload"}`):
-a struct of typed fields, a logical type named by `name` (`org.apache.kafka.connect.data.*`,
+A Debezium change event in Kafka Connect's JSON carries its schema (`{"schema", "payload"}`)
+(in Avro, its schema is the registry's, read as Connect's: cdc/avro_schema.py): a struct of
+typed fields, a logical type named by `name` (`org.apache.kafka.connect.data.*`,
 `io.debezium.time.*`, `io.debezium.data.*`). Each becomes the natural Spark type, so each store
 gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL has them all):
 
@@ -9,8 +10,8 @@ gets its own (sinks/sql.py: SQLite keeps decimals and times as text, PostgreSQL 
 | --- | --- | --- |
 | int8/16/32/64, boolean, string | tinyint ... bigint, boolean, string | as is |
 | float32/64 | float, double | a number, or "NaN", "Infinity", "-Infinity" |
-| bytes | binary | base64 |
-| Decimal (`scale`, `connect.decimal.precision`) | decimal(p, s) | base64, unscaled |
+| bytes | binary | base64 (Avro: bytes) |
+| Decimal (`scale`, `connect.decimal.precision`) | decimal(p, s) | base64, unscaled (Avro: bytes) |
 | VariableScaleDecimal (struct scale, value) | string | exact decimal text |
 | Date | date | days since the epoch |
 | Time, MicroTime, NanoTime | string HH:MM:SS.ffffff | ms, µs, ns of the day |
@@ -394,8 +395,14 @@ def _each(convert: Convert) -> Convert:
 
 
 def _entries(key: Convert, value: Convert) -> Convert:
+    """A map: an object in JSON, or its pairs (JsonConverter's of keys that are not text;
+    Avro's `{"key", "value"}` records: cdc/avro_schema.py)."""
+
+    def pair(entry: Any) -> Any:
+        return (entry["key"], entry["value"]) if isinstance(entry, dict) else entry
+
     def convert(values: Any) -> Any:
-        pairs = values.items() if isinstance(values, dict) else values
+        pairs = values.items() if isinstance(values, dict) else map(pair, values)
         return [(key(k), None if v is None else value(v)) for k, v in pairs]
 
     return convert

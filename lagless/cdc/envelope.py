@@ -3,7 +3,10 @@
 The rules, all of them here:
 
 - A value is Debezium's envelope `{"before", "after", "op", "source", ...}`, in Kafka Connect's
-  JSON with its schema (`{"schema": ..., "payload": ...}`) or without it.
+  JSON with its schema (`{"schema": ..., "payload": ...}`) or without it, or in Avro through
+  a schema registry (Confluent's AvroConverter: importer/debezium.py's AvroEvents reads it as
+  the JSON's schema and payload, cdc/avro_schema.py). A reading is a `Split`; a key or value
+  it cannot read is rejected with its reason (NOT_JSON, or the Avro wire format's).
 - op `r` (snapshot), `c`, `u`: the row `after` is upserted on the primary key, which is the
   Kafka key's fields (every column of `after`, converted by connect_types).
 - op `d`: the key's row is deleted (`--deletes soft`: kept, `_deleted` true, and the mirror's
@@ -41,6 +44,7 @@ The rules, all of them here:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -82,6 +86,16 @@ CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, KeyError, Attribute
 
 SCHEMA_HEAD = b'{"schema":'
 PAYLOAD_AT = b',"payload":'
+
+
+class Undecodable(ValueError):
+    """A key or value its format does not read; its text the reason, as dead letters give it."""
+
+
+# How change events are read: a key or value as (its Connect schema's JSON text, or None when
+# it carries none; its payload), each schema always the same text; ValueError when it is
+# unreadable (Undecodable: with the reason). `split` reads Kafka Connect's JSON.
+Split = Callable[[bytes], tuple[bytes | None, Any]]
 
 
 @dataclass(frozen=True)
@@ -127,13 +141,13 @@ def split(value: bytes) -> tuple[bytes | None, Any]:
     return None, parsed
 
 
-def source_of(value: bytes | None) -> dict[str, Any] | None:
+def source_of(value: bytes | None, events: Split = split) -> dict[str, Any] | None:
     """A change event's `source` block (the database, schema, table, when it committed, its
     position); None for a tombstone or a value that is not a change event."""
     if value is None:
         return None
     try:
-        _, payload = split(value)
+        _, payload = events(value)
     except ValueError:
         return None
     source = payload.get("source") if isinstance(payload, dict) else None
@@ -219,8 +233,10 @@ class Envelope:
         deletes: Deletes,
         change_log: bool = False,
         truncates: bool = False,
+        events: Split = split,
     ) -> None:
         self.fields = fields
+        self.events = events
         # Whether a TRUNCATE is applied (the tasks' change files) or rejected (Spark's rows).
         self.truncates = truncates
         self.key_fields = key_fields
@@ -236,6 +252,8 @@ class Envelope:
         self._defaults = defaults(fields)
         # By schema text: the event's columns, and the text again when the table lacks some.
         self._schemas: dict[bytes, tuple[list[Column], str | None]] = {}
+        # By schema text: a Kafka key's columns.
+        self._keys: dict[bytes, dict[str, Column]] = {}
 
     def change(self, key: bytes | None, value: bytes | None) -> Change:
         if value is None:
@@ -243,9 +261,9 @@ class Envelope:
                 return Change(skip=True)
             return self._delete(key, {})
         try:
-            schema, payload = split(value)
-        except ValueError:
-            return Change(error=NOT_JSON)
+            schema, payload = self.events(value)
+        except ValueError as exc:
+            return Change(error=str(exc) if isinstance(exc, Undecodable) else NOT_JSON)
         if not isinstance(payload, dict) or not isinstance(payload.get("op"), str):
             return Change(error=NOT_AN_EVENT)
         op = payload["op"]
@@ -282,28 +300,37 @@ class Envelope:
         return Change(row=keyed, delete=True)
 
     def _key(self, key: bytes | None) -> dict[str, Any] | None:
-        """The key's fields from the Kafka key (with or without its schema), as the table's
-        columns take them; None when it does not give them all."""
+        """The key's fields from the Kafka key, as the table's columns take them: by the key's
+        own schema where it carries one, else by the table's types; None when it does not
+        give them all."""
         if not self.key_fields:  # a table without a key (its change log): nothing to read
             return {}
         if key is None:
             return None
         try:
-            _, payload = split(key)
+            schema, payload = self.events(key)
         except ValueError:
             return None
         if not isinstance(payload, dict):
             return None
+        given = self._given if schema is None else self._key_columns(schema)
         found = {}
         for name in self.key_fields:
             raw = payload.get(name)
-            if raw is None or name not in self._given:
+            if raw is None or name not in self._given or name not in given:
                 return None
             try:
-                found[name] = self._given[name].convert(raw)
+                found[name] = given[name].convert(raw)
             except CONVERSION_ERRORS:
                 return None
         return found
+
+    def _key_columns(self, schema: bytes) -> dict[str, Column]:
+        """The columns of a Kafka key's schema, by name."""
+        known = self._keys.get(schema)
+        if known is None:
+            known = self._keys[schema] = {c.name: c for c in row_columns(json.loads(schema))}
+        return known
 
     def _key_before(self, before: dict[str, Any], columns: list[Column]) -> dict[str, Any] | None:
         """The key's fields from a delete's `before` row, when the Kafka key does not give

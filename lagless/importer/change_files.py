@@ -42,10 +42,12 @@ from lagless.cdc.envelope import (
     TRUNCATE_COLUMN,
     Change,
     Envelope,
+    Split,
     evolved,
 )
 from lagless.cdc.unavailable import kept_columns, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
+from lagless.importer.debezium import events_of
 from lagless.importer.rows import NULL_KEY, VALIDATE
 from lagless.planner.ranges import OffsetRange
 from lagless.sinks.base import DEAD_LETTER_SCHEMA, TOMBSTONE, Target, in_schema
@@ -68,13 +70,14 @@ _UNAVAILABLE = "_lagless_unavailable"
 
 def task_config(folder: str, targets: Mapping[str, Target]) -> str:
     """The writer's JSON config: the folder the tasks write into, and per topic its table's
-    name, columns (none: raw values) and key."""
+    name, columns (none: raw values), key and the registry of Avro change events."""
     tables = {}
     for topic, target in targets.items():
         tables[topic] = {
             "table": target.table,
             "fields": target.fields.json() if target.fields is not None else None,
             "key_fields": list(target.key_fields),
+            "schema_registry": target.schema_registry,
         }
     return json.dumps({"folder": folder, "tables": tables})
 
@@ -91,6 +94,8 @@ class ChangeFiles:
         self.folder = folder
         self.tables = tables
         self._envelopes: dict[str, Envelope] = {}
+        # Per topic, how its change events are read (importer/debezium.py events_of).
+        self._events: dict[str, Split] = {}
         # Per topic, the reading each column's values took last (cdc/columnar.py).
         self._readings: dict[str, dict[str, int]] = {}
 
@@ -118,8 +123,12 @@ class ChangeFiles:
                 raise TerminalError(f"topic {topic!r} has no table in this import's routes")
             fields = StructType.fromJson(json.loads(table["fields"]))
             keys = tuple(table["key_fields"])
-            self._envelopes[topic] = Envelope(fields, keys, "hard", truncates=True)
+            self._events[topic] = events_of(table.get("schema_registry"))
+            self._envelopes[topic] = self._made(topic, fields, keys)
         return self._envelopes[topic]
+
+    def _made(self, topic: str, fields: StructType, keys: tuple[str, ...]) -> Envelope:
+        return Envelope(fields, keys, "hard", truncates=True, events=self._events[topic])
 
     def _grown(self, topic: str, schema: str) -> bool:
         """The topic's envelope with the columns `schema` adds, as the driver grows the table;
@@ -129,7 +138,7 @@ class ChangeFiles:
             fields = evolved(envelope.fields, schema, self.tables[topic]["table"])
         except BadInput:
             return False
-        self._envelopes[topic] = Envelope(fields, envelope.key_fields, "hard", truncates=True)
+        self._envelopes[topic] = self._made(topic, fields, envelope.key_fields)
         return True
 
     def _decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:

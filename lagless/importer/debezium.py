@@ -1,21 +1,23 @@
 """`--value-format debezium`: a mirror's columns and key, found before anything is written, and
 the decoding of a batch's change events in the executors (the rules: lagless/cdc/envelope.py).
 
-The columns come from the newest change event's schema (Kafka Connect's JSON embeds it), or
-from `--value-schema` when the events carry none; the key is the Kafka key's fields (or
-`--key-field`). A batch whose events bring a column the table lacks is written again after
-the column is added (batch_writer.py: `SchemaChanged`)."""
+The columns come from the newest change event's schema (Kafka Connect's JSON embeds it; Avro's
+is the registry's, `AvroEvents`), or from `--value-schema` when the events carry none; the key
+is the Kafka key's fields (or `--key-field`). A batch whose events bring a column the table
+lacks is written again after the column is added (batch_writer.py: `SchemaChanged`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
 from lagless.cdc import columnar
+from lagless.cdc.avro_schema import connect_schema, plain
 from lagless.cdc.envelope import (
     CDC_COLUMNS,
     CDC_TYPES,
@@ -26,11 +28,21 @@ from lagless.cdc.envelope import (
     SKIP_COLUMN,
     Deletes,
     Envelope,
+    Split,
+    Undecodable,
     field_of,
     row_columns,
     split,
 )
 from lagless.exceptions import BadInput
+from lagless.source.avro_values import (
+    NOT_CONFLUENT,
+    UNDECODABLE,
+    UNKNOWN_SCHEMA_ID,
+    WIRE_HEADER,
+    WriterSchemas,
+    wire_schema_id,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,6 +55,61 @@ log = logging.getLogger(__name__)
 
 # Records read from each partition's end to find the newest change event with a schema.
 NEWEST_RECORDS = 20
+
+
+class AvroEvents:
+    """Change events (keys and values) in Avro through the registry at `registry_url`, in
+    Confluent's wire format as its AvroConverter writes them, read as envelope.split reads
+    Kafka Connect's JSON: (the Connect schema's text, the payload), the payload's values as
+    the JSON's (cdc/avro_schema.py). Undecodable with the wire format's reasons."""
+
+    # By registry and schema id: the Connect schema's text and the schema values are read
+    # with, made once per Python worker.
+    _schemas: ClassVar[dict[tuple[str, int], tuple[bytes, Any] | None]] = {}
+
+    def __init__(self, registry_url: str) -> None:
+        self.registry_url = registry_url
+        self.writers = WriterSchemas(registry_url)
+
+    def __call__(self, data: bytes) -> tuple[bytes | None, Any]:
+        import fastavro
+
+        schema_id = wire_schema_id(data)
+        if schema_id is None:
+            raise Undecodable(NOT_CONFLUENT)
+        known = self._schema(schema_id)
+        if known is None:
+            raise Undecodable(UNKNOWN_SCHEMA_ID)
+        connect, reader = known
+        body = io.BytesIO(data)
+        body.seek(WIRE_HEADER)
+        try:
+            payload = fastavro.schemaless_reader(body, reader, None)
+        except Exception:
+            raise Undecodable(UNDECODABLE) from None
+        if body.tell() != len(data):  # bytes left over: not a value of this schema
+            raise Undecodable(UNDECODABLE)
+        return connect, payload
+
+    def _schema(self, schema_id: int) -> tuple[bytes, Any] | None:
+        import fastavro
+
+        cached = (self.registry_url, schema_id)
+        if cached not in self._schemas:
+            text = self.writers.text(schema_id)
+            if text is None:
+                self._schemas[cached] = None
+            else:
+                avro = json.loads(text)
+                connect = json.dumps(connect_schema(avro), separators=(",", ":")).encode()
+                self._schemas[cached] = (connect, fastavro.parse_schema(plain(avro)))
+        return self._schemas[cached]
+
+
+def events_of(schema_registry: str | None) -> Split:
+    """How a mirror reads its change events: Avro through `schema_registry`, else Kafka
+    Connect's JSON."""
+    return split if schema_registry is None else AvroEvents(schema_registry)
 
 
 class SchemaChanged(Exception):
@@ -61,6 +128,7 @@ def mirror_columns(
     key_fields: tuple[str, ...],
     cdc_columns: bool,
     deletes: Deletes,
+    events: Split = split,
 ) -> tuple[StructType, tuple[str, ...]]:
     """The table's columns (the row's, then the mirror's own asked for) and its key.
 
@@ -71,19 +139,25 @@ def mirror_columns(
     mirror's own columns, as its change log keeps them (value_schema.py)."""
     from pyspark.sql.types import StructField, StructType
 
-    newest = _newest_events(reader, partitions)
+    newest = _newest_events(reader, partitions, events)
     fields = given
     if fields is None:
         with_schema = [(key, s) for key, s, _ in newest if s is not None]
+        if not with_schema and isinstance(events, AvroEvents):
+            raise BadInput(
+                "--value-format debezium found no Avro change event of the schema registry in "
+                "the topics (Kafka Connect's JSON? leave out --schema-registry)"
+            )
         if not with_schema:
             raise BadInput(
                 "--value-format debezium found no change event with its schema in the topics "
-                "(Kafka Connect's JSON with schemas.enable=false?): give --value-schema"
+                "(Kafka Connect's JSON with schemas.enable=false? give --value-schema; Avro? "
+                "give --schema-registry)"
             )
         columns = row_columns(json.loads(with_schema[0][1]))
         fields = StructType([field_of(c) for c in columns])
     if not key_fields:
-        key_fields = _key_fields(newest)
+        key_fields = _key_fields(newest, events)
         cdc_columns = cdc_columns or not key_fields
     for name in key_fields:
         if name not in fields.fieldNames():
@@ -98,10 +172,10 @@ def mirror_columns(
 
 
 def _newest_events(
-    reader: OffsetReader, partitions: list[tuple[str, int]]
+    reader: OffsetReader, partitions: list[tuple[str, int]], events: Split
 ) -> list[tuple[bytes | None, str | None, float]]:
     """(key, row schema text or None, timestamp) of each partition's newest change events,
-    newest first; tombstones and values that are not JSON left out."""
+    newest first; tombstones and values `events` does not read left out."""
     low, high = reader.log.watermarks(partitions)
     starts = {tp: max(low[tp], high[tp] - NEWEST_RECORDS) for tp in partitions if high[tp] > 0}
     counts = {tp: high[tp] - start for tp, start in starts.items()}
@@ -111,7 +185,7 @@ def _newest_events(
             if record.value is None:
                 continue
             try:
-                schema, payload = split(record.value)
+                schema, payload = events(record.value)
             except ValueError:
                 continue
             if isinstance(payload, dict) and "op" in payload:
@@ -120,12 +194,14 @@ def _newest_events(
     return [(key, schema.decode() if schema else None, at) for key, schema, at in found]
 
 
-def _key_fields(newest: list[tuple[bytes | None, str | None, float]]) -> tuple[str, ...]:
+def _key_fields(
+    newest: list[tuple[bytes | None, str | None, float]], events: Split
+) -> tuple[str, ...]:
     for key, _, _ in newest:
         if key is None:
             continue
         try:
-            schema, payload = split(key)
+            schema, payload = events(key)
         except ValueError:
             continue
         if schema is not None:
@@ -162,19 +238,22 @@ class DebeziumValues:
         deletes: Deletes,
         column: str,
         change_log: bool = False,
+        schema_registry: str | None = None,
     ) -> None:
         self.fields_json = fields_json
         self.key_fields = key_fields
         self.deletes = deletes
         self.column = column
         self.change_log = change_log
+        self.schema_registry = schema_registry
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_type
         from pyspark.sql.types import StructType
 
         fields = StructType.fromJson(json.loads(self.fields_json))
-        envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log)
+        events = events_of(self.schema_registry)
+        envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log, events=events)
         row_type = to_arrow_type(fields, timezone="UTC")
         for batch in batches:
             keys = batch.column("key").to_pylist()
@@ -218,5 +297,6 @@ def decode(records: DataFrame, target: Target, column: str) -> DataFrame:
         target.deletes,
         column,
         change_log=target.mode == "append",
+        schema_registry=target.schema_registry,
     )
     return records.mapInArrow(values, StructType([*records.schema.fields, *added]))

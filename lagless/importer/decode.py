@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lagless.exceptions import BadInput
 from lagless.first_line import first_line
 from lagless.source import avro_values
-from lagless.source.avro_values import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
+from lagless.source.avro_values import UNDECODABLE
 
 if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
@@ -122,7 +123,7 @@ class AvroDecoding:
     def reasons(self) -> tuple[str, ...]:
         if self.registry_url is None:
             return (UNDECODABLE,)
-        return (NOT_CONFLUENT, UNKNOWN_SCHEMA_ID, UNDECODABLE)
+        return avro_values.REASONS
 
     def decode(self, records: DataFrame, column: str) -> DataFrame:
         """records with `column` (the decoded value, a struct) and ERROR added."""
@@ -141,22 +142,36 @@ class AvroDecoding:
 
 def latest_registered(registry_url: str, subject: str) -> str:
     """The newest schema of `subject` (JSON text); BadInput when there is none or no registry."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    client = SchemaRegistryClient({"url": registry_url, "timeout": 10})
     try:
-        found = client.get_latest_version(subject)
+        found = _registry(registry_url).get_latest_version(subject)
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:
             raise BadInput(f"schema registry {registry_url} has no subject {subject!r}") from None
         raise BadInput(f"schema registry {registry_url}: {first_line(exc)}") from None
     except Exception as exc:
-        raise BadInput(
-            f"cannot reach the schema registry at {registry_url}: {first_line(exc)}"
-        ) from None
+        raise _unreachable(registry_url, exc) from None
     if found.schema is None or found.schema.schema_str is None:
         raise BadInput(f"schema registry {registry_url} gave no schema for {subject!r}")
     if (found.schema.schema_type or "AVRO") != "AVRO":
         raise BadInput(f"subject {subject!r} holds a {found.schema.schema_type} schema, not Avro")
     return found.schema.schema_str
+
+
+def check_registry(registry_url: str) -> None:
+    """BadInput unless a Schema Registry answers at `registry_url` (its list of subjects)."""
+    try:
+        _registry(registry_url).get_subjects()
+    except Exception as exc:
+        raise _unreachable(registry_url, exc) from None
+
+
+def _registry(registry_url: str) -> SchemaRegistryClient:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": registry_url, "timeout": 10})
+
+
+def _unreachable(registry_url: str, exc: Exception) -> BadInput:
+    return BadInput(f"cannot reach the schema registry at {registry_url}: {first_line(exc)}")

@@ -17,6 +17,7 @@ from lagless.exceptions import BadInput, SchemaChangeRefused
 from lagless.importer import change_files
 from lagless.importer.checkpoint import Fit, check_fit, last_journaled_offsets, stopped_tables
 from lagless.importer.cluster import check_tasks_reach_store, master_url
+from lagless.importer.debezium import events_of
 from lagless.importer.routing import Destination, by_topic, route, table_names, topics_of
 from lagless.importer.spec import MIN_TASK_RECORDS, ImportSpec
 from lagless.importer.value_schema import ValueSchema, resolve
@@ -262,8 +263,10 @@ def _names_of(
         found = reader.records.at({tp: low[tp] for tp in firsts.values()})
         samples = {tp[0]: (records[0].value if records else None) for tp, records in found.items()}
 
+    events = events_of(spec.schema_registry) if spec.value_format == "debezium" else None
+
     def names_of(topic: str) -> dict[str, str]:
-        names = table_names(topic, samples.get(topic), spec.value_format)
+        names = table_names(topic, samples.get(topic), events)
         missing = template.names - set(names)
         if missing:
             raise BadInput(
@@ -320,6 +323,7 @@ def target_for(
         (value_schema.key_fields if value_schema else ()) or spec.key_fields,
         run_id=spec.run_id,
         deletes=spec.deletes,
+        schema_registry=spec.schema_registry,
     )
 
 

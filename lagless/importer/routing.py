@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from lagless.cdc.envelope import source_of
+from lagless.cdc.envelope import Split, source_of, split
 from lagless.exceptions import BadInput
 from lagless.importer.decode import AvroDecoding
 from lagless.kafka import TP, Offsets
@@ -70,11 +70,12 @@ class TableTemplate:
         return _PLACEHOLDER.sub(lambda m: names[m.group(1)], self.text)
 
 
-def table_names(topic: str, sample_value: bytes | None, value_format: str) -> dict[str, str]:
+def table_names(topic: str, sample_value: bytes | None, events: Split | None) -> dict[str, str]:
     """The names a template takes for `topic`, given one of its records' values (None: the
-    topic has none yet). The seam of the Debezium value format: its envelope's `source` block
+    topic has none yet). The seam of the Debezium value format (`events`: how its change
+    events are read; None: the values are no change events): its envelope's `source` block
     names the schema and the table; any other value, or none, falls back on the topic's name."""
-    found = envelope_source(sample_value) if value_format == "debezium" else None
+    found = envelope_source(sample_value, events) if events is not None else None
     if found is None:
         found = split_topic(topic)
     schema, table = found if found is not None else (None, None)
@@ -91,10 +92,10 @@ def split_topic(topic: str) -> tuple[str, str] | None:
     return (parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
 
 
-def envelope_source(value: bytes | None) -> tuple[str, str] | None:
+def envelope_source(value: bytes | None, events: Split = split) -> tuple[str, str] | None:
     """(schema, table) of a Debezium change event (cdc/envelope.py reads it); a connector
     without schemas (MySQL) names its database. None when the value is not such an event."""
-    source = source_of(value) or {}
+    source = source_of(value, events) or {}
     schema, table = source.get("schema") or source.get("db"), source.get("table")
     if isinstance(schema, str) and isinstance(table, str) and schema and table:
         return schema, table

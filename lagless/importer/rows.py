@@ -17,6 +17,7 @@ from lagless.importer import debezium
 from lagless.sinks.base import DEAD_LETTER_COLUMNS, TOMBSTONE, Target
 from lagless.sinks.ledger import TP
 from lagless.sinks.upsert_order import LOG_TIME, RANK
+from lagless.source import avro_values
 from lagless.source.json_values import COLUMN as DECODED
 from lagless.source.json_values import CORRUPT as _CORRUPT
 
@@ -116,7 +117,8 @@ def rejection_reasons(
     begins with one of envelope.REASONS: UNSTORABLE names the column and why), then those of
     the table's rules on rows (_rules_kept)."""
     texts = [text for _, text in _checks(target, max_record_bytes, avro) if isinstance(text, str)]
-    texts += list(envelope.REASONS) if target.value_format == "debezium" else []
+    if target.value_format == "debezium":
+        texts += [*envelope.REASONS, *(avro_values.REASONS if target.schema_registry else ())]
     return texts + [rule.broken for rule in target.row_rules]
 
 

@@ -173,6 +173,7 @@ class ImportSpec:
             self.key_fields,
             run_id=self.run_id,
             deletes=self.deletes,
+            schema_registry=self.schema_registry,
         )
 
     @property

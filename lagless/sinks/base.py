@@ -180,6 +180,9 @@ class Target:
     # What the table requires of each row it takes (Sink.row_rules): evaluated in Spark on the
     # shaped rows (importer/rows.py), so rows take Spark's path (write_path.decide).
     row_rules: tuple[RowRule, ...] = ()
+    # The Schema Registry the values are read through (Avro in Confluent's wire format: a
+    # Debezium mirror's change events, importer/debezium.py `events_of`); None: none.
+    schema_registry: str | None = None
 
     @property
     def dead_letter_table(self) -> str:

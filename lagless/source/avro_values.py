@@ -26,12 +26,15 @@ from lagless.first_line import first_line
 NOT_CONFLUENT = "value is not in the Confluent Avro wire format (magic byte 0, schema id)"
 UNKNOWN_SCHEMA_ID = "value's schema id is not in the schema registry"
 UNDECODABLE = "value does not decode with its Avro schema"
+# Why a value in the wire format is not decoded, in the order they are found.
+REASONS = (NOT_CONFLUENT, UNKNOWN_SCHEMA_ID, UNDECODABLE)
 # The column the source's tasks add the decoded values in (decodeAvroValues), and the column
 # of the reason a value does not decode (NULL where it does).
 COLUMN = "_lagless_avro"
 ERROR = "_lagless_avro_error"
 _MAGIC = 0
 _HEADER = struct.Struct(">bI")
+WIRE_HEADER = _HEADER.size
 
 
 class AvroValues:
@@ -74,7 +77,7 @@ class AvroValues:
 
         reader: dict[str, Any] = fastavro.parse_schema(json.loads(self.reader_schema))  # type: ignore[assignment]
         arrow_type = to_arrow_type(StructType.fromJson(json.loads(self.fields_json)))
-        writers = _WriterSchemas(self.registry_url)
+        writers = WriterSchemas(self.registry_url)
         for batch in batches:
             decoded: list[dict[str, Any] | None] = []
             errors: list[str | None] = []
@@ -91,20 +94,21 @@ class AvroValues:
 
 
 def _decode_one(
-    value: bytes, reader: dict[str, Any], writers: _WriterSchemas
+    value: bytes, reader: dict[str, Any], writers: WriterSchemas
 ) -> tuple[dict[str, Any] | None, str | None]:
     import fastavro
 
     body = io.BytesIO(value)
     writer = reader
     if writers.registry_url is not None:
-        if len(value) < _HEADER.size or value[0] != _MAGIC:
+        schema_id = wire_schema_id(value)
+        if schema_id is None:
             return None, NOT_CONFLUENT
-        writer_or_none = writers.get(_HEADER.unpack_from(value)[1])
+        writer_or_none = writers.get(schema_id)
         if writer_or_none is None:
             return None, UNKNOWN_SCHEMA_ID
         writer = writer_or_none
-        body.seek(_HEADER.size)
+        body.seek(WIRE_HEADER)
     try:
         record = fastavro.schemaless_reader(body, writer, reader)
     except Exception:
@@ -114,33 +118,54 @@ def _decode_one(
     return record, None  # type: ignore[return-value]
 
 
-class _WriterSchemas:
-    """Writer schemas by id, fetched once per Python worker and id."""
+def wire_schema_id(value: bytes) -> int | None:
+    """The schema id of a value in Confluent's wire format (its Avro binary follows from
+    WIRE_HEADER); None when the value is not in that format."""
+    if len(value) < _HEADER.size or value[0] != _MAGIC:
+        return None
+    return int(_HEADER.unpack_from(value)[1])
 
-    _cache: ClassVar[dict[tuple[str, int], dict[str, Any] | None]] = {}
+
+class WriterSchemas:
+    """Writer schemas by id, fetched once per Python worker and id: as the registry holds them
+    (`text`), and parsed by fastavro (`get`)."""
+
+    _texts: ClassVar[dict[tuple[str, int], str | None]] = {}
+    _parsed: ClassVar[dict[tuple[str, int], dict[str, Any] | None]] = {}
 
     def __init__(self, registry_url: str | None) -> None:
         self.registry_url = registry_url
 
     def get(self, schema_id: int) -> dict[str, Any] | None:
+        """The writer schema of `schema_id`, parsed; None when the registry has none."""
         import fastavro
+
+        assert self.registry_url is not None
+        cached = (self.registry_url, schema_id)
+        if cached not in self._parsed:
+            text = self.text(schema_id)
+            parsed = None if text is None else fastavro.parse_schema(json.loads(text))
+            self._parsed[cached] = parsed  # type: ignore[assignment]
+        return self._parsed[cached]
+
+    def text(self, schema_id: int) -> str | None:
+        """The writer schema of `schema_id` as the registry holds it; None when it has none.
+        TransientError when the registry does not answer."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         assert self.registry_url is not None
         cached = (self.registry_url, schema_id)
-        if cached not in self._cache:
+        if cached not in self._texts:
             client = SchemaRegistryClient({"url": self.registry_url})
             try:
-                text = client.get_schema(schema_id).schema_str
+                self._texts[cached] = client.get_schema(schema_id).schema_str or "null"
             except SchemaRegistryError as exc:
                 if exc.http_status_code != 404:
                     raise TransientError(f"schema registry: {first_line(exc)}") from None
-                self._cache[cached] = None
+                self._texts[cached] = None
             except Exception as exc:
                 raise TransientError(
                     f"cannot reach the schema registry at {self.registry_url}: {first_line(exc)}"
                 ) from None
-            else:
-                self._cache[cached] = fastavro.parse_schema(json.loads(text or "null"))  # type: ignore[assignment]
-        return self._cache[cached]
+        return self._texts[cached]

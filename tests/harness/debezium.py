@@ -88,3 +88,18 @@ def connection(postgres: PostgresServer) -> Any:
     import psycopg
 
     return psycopg.connect(postgres.url, autocommit=True)
+
+
+def records_in(bootstrap: str, topic: str, partitions: int = 2) -> int:
+    """Records the topic's partitions hold now."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+    return sum(high - low for low, high in ends)

@@ -273,8 +273,13 @@ def source_rows(conn: Any, table: str, columns: list[str]) -> list[tuple[Any, ..
 
 def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
     """The mirror's table in any store, read as a user would, in the source's columns."""
+    return _sorted(stored_rows(sink_url, table, columns), columns)
+
+
+def stored_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    """A table in any store, these columns of each row as its reader gives them."""
     if "+s3://" in sink_url:
-        return _sorted(_s3_rows(sink_url, table, columns), columns)
+        return _s3_rows(sink_url, table, columns)
     scheme, _, rest = sink_url.partition(":///")
     if scheme == "sqlite":
         quoted = ", ".join(f'"{c}"' for c in columns)
@@ -302,7 +307,7 @@ def mirror_rows(sink_url: str, table: str, columns: list[str]) -> list[tuple[Any
         quoted = ", ".join(f'"{c}"' for c in columns)
         with psycopg.connect(sink_url) as conn:
             rows = conn.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
-    return _sorted(rows, columns)
+    return rows
 
 
 def _sorted(rows: list[Any], columns: list[str]) -> list[tuple[Any, ...]]:

@@ -1,8 +1,10 @@
 """A stand-in for a Confluent Schema Registry: no registry server installs here, so tests run
 this small one. It implements only the documented REST subset that confluent-kafka's
-SchemaRegistryClient calls for lagless and its tests: POST /subjects/{s}/versions (register),
-GET /schemas/ids/{id} and GET /subjects/{s}/versions/latest, with the registry's 404 body for
-what it does not hold. No compatibility checks, no auth."""
+SchemaRegistryClient calls for lagless and its tests, and Kafka Connect's AvroConverter (a
+real Debezium registers its schemas here: tests/integration/test_mirror_avro.py): POST
+/subjects/{s}/versions (register), GET /subjects, GET /schemas/ids/{id} and GET
+/subjects/{s}/versions/latest, with the registry's 404 body for what it does not hold. No
+compatibility checks, no auth."""
 
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ class SchemaRegistry:
                 path = self.path.split("?")[0]
                 by_id = re.fullmatch(r"/schemas/ids/(\d+)", path)
                 latest = re.fullmatch(r"/subjects/([^/]+)/versions/latest", path)
-                if by_id and 0 < int(by_id[1]) <= len(registry.schemas):
+                if path == "/subjects":
+                    self._send(200, list(registry.subjects))
+                elif by_id and 0 < int(by_id[1]) <= len(registry.schemas):
                     self._send(200, {"schema": registry.schemas[int(by_id[1]) - 1]})
                 elif latest and latest[1] in registry.subjects:
                     ids = registry.subjects[latest[1]]
@@ -42,7 +46,7 @@ class SchemaRegistry:
                 assert match, self.path
                 self._send(200, {"id": registry.register(match[1], body["schema"])})
 
-            def _send(self, status: int, body: dict[str, Any]) -> None:
+            def _send(self, status: int, body: dict[str, Any] | list[str]) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")

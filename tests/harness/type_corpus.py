@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tests.harness.mirror_workload import stored_rows
+
 STORES = ("SQLite", "PostgreSQL", "Delta", "Iceberg")
 BIG = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g)"
 
@@ -277,6 +279,28 @@ def canonical(kind: str, value: Any) -> Any:
         text = str(value)
         return text.rstrip("0").rstrip(".") if "." in text else text
     return str(value)
+
+
+COLUMNS = ["id", "n", *(c.column for c in CASES)]
+
+
+def stored(sink: str, table: str, columns: list[str] = COLUMNS) -> list[dict[str, Any]]:
+    """A mirror's table of the corpus as a user reads it, each row by column name."""
+    return [dict(zip(columns, row, strict=True)) for row in stored_rows(sink, table, columns)]
+
+
+def dead_letters(sink: str, table: str) -> list[str]:
+    """Why each of the table's dead letters was refused."""
+    return [row[0] for row in stored_rows(sink, f"{table}_dlq", ["error"])]
+
+
+def as_held(store: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the corpus (the source's or a mirror's), each value canonical as `store`
+    holds it."""
+    shown = {name: canonical("int", row[name]) for name in ("id", "n")}
+    for case in CASES:
+        shown[case.column] = expected(case, store, canonical(case.kind, row[case.column]))
+    return shown
 
 
 def expected(case: Case, store: str, value: Any) -> Any:

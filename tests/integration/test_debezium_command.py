@@ -15,10 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from lagless.scenarios.debezium_connector import drop_slot
-from tests.harness.debezium import connection, skip_reason
+from tests.harness.debezium import connection, records_in, skip_reason
 from tests.harness.mirror_workload import mirror_rows
 from tests.harness.postgres import PostgresServer
 
@@ -28,18 +27,6 @@ pytestmark = [
 ]
 
 TOPIC = "shop.public.orders"
-
-
-def records_in(bootstrap: str, topic: str, partitions: int = 2) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
-    return sum(high - low for low, high in ends)
 
 
 def wait_for_records(bootstrap: str, count: int, process: subprocess.Popen) -> None:

@@ -12,7 +12,6 @@ TOAST placeholder.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +29,6 @@ pytestmark = [
 ]
 
 TABLES = ("corpus", "corpus_full")
-COLUMNS = ["id", "n", *(c.column for c in corpus.CASES)]
 
 
 @pytest.fixture(scope="module")
@@ -40,70 +38,6 @@ def source() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.destroy()
-
-
-def _raw_rows(sink: str, table: str) -> list[dict[str, Any]]:
-    """The mirror's table as a user reads it, each row by column name."""
-    scheme, _, rest = sink.partition(":///")
-    if scheme == "sqlite":
-        with sqlite3.connect(rest) as conn:
-            found = conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{table}"').fetchall()
-        return [dict(zip(COLUMNS, row, strict=True)) for row in found]
-    if scheme == "delta":
-        from deltalake import DeltaTable
-
-        return DeltaTable(f"{rest}/{table}").to_pyarrow_table(columns=COLUMNS).to_pylist()
-    if scheme == "iceberg":
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        catalog = SqlCatalog(
-            "lagless", uri=f"sqlite:///{rest}/catalog.db", warehouse=f"file://{rest}"
-        )
-        try:
-            return (
-                catalog.load_table(f"default.{table}").scan().to_arrow().select(COLUMNS).to_pylist()
-            )
-        finally:
-            catalog.engine.dispose()
-    import psycopg
-    from psycopg.rows import dict_row
-
-    with psycopg.connect(sink, row_factory=dict_row) as conn:
-        return conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{table}"').fetchall()
-
-
-def _dead_letters(sink: str, table: str) -> list[str]:
-    scheme, _, rest = sink.partition(":///")
-    name = f"{table}_dlq"
-    if scheme == "sqlite":
-        with sqlite3.connect(rest) as conn:
-            return [r[0] for r in conn.execute(f'SELECT error FROM "{name}"')]
-    if scheme == "delta":
-        from deltalake import DeltaTable
-
-        return DeltaTable(f"{rest}/{name}").to_pyarrow_table(columns=["error"])["error"].to_pylist()
-    if scheme == "iceberg":
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        catalog = SqlCatalog(
-            "lagless", uri=f"sqlite:///{rest}/catalog.db", warehouse=f"file://{rest}"
-        )
-        try:
-            return catalog.load_table(f"default.{name}").scan().to_arrow()["error"].to_pylist()
-        finally:
-            catalog.engine.dispose()
-    import psycopg
-
-    with psycopg.connect(sink) as conn:
-        return [r[0] for r in conn.execute(f'SELECT error FROM "{name}"')]
-
-
-def _as_held(store: str, row: dict[str, Any]) -> dict[str, Any]:
-    kinds = {c.column: c for c in corpus.CASES}
-    shown = {name: corpus.canonical("int", row[name]) for name in ("id", "n")}
-    for name, case in kinds.items():
-        shown[name] = corpus.expected(case, store, corpus.canonical(case.kind, row[name]))
-    return shown
 
 
 def test_every_type_lands_by_its_rule_in_every_store(source, broker, kafka, tmp_path, spark):
@@ -174,19 +108,19 @@ def test_every_type_lands_by_its_rule_in_every_store(source, broker, kafka, tmp_
 
 def _assert_mirrored(store: str, sink: str, table: str, source: dict[int, Any]) -> None:
     refused = set(range(corpus.REFUSED_FIRST_ID, corpus.REFUSED_FIRST_ID + len(corpus.REFUSED)))
-    mirrored = {row["id"]: _as_held(store, row) for row in _raw_rows(sink, table)}
-    wanted = {i: _as_held(store, row) for i, row in source.items() if i not in refused}
+    mirrored = {row["id"]: corpus.as_held(store, row) for row in corpus.stored(sink, table)}
+    wanted = {i: corpus.as_held(store, row) for i, row in source.items() if i not in refused}
     moved = corpus.KEY_CHANGED[1]
     if table == "corpus":  # the new key's TOASTed values never reached the mirror: NULL
         wanted[moved] = {**wanted[moved], **dict.fromkeys(corpus.TOASTABLE)}
     wrong = {
         (i, name): (mirrored.get(i, {}).get(name), wanted[i][name])
         for i in wanted
-        for name in COLUMNS
+        for name in corpus.COLUMNS
         if mirrored.get(i, {}).get(name) != wanted[i][name]
     }
     assert not wrong, f"{store} {table}: (mirror, rule) by (id, column): {wrong}"
     assert set(mirrored) == set(wanted), f"{store} {table}: {sorted(mirrored)}"
-    letters = _dead_letters(sink, table)
+    letters = corpus.dead_letters(sink, table)
     assert len(letters) == len(corpus.REFUSED), letters
     assert all("0001-01-01 .. 9999-12-31" in letter for letter in letters), letters

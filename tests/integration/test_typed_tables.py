@@ -248,7 +248,7 @@ def test_avro_through_a_schema_registry_with_a_field_added_later(
 ):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from lagless.importer.decode import NOT_CONFLUENT, UNKNOWN_SCHEMA_ID
+    from lagless.source.avro_values import NOT_CONFLUENT, UNKNOWN_SCHEMA_ID
     from tests.harness.schema_registry import SchemaRegistry
 
     broker.create_topic(topic_name, 2)
@@ -532,8 +532,8 @@ def test_avro_values_the_tasks_decode_and_write_land_as_spark_rows_would(
     Spark."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from lagless.importer.decode import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
     from lagless.sinks.base import DEAD_LETTER_COLUMNS
+    from lagless.source.avro_values import NOT_CONFLUENT, UNDECODABLE, UNKNOWN_SCHEMA_ID
     from tests.harness.schema_registry import SchemaRegistry
     from tests.integration.test_crash_safety import stored
 

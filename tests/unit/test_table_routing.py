@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lagless.cdc.envelope import split
 from lagless.exceptions import BadInput
 from lagless.importer.checkpoint import Fit, check_fit, write_fit
 from lagless.importer.routing import (
@@ -31,7 +32,7 @@ from lagless.source.executor_write import ROUTED_WRITER, RoutedWriter, routed
 
 def test_the_template_replaces_each_name_and_makes_it_a_table_name() -> None:
     template = TableTemplate.parse("cdc_{schema}_{table}")
-    names = table_names("dbserver1.inventory.order-lines", None, "json")
+    names = table_names("dbserver1.inventory.order-lines", None, None)
     assert names == {"topic": "dbserver1.inventory.order-lines", "schema": "inventory",
                      "table": "order-lines"}  # fmt: skip
     assert template.table_for(names) == "cdc_inventory_order_lines"
@@ -53,7 +54,7 @@ def test_schema_and_table_come_from_the_topic_name_when_no_envelope_says() -> No
     assert split_topic("prefix.with.dots.public.users") == ("public", "users")
     assert split_topic("public.users") is None
     assert split_topic("a..b") is None
-    assert table_names("orders", None, "raw") == {"topic": "orders"}
+    assert table_names("orders", None, None) == {"topic": "orders"}
 
 
 def test_a_debezium_envelope_names_the_schema_and_table_with_or_without_its_schema() -> None:
@@ -69,9 +70,9 @@ def test_a_debezium_envelope_names_the_schema_and_table_with_or_without_its_sche
     assert envelope_source(None) is None
     # The envelope wins over the topic's name, for the debezium value format only.
     topic = "server.public.renamed"
-    assert table_names(topic, with_schema, "debezium")["table"] == "customers"
-    assert table_names(topic, with_schema, "json")["table"] == "renamed"
-    assert table_names(topic, None, "debezium")["table"] == "renamed"
+    assert table_names(topic, with_schema, split)["table"] == "customers"
+    assert table_names(topic, with_schema, None)["table"] == "renamed"
+    assert table_names(topic, None, split)["table"] == "renamed"
 
 
 def test_topics_whose_names_differ_only_by_what_a_table_cannot_hold_are_refused() -> None:
@@ -84,13 +85,13 @@ def test_topics_whose_names_differ_only_by_what_a_table_cannot_hold_are_refused(
         route(template, ["a.b", "a_b", "c"], lambda topic: {"topic": topic})
     by_table = TableTemplate.parse("{schema}_{table}")
     with pytest.raises(BadInput, match="would both land in table 'x_y_z'"):
-        route(by_table, ["p.x-y.z", "p.x.y_z"], lambda topic: table_names(topic, None, "raw"))
+        route(by_table, ["p.x-y.z", "p.x.y_z"], lambda topic: table_names(topic, None, None))
     # The same names under two prefixes: shards of one table, as the template asks.
-    shards = route(by_table, ["eu.s.t", "us.s.t"], lambda topic: table_names(topic, None, "raw"))
+    shards = route(by_table, ["eu.s.t", "us.s.t"], lambda topic: table_names(topic, None, None))
     assert shards == {"s_t": ("eu.s.t", "us.s.t")}
     # A table of rows by key takes one topic's: two schemas' tables of one name refused.
     by_name = TableTemplate.parse("{table}")
-    names = lambda topic: table_names(topic, None, "debezium")  # noqa: E731
+    names = lambda topic: table_names(topic, None, split)  # noqa: E731
     with pytest.raises(BadInput) as refused:
         route(by_name, ["p.other.items", "p.public.items"], names, one_topic_per_table=True)
     assert str(refused.value).startswith(
