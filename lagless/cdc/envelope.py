@@ -17,14 +17,15 @@ The rules, all of them here:
   not give the table's key is skipped). Soft deletes skip it,
   and so does the change log itself (`--write append`: a row per change event, flattened).
 - A primary-key change arrives as a delete of the old key and a create of the new: two keys,
-  one row in the end.
+  one row in the end, with the old row's TOASTed values (cdc/key_change.py).
 - Which of two events of a key wins is the upsert path's rule (sinks/sql.py `newer`: the later
   offset of the key's partition), so a replayed batch changes nothing; Debezium's own replays
   (at least once: a restarted connector sends again what followed its last offset flush) come
   in their order again, ending where the first delivery ended.
 - A TOASTed column an update did not change comes as Debezium's placeholder, in its type's
-  form: the row keeps the column's value, or NULL where the mirror holds no row of the key
-  (the stores' upserts; cdc/unavailable.py), never the placeholder.
+  form: the row keeps the column's value, or takes a key change's (cdc/key_change.py), or is
+  NULL and marked where the mirror cannot know it (the stores' upserts; cdc/unavailable.py),
+  never the placeholder.
 - An event whose `after` has a column the table lacks, or a column of a wider type, carries
   its schema (`Change.new_schema`): the import adds the column (nullable; its Connect default
   the value of the rows and events that predate it) or widens it in place, and writes the

@@ -19,8 +19,9 @@ tests/integration/test_mirror_types.py):
 The last row cannot be told from a NULL: a mirror of such a table needs `REPLICA IDENTITY
 FULL` (docs/mirror.md). For every other type the column holds `unavailable_value(type)`: the
 stores' upserts keep the value they hold (sinks/sql.py, sinks/newer_wins.py, the batch's own
-earlier value first: importer/change_files.py, importer/rows.py), and where they hold none
-(a primary-key change's new row) store NULL, never the placeholder.
+earlier value first: importer/change_files.py, importer/rows.py), a primary-key change's new
+row takes the old row's, and where none is known they store NULL, marked, never the
+placeholder (cdc/key_change.py).
 """
 
 from __future__ import annotations
@@ -131,3 +132,11 @@ def unavailable_mask(values: pa.Array | pa.ChunkedArray, data_type: DataType) ->
     for at in np.flatnonzero(sized):
         found[at] = values[int(at)].as_py() == marker
     return pa.array(found)
+
+
+def placed(values: pa.Array, data_type: DataType, where: pa.Array) -> pa.Array:
+    """`values` (a batch's column of `data_type`) with the placeholder where `where` holds: a
+    key change's delete stands for the row's values, which the mirror finds (cdc/key_change.py)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return pc.if_else(where, pa.scalar(unavailable_value(data_type), values.type), values)

@@ -21,7 +21,7 @@ from lagless.cli.options import (
     tell_waiting,
 )
 from lagless.exceptions import BadInput
-from lagless.importer.table_lag import PartitionInTable, table_health, table_lag
+from lagless.importer.table_lag import PartitionInTable, table_health, table_lag, unknown_rows
 from lagless.lag.offsets import (
     FleetSource,
     KafkaOffsetSource,
@@ -32,6 +32,7 @@ from lagless.lag.offsets import (
 from lagless.lag.report import History, build_report, collect, committed_records, watched_span
 from lagless.lag.status import DEFAULT_WINDOW_S
 from lagless.lag.table import markdown_table, print_table, rich_table
+from lagless.progress import unknown_text
 from lagless.serve import metrics
 from lagless.serve.sampler import Sampler, SamplerSettings
 from lagless.sinks.maintenance import Health, Policy
@@ -193,10 +194,12 @@ def run_table_lag(args: argparse.Namespace) -> int:
     table = args.table or args.topic
     rows = table_lag(kafka_config(args), args.sink, table, [args.topic])
     tables = table_health(args.sink, table, Policy())
+    unknown = unknown_rows(args.sink, table)
     if args.json:
         shown = {
             "partitions": [row.as_json() for row in rows],
             "tables": [each.as_json() for each in tables],
+            "unknown_rows": unknown,
         }
         print(json.dumps(shown, indent=2))
         return 0
@@ -210,6 +213,8 @@ def run_table_lag(args: argparse.Namespace) -> int:
         )
     if any(row.incomplete for row in rows):
         print(incomplete_line(table, rows))
+    if unknown:
+        console.print(f"mirror {table}: {unknown_text(unknown)}", highlight=False, markup=False)
     for row in rows:
         if row.another_topic is not None:
             print(

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lagless.cdc import columnar
+from lagless.cdc import columnar, key_change
 from lagless.cdc.envelope import (
     ERROR_COLUMN,
     NEW_SCHEMA_COLUMN,
@@ -45,7 +45,7 @@ from lagless.cdc.envelope import (
     Split,
     evolved,
 )
-from lagless.cdc.unavailable import kept_columns, unavailable_mask
+from lagless.cdc.unavailable import kept_columns, placed, unavailable_mask
 from lagless.exceptions import BadInput, TerminalError
 from lagless.importer.debezium import events_of
 from lagless.importer.rows import NULL_KEY, VALIDATE
@@ -56,6 +56,7 @@ from lagless.sinks.task_files import millis, output_file, pieces_file_name
 from lagless.sinks.upsert_order import LOG_TIME
 
 if TYPE_CHECKING:
+    import polars as pl
     from pyspark.sql.types import StructType
 
     from lagless.secret import Secret
@@ -162,6 +163,7 @@ class ChangeFiles:
         columns = {name: batch.column(name) for name in ("topic", "partition", "offset", "key")}
         columns["timestamp"] = millis(batch)
         columns |= {f.name: row[i] for i, f in enumerate(row_type)}
+        columns |= _key_changes(batch, columns, envelope)
         columns[TOMBSTONE] = decoded.delete
         columns[SKIP_COLUMN] = decoded.skip
         columns[ERROR_COLUMN] = decoded.error
@@ -192,6 +194,25 @@ class ChangeFiles:
             changes.append(change)
         row_type = to_arrow_type(envelope.fields, timezone="UTC")
         return columnar.of_changes(changes, row_type), row_type
+
+
+def _key_changes(
+    batch: pa.RecordBatch, columns: dict[str, pa.Array], envelope: Envelope
+) -> dict[str, pa.Array]:
+    """A batch's key changes (cdc/key_change.py), where its records carry their headers:
+    MOVES and TAKES, and the placeholder in each column of a delete that begins one (the
+    row's values, which the driver and the store find); nothing for the common batch."""
+    headers = batch.column("headers") if "headers" in batch.schema.names else None
+    found = key_change.of_records(batch.column("key"), batch.column("value"), headers)
+    if found is None:
+        return {}
+    moves, takes = found
+    begins = pc.is_valid(moves)
+    placed_columns = {
+        name: placed(columns[name], data_type, begins)
+        for name, data_type in kept_columns(envelope.fields, envelope.key_fields)
+    }
+    return {**placed_columns, key_change.MOVES: moves, key_change.TAKES: takes}
 
 
 def _raw(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -306,7 +327,7 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
     )
     if truncated:
         accepted = _after_the_truncate(in_order, accepted)
-    if target.value_format == "debezium":
+    if target.marks:
         accepted = _carried_in_batch(accepted, target)
     # upsert_order.RANK, (LOG_TIME, topic, partition, offset), is (LOG_TIME, place) here: the
     # rows are in (topic, partition, offset) order, and numbers sort faster than names.
@@ -318,8 +339,37 @@ def coalesce(changes: pa.Table, target: Target, carried: Mapping[TP, int]) -> Co
         .unique(subset=keys, keep="first", maintain_order=True)
         .get_column(_INDEX)
     )
-    rows = accepted.take(pa.array(winners.to_numpy()))
+    rows = _with_moves(accepted, winners.to_numpy()) if target.marks else None
+    if rows is None:
+        rows = accepted.take(pa.array(winners.to_numpy()))
     return Coalesced(in_schema(rows, schema), _dead_letters(in_order), newest, bool(truncated))
+
+
+def _with_moves(accepted: pa.Table, winners: Any) -> pa.Table | None:
+    """The winners, and each delete that begins a key change (MOVES) though a later event of
+    its key outranks it, flagged MOVE_ONLY: its move is kept (cdc/key_change.py), the first
+    of each id (a connector's second delivery adds nothing). None: the batch begins none."""
+    import numpy as np
+    import polars as pl
+
+    if key_change.MOVES not in accepted.column_names:
+        return None
+    moves = accepted.column(key_change.MOVES)
+    if not pc.any(pc.is_valid(moves)).as_py():
+        return None
+    won = np.zeros(accepted.num_rows, bool)
+    won[winners] = True
+    first = pl.DataFrame({"id": moves.to_pylist()}).with_row_index(_INDEX)
+    firsts = first.filter(pl.col("id").is_not_null()).unique("id", keep="first")
+    only = np.zeros(accepted.num_rows, bool)
+    only[firsts.get_column(_INDEX).to_numpy()] = True
+    only &= ~won
+    taken = np.flatnonzero(won | only)
+    rows = accepted.take(pa.array(taken))
+    flag = pa.array(only[taken])
+    if key_change.MOVE_ONLY in rows.column_names:
+        rows = rows.drop_columns([key_change.MOVE_ONLY])
+    return rows.append_column(key_change.MOVE_ONLY, flag)
 
 
 def _after_the_truncate(in_order: pa.Table, accepted: pa.Table) -> pa.Table:
@@ -343,13 +393,20 @@ def _after_the_truncate(in_order: pa.Table, accepted: pa.Table) -> pa.Table:
 
 
 def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
-    """A column an update left UNAVAILABLE takes the key's latest earlier value of the batch
-    that was not (rows.py `_carried_in_batch`: by key and partition, in offset order, which
-    `rows` is in); the store keeps its own only where it stays UNAVAILABLE."""
+    """What a key's earlier events of the batch give a placeholder (cdc/key_change.py; rows.py
+    `_carried_in_batch` on Spark's rows: by key and partition, in offset order, which `rows`
+    is in): the latest earlier value that is not one; or, where the latest earlier event is a
+    create that takes a key change, that change (TAKES), or where it is a delete, nothing
+    ("" in TAKES: the store keeps no value for it). A placeholder no earlier event reaches
+    takes the store's row."""
     import polars as pl
 
     assert target.fields is not None
+    rows = _with_key_changes(rows)
     group = [*target.unique, "partition"]
+    frame = pl.from_arrow(rows.select([*group, TOMBSTONE, key_change.TAKES]))
+    assert isinstance(frame, pl.DataFrame)
+    found_takes: list[pl.Expr] = []
     for name, data_type in kept_columns(target.fields, target.unique):
         if name not in rows.column_names:
             continue
@@ -357,24 +414,57 @@ def _carried_in_batch(rows: pa.Table, target: Target) -> pa.Table:
         mask = unavailable_mask(column, data_type)
         if not pc.any(mask).as_py():
             continue
-        frame = pl.from_arrow(rows.select([*group, name]))
-        assert isinstance(frame, pl.DataFrame)
-        frame = frame.with_columns(pl.Series(_UNAVAILABLE, mask))
-        unavailable = pl.col(_UNAVAILABLE)
-        known = (
-            pl.when(~unavailable)
-            .then(pl.struct(pl.col(name).alias("v")))
-            .forward_fill()
-            .over(group)
+        values = pl.from_arrow(column)
+        assert isinstance(values, pl.Series)
+        with_column = frame.with_columns(values.alias(name), pl.Series(_UNAVAILABLE, mask))
+        filled = _filled(with_column, name, group)
+        frame = frame.with_columns(
+            filled.get_column(name), filled.get_column(_FOUND).alias(name + _FOUND)
         )
-        filled = frame.select(
-            pl.when(unavailable & known.is_not_null())
-            .then(known.struct.field("v"))
-            .otherwise(pl.col(name))
-            .alias(name)
-        )
-        index = rows.column_names.index(name)
-        rows = rows.set_column(index, name, filled.get_column(name).to_arrow().cast(column.type))
+        found_takes.append(pl.col(name + _FOUND))
+        kept = frame.get_column(name).to_arrow().cast(column.type)
+        rows = rows.set_column(rows.column_names.index(name), name, kept)
+    if not found_takes:
+        return rows
+    takes = frame.select(pl.coalesce(pl.col(key_change.TAKES), *found_takes)).to_series()
+    at = rows.column_names.index(key_change.TAKES)
+    return rows.set_column(at, key_change.TAKES, takes.to_arrow().cast(pa.string()))
+
+
+_FOUND = "_lagless_found"
+
+
+def _filled(frame: pl.DataFrame, name: str, group: list[str]) -> pl.DataFrame:
+    """`name` (whose placeholders _UNAVAILABLE marks) filled as _carried_in_batch says, and
+    _FOUND: the key change (or "") a placeholder takes from an earlier event."""
+    import polars as pl
+
+    unavailable, takes = pl.col(_UNAVAILABLE), pl.col(key_change.TAKES)
+    nothing = pl.lit(None, dtype=frame.schema[name])
+    source = (
+        pl.when(pl.col(TOMBSTONE))
+        .then(pl.struct(nothing.alias("v"), pl.lit("").alias("t")))
+        .when(~unavailable)
+        .then(pl.struct(pl.col(name).alias("v"), pl.lit(None, pl.String).alias("t")))
+        .when(takes.is_not_null())
+        .then(pl.struct(nothing.alias("v"), takes.alias("t")))
+    )
+    earlier = source.shift(1).forward_fill().over(group)
+    filling = unavailable & takes.is_null() & earlier.is_not_null()
+    return frame.select(
+        pl.when(filling & earlier.struct.field("t").is_null())
+        .then(earlier.struct.field("v"))
+        .otherwise(pl.col(name))
+        .alias(name),
+        pl.when(filling).then(earlier.struct.field("t")).alias(_FOUND),
+    )
+
+
+def _with_key_changes(rows: pa.Table) -> pa.Table:
+    """MOVES and TAKES as columns of `rows`, NULL where no task's file had them."""
+    for name in (key_change.MOVES, key_change.TAKES):
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.string()))
     return rows
 
 
@@ -383,8 +473,11 @@ def _row_schema(target: Target) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_type
 
     stored = to_arrow_type(target.schema(), timezone="UTC")
+    flags = [pa.field(TOMBSTONE, pa.bool_())]
+    if target.marks:
+        flags += key_change.batch_fields()
     # Every column nullable, as Spark's files have them.
-    return pa.schema([*(pa.field(f.name, f.type) for f in stored), (TOMBSTONE, pa.bool_())])
+    return pa.schema([*(pa.field(f.name, f.type) for f in stored), *flags])
 
 
 def _dead_letters(changes: pa.Table) -> pa.Table:

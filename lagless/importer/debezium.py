@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from lagless.cdc import columnar
+from lagless.cdc import columnar, key_change
 from lagless.cdc.avro_schema import connect_schema, plain
 from lagless.cdc.envelope import (
     CDC_COLUMNS,
@@ -34,6 +35,7 @@ from lagless.cdc.envelope import (
     row_columns,
     split,
 )
+from lagless.cdc.unavailable import kept_columns, placed
 from lagless.exceptions import BadInput
 from lagless.source.avro_values import (
     NOT_CONFLUENT,
@@ -46,7 +48,7 @@ from lagless.source.avro_values import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
     from lagless.kafka.offset_reader import OffsetReader
     from lagless.sinks.base import Target
@@ -163,7 +165,8 @@ def mirror_columns(
         if name not in fields.fieldNames():
             raise BadInput(f"key field {name!r} is not a column of the change events' rows")
     own = [*(CDC_COLUMNS if cdc_columns else ()), *((DELETED,) if deletes == "soft" else ())]
-    for name in own:
+    marked = key_fields and kept_columns(fields, key_fields)
+    for name in [*own, *(key_change.MARK_COLUMNS if marked else ())]:
         if name in fields.fieldNames():
             raise BadInput(f"the rows have a column {name!r}, which the mirror adds itself")
     return StructType(
@@ -255,21 +258,44 @@ class DebeziumValues:
         events = events_of(self.schema_registry)
         envelope = Envelope(fields, self.key_fields, self.deletes, self.change_log, events=events)
         row_type = to_arrow_type(fields, timezone="UTC")
+        kept = [] if self.change_log else kept_columns(fields, self.key_fields)
         for batch in batches:
             keys = batch.column("key").to_pylist()
             values = batch.column("value").to_pylist()
             changes = [envelope.change(k, v) for k, v in zip(keys, values, strict=True)]
             decoded = columnar.of_changes(changes, row_type)
-            yield _with_columns(
-                batch,
-                {
-                    self.column: decoded.rows,
-                    ERROR_COLUMN: decoded.error,
-                    DELETE_COLUMN: decoded.delete,
-                    SKIP_COLUMN: decoded.skip,
-                    NEW_SCHEMA_COLUMN: decoded.new_schema,
-                },
-            )
+            added = {
+                self.column: decoded.rows,
+                ERROR_COLUMN: decoded.error,
+                DELETE_COLUMN: decoded.delete,
+                SKIP_COLUMN: decoded.skip,
+                NEW_SCHEMA_COLUMN: decoded.new_schema,
+            }
+            if kept:
+                added |= _key_changes(batch, decoded.rows, kept, self.column)
+            yield _with_columns(batch, added)
+
+
+def _key_changes(
+    batch: pa.RecordBatch, rows: pa.StructArray, kept: list[tuple[str, DataType]], column: str
+) -> dict[str, pa.Array]:
+    """MOVES and TAKES of a batch's records (cdc/key_change.py), and the placeholder in each
+    kept column of a delete that begins a key change (the row's values, which the driver's
+    rows and the store find); change_files.py's `_key_changes` on Spark's rows."""
+    headers = batch.column("headers") if "headers" in batch.schema.names else None
+    found = key_change.of_records(batch.column("key"), batch.column("value"), headers)
+    nothing = pa.nulls(batch.num_rows, pa.string())
+    if found is None:
+        return {key_change.MOVES: nothing, key_change.TAKES: nothing}
+    moves, takes = found
+    begins = pc.is_valid(moves)
+    children = {f.name: rows.field(i) for i, f in enumerate(rows.type)}
+    for name, data_type in kept:
+        children[name] = placed(children[name], data_type, begins)
+    placed_rows = pa.StructArray.from_arrays(
+        list(children.values()), fields=list(rows.type), mask=pc.invert(rows.is_valid())
+    )
+    return {column: placed_rows, key_change.MOVES: moves, key_change.TAKES: takes}
 
 
 def _with_columns(batch: pa.RecordBatch, added: dict[str, pa.Array]) -> pa.RecordBatch:
@@ -291,6 +317,8 @@ def decode(records: DataFrame, target: Target, column: str) -> DataFrame:
         StructField(SKIP_COLUMN, BooleanType()),
         StructField(NEW_SCHEMA_COLUMN, StringType()),
     ]
+    if target.marks:
+        added += [StructField(n, StringType()) for n in (key_change.MOVES, key_change.TAKES)]
     values = DebeziumValues(
         target.fields.json(),
         target.key_fields,

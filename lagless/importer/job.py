@@ -65,7 +65,7 @@ from lagless.importer.routing import (
 from lagless.importer.spec import ImportSpec, slots_for
 from lagless.importer.table_lag import history_of_another_topic
 from lagless.kafka import TP, Offsets
-from lagless.progress import Collector, Summary
+from lagless.progress import Collector, Summary, unknown_text
 from lagless.signals import StopFile, StopRequest, stop_requests
 from lagless.sinks.base import TaskWriter
 from lagless.sinks.ledger import lacking, lacks_only, reconcile
@@ -294,6 +294,10 @@ def described(summary: Summary, spec: ImportSpec, plan: ImportPlan, held: Offset
     summary.table = ", ".join(sorted({each.target.table for each in plan.destinations}))
     summary.topics = tuple(sorted(topics_of(plan.partitions)))
     summary.held_before = dict(held)
+    marked = [each.target.table for each in plan.destinations if each.target.marks]
+    summary.unknown_rows = sum(plan.sink.unknown_rows(table) or 0 for table in marked)
+    if summary.unknown_rows:
+        log.warning("%s: %s", summary.table, unknown_text(summary.unknown_rows))
     return summary
 
 

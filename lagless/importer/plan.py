@@ -352,6 +352,8 @@ def source_options(
     else:
         options[o.SUBSCRIBE] = ",".join(topics)
     options.update(_batch_limits(spec, plan))
+    if spec.value_format == "debezium":  # a primary-key change's headers (cdc/key_change.py)
+        options[o.INCLUDE_HEADERS] = "true"
     writer = plan.write_path.writer
     if spec.starting_timestamp is not None:
         options[o.STARTING_TIMESTAMP] = str(spec.starting_timestamp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lagless.cdc import envelope
+from lagless.cdc import envelope, key_change
 from lagless.cdc.envelope import DELETE_COLUMN, ERROR_COLUMN, NEW_SCHEMA_COLUMN, SKIP_COLUMN
 from lagless.cdc.unavailable import kept_columns, unavailable_json, unavailable_value
 from lagless.exceptions import BadInput
@@ -219,6 +219,10 @@ def shape(
             F.col(SKIP_COLUMN).alias(SKIP_COLUMN),
             F.col(NEW_SCHEMA_COLUMN).alias(NEW_SCHEMA_COLUMN),
         ]
+        if target.marks:  # the store fills the marks; the batch's key changes (key_change.py)
+            stored += [F.lit(None).cast("string").alias(n) for n in key_change.MARK_COLUMNS]
+            stored += [F.col(key_change.MOVES), F.col(key_change.TAKES)]
+            stored.append(F.lit(False).alias(key_change.MOVE_ONLY))
     else:
         if avro is not None:
             records = avro.decode(records, _PARSED)
@@ -337,9 +341,14 @@ def accepted(shaped: DataFrame, target: Target) -> DataFrame:
     newest_first = Window.partitionBy(*target.unique).orderBy(
         *(F.col(name).desc() for name in RANK)
     )
+    ranked = rows.withColumn(_RANK, F.row_number().over(newest_first))
+    if not target.marks:
+        return ranked.where(F.col(_RANK) == 1).drop(_RANK)
+    # A delete that begins a key change is kept for its move though a later event of its key
+    # outranks it (MOVE_ONLY; the store keeps the first of each: key_change.py).
     return (
-        rows.withColumn(_RANK, F.row_number().over(newest_first))
-        .where(F.col(_RANK) == 1)
+        ranked.where((F.col(_RANK) == 1) | F.col(key_change.MOVES).isNotNull())
+        .withColumn(key_change.MOVE_ONLY, F.col(_RANK) != 1)
         .drop(_RANK)
     )
 
@@ -349,7 +358,10 @@ def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
     before coalescing keeps only the newest (the store does the same across batches).
 
     - A column an update left UNAVAILABLE (TOASTed, unchanged) takes the key's latest earlier
-      value of the batch; the store keeps its own only for what stays UNAVAILABLE.
+      value of the batch; or, where the latest earlier event is a create that takes a key
+      change, that change (TAKES), or where it is a delete, nothing ("": cdc/key_change.py,
+      change_files.py `_carried_in_batch` alike); the store keeps its own only for what no
+      earlier event reaches.
     - --deletes soft: a delete after the key's create or update in the same batch becomes that
       row flagged _deleted (the store never held it, so its soft delete would flag nothing).
     """
@@ -360,8 +372,9 @@ def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
     if target.mode != "upsert":
         return rows
     by_key = Window.partitionBy(*target.unique, "partition").orderBy("offset")
-    upto = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    carried = {}
+    earlier = by_key.rowsBetween(Window.unboundedPreceding, -1)
+    takes = F.col(key_change.TAKES)
+    carried, found = {}, []
     for name, data_type in kept_columns(target.fields, target.unique):
         column = F.col(name)
         nested = unavailable_json(data_type)
@@ -369,15 +382,23 @@ def _carried_in_batch(rows: DataFrame, target: Target) -> DataFrame:
             unavailable = F.coalesce(column == F.lit(unavailable_value(data_type)), F.lit(False))
         else:  # maps have no equality in Spark: their JSON text, as the SQL stores hold it
             unavailable = F.coalesce(F.to_json(column) == F.lit(nested), F.lit(False))
-        known = F.last(F.when(~unavailable, F.struct(column.alias("v"))), True).over(upto)
-        carried[name] = F.when(unavailable & known.isNotNull(), known["v"]).otherwise(column)
-    if carried:
+        nothing = F.lit(None).cast(data_type).alias("v")
+        source = (
+            F.when(F.col(TOMBSTONE), F.struct(nothing, F.lit("").alias("t")))
+            .when(~unavailable, F.struct(column.alias("v"), F.lit(None).cast("string").alias("t")))
+            .when(takes.isNotNull(), F.struct(nothing, takes.alias("t")))
+        )
+        known = F.last(source, True).over(earlier)
+        filling = unavailable & takes.isNull() & known.isNotNull()
+        carried[name] = F.when(filling & known["t"].isNull(), known["v"]).otherwise(column)
+        found.append(F.when(filling, known["t"]))
+    if found:
+        carried[key_change.TAKES] = F.coalesce(takes, *found)
         rows = rows.select(*(carried.get(c, F.col(c)).alias(c) for c in rows.columns))
     if target.deletes != "soft":
         return rows
-    own = (*envelope.CDC_COLUMNS, envelope.DELETED)
+    own = (*envelope.CDC_COLUMNS, envelope.DELETED, *key_change.MARK_COLUMNS)
     values = [n for n in target.fields.fieldNames() if n not in (*target.unique, *own)]
-    earlier = by_key.rowsBetween(Window.unboundedPreceding, -1)
     prior = F.last(F.when(~F.col(TOMBSTONE), F.struct(*values)), True).over(earlier)
     rows = rows.withColumn(_PRIOR, prior)
     after_a_row = F.col(TOMBSTONE) & F.col(_PRIOR).isNotNull()

@@ -177,6 +177,14 @@ def history_of_another_topic(
     return recreated(newest, now)
 
 
+def unknown_rows(sink_url: str, table: str) -> int | None:
+    """A mirror's rows whose values it cannot know (Sink.unknown_rows); None: the table marks
+    none (not a mirror, or one without a column Debezium may send as its placeholder)."""
+    sink = sink_from_url(sink_url)
+    with sink:
+        return sink.unknown_rows(sink.table_name(table))
+
+
 def table_health(sink_url: str, table: str, policy: Policy) -> list[Health]:
     """The files of the table and of those beside it (`_dlq`, `_tombstones`): data files,
     small ones, versions kept, bytes on disk against live bytes. None for a store that keeps

@@ -1,5 +1,5 @@
 """Progress of an import, reported to a pluggable collector (a live bar, or nothing)."""
 
-from lagless.progress.collector import Collector, RichCollector, Summary
+from lagless.progress.collector import Collector, RichCollector, Summary, unknown_text
 
-__all__ = ["Collector", "RichCollector", "Summary"]
+__all__ = ["Collector", "RichCollector", "Summary", "unknown_text"]

@@ -45,6 +45,9 @@ class Summary:
     # Records between where the import is and the end it reads to (bulk: the end offsets
     # seen at the start; continuous: the log's end as last seen). 0: up to date.
     behind: int = 0
+    # A mirror's rows whose values it cannot know (their `_unknown` column names them: a
+    # TOASTed value whose row never reached it; cdc/key_change.py), counted at the end.
+    unknown_rows: int = 0
 
     def add_batch(
         self,
@@ -95,6 +98,7 @@ class Summary:
             "held_before": {f"{t}[{p}]": n for (t, p), n in sorted(self.held_before.items())},
             "behind": self.behind,
             "up_to_date": self.up_to_date,
+            "unknown_rows": self.unknown_rows,
         }
 
 
@@ -305,11 +309,22 @@ def summary_text(summary: Summary) -> str:
     if summary.skipped:
         lines.append(f"  skipped         {summary.skipped:,} (deleted before they were read)")
     lines.append(f"  held before     {held_text(summary.held_before)}")
+    if summary.unknown_rows:
+        lines.append(f"  unknown values  {unknown_text(summary.unknown_rows)}")
     if summary.up_to_date:
         lines.append("up to date")
     else:
         lines.append(f"behind by {summary.behind:,} records; a rerun resumes")
     return "\n".join(lines)
+
+
+def unknown_text(rows: int) -> str:
+    """A mirror's rows whose values it cannot know, and the remedy (docs/mirror.md)."""
+    return (
+        f"{rows:,} row{'' if rows == 1 else 's'} hold values the mirror cannot know (NULL, "
+        "named in _unknown): re-snapshot the table through Debezium (docs/mirror.md, TOASTed "
+        "values)"
+    )
 
 
 def held_text(held: dict[tuple[str, int], int]) -> str:

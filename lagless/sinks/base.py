@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Self
 import pyarrow as pa
 
 from lagless.cdc.envelope import Deletes
+from lagless.cdc.key_change import BATCH_COLUMNS, MARK_COLUMNS
+from lagless.cdc.unavailable import kept_columns
 from lagless.exceptions import BadInput
 from lagless.retry import DEFAULT_RETRY_S
 from lagless.secret import Secret
@@ -200,6 +202,22 @@ class Target:
         return f"{self.table}_tombstones"
 
     @property
+    def moves_table(self) -> str:
+        """A mirror's key changes: each one's moved values, by its id (cdc/key_change.py)."""
+        return f"{self.table}_moves"
+
+    @property
+    def marks(self) -> bool:
+        """A mirror's table whose columns Debezium may send as its placeholder: it keeps the
+        values it cannot know marked (cdc/key_change.py), and its key changes' moves."""
+        return (
+            self.value_format == "debezium"
+            and self.mode == "upsert"
+            and self.fields is not None
+            and bool(kept_columns(self.fields, self.unique))
+        )
+
+    @property
     def unique(self) -> tuple[str, ...]:
         if self.mode == "upsert":
             return self.key_fields or ("key",)
@@ -207,8 +225,10 @@ class Target:
 
     @property
     def row_columns(self) -> tuple[str, ...]:
-        """The columns of the rows `Sink.write` gets."""
-        return (*self.schema().fieldNames(), *([TOMBSTONE] if self.mode == "upsert" else []))
+        """The columns of the rows `Sink.write` gets: the stored ones, then in upsert mode the
+        tombstone flag, then a marked mirror's key changes (key_change.BATCH_COLUMNS)."""
+        flags = [TOMBSTONE] if self.mode == "upsert" else []
+        return (*self.schema().fieldNames(), *flags, *(BATCH_COLUMNS if self.marks else ()))
 
     def schema(self) -> StructType:
         """The stored columns and their Spark types: what a sink derives its layout from."""
@@ -236,10 +256,13 @@ class Target:
             return StructType(
                 [StructField(n, types[n], n not in self.unique) for n in COLUMNS] + ranked
             )
+        # A marked mirror's own columns, last too (key_change.MARK_COLUMNS).
+        marks = [StructField(n, StringType(), True) for n in MARK_COLUMNS if self.marks]
         return StructType(
             [StructField(n, types[n], n not in self.unique) for n in TYPED_COLUMNS]
             + [StructField(f.name, f.dataType, f.name not in self.unique) for f in self.fields]
             + ranked
+            + marks
         )
 
 
@@ -340,6 +363,12 @@ class Sink(ABC):
         it (ledger.recreated compares them with the log). A partition left out says nothing;
         a store that cannot tell returns {}."""
         return {}
+
+    def unknown_rows(self, table: str) -> int | None:
+        """Rows of `table` (a marked mirror's) whose values the mirror cannot know: those its
+        UNKNOWN column names any (cdc/key_change.py); None: the table has no such column (or
+        does not exist yet). Read from the table whenever asked (the summary, `lag --sink`)."""
+        return None
 
     def log_times(self, target: Target, partitions: list[TP]) -> dict[TP, int]:
         """Upsert, with `ledger`: each partition's log time where the ledger ends (kept with

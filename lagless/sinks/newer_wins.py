@@ -5,18 +5,23 @@ batches arrive in.
 
 The batch holds one row per key (rows.accepted coalesces); TOMBSTONE marks a deletion. Only
 keys and coordinates are compared (in polars); the rows kept are taken from the batch as they
-are, whatever their value columns' types."""
+are, whatever their value columns' types. A marked mirror's key changes (cdc/key_change.py)
+are planned here too, as sql.py does them: the moves the batch's deletes begin
+(`moves_planned`, into `<table>_moves`, where a delete kept only for its move, MOVE_ONLY, goes;
+the stores leave those out of the table's plan), the values a row takes from one (`mirrored`)
+and the rows that awaited one (`with_fills`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lagless.cdc import key_change
 from lagless.cdc.envelope import DELETED
 from lagless.cdc.unavailable import kept_columns, unavailable_mask
-from lagless.sinks.base import TOMBSTONE, Target
-from lagless.sinks.sql import soft_deleted_columns
-from lagless.sinks.upsert_order import LOG_TIME
+from lagless.sinks.base import TOMBSTONE, Target, in_schema
+from lagless.sinks.sql import SETTLING_ROUNDS, soft_deleted_columns
+from lagless.sinks.upsert_order import LOG_TIME, RANK
 
 if TYPE_CHECKING:
     import polars as pl
@@ -118,13 +123,14 @@ def keyed_positions(rows: pa.Table, keys: pa.Table) -> pa.Array:
 
 def needs_held_values(rows: pa.Table, target: Target) -> bool:
     """A Debezium mirror's batch takes values from the rows it replaces (mirrored): a column
-    a row brings as Debezium's placeholder (cdc/unavailable.py), or soft deletes. Else the
-    held rows are not read."""
+    a row brings as Debezium's placeholder (cdc/unavailable.py), soft deletes, or a marked
+    mirror's key changes and the rows that await one (key_change.py). Else the held rows are
+    not read."""
     import pyarrow.compute as pc
 
     if target.value_format != "debezium":
         return False
-    if target.deletes == "soft":
+    if target.deletes == "soft" or key_changes(rows, target):
         return True
     assert target.fields is not None
     for name, data_type in kept_columns(target.fields, target.unique):
@@ -133,27 +139,46 @@ def needs_held_values(rows: pa.Table, target: Target) -> bool:
     return False
 
 
-def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> Plan:
+def key_changes(rows: pa.Table, target: Target) -> bool:
+    """A marked mirror's batch begins or takes a key change (MOVES, TAKES): its moves are
+    kept, and its rows that await one may be filled."""
+    import pyarrow.compute as pc
+
+    names = (key_change.MOVES, key_change.TAKES)
+    return target.marks and any(
+        name in rows.column_names and pc.any(pc.is_valid(rows.column(name))).as_py()
+        for name in names
+    )
+
+
+def mirrored(
+    planned: Plan, rows: pa.Table, whole: pa.Table, target: Target, moves: pa.Table | None = None
+) -> Plan:
     """A Debezium mirror's plan, given `whole`, the held rows of the replaced keys: a column a
     row brings as Debezium's placeholder keeps the held value, or is NULL where no row is held
-    (never the placeholder: cdc/unavailable.py); with soft deletes, a winning tombstone keeps
-    the held row, flagged _deleted, with the tombstone's coordinates."""
+    (never the placeholder: cdc/unavailable.py); in a marked mirror, a row that takes a key
+    change has its moved values (`moves`, the table's key changes), and a value it cannot
+    know is marked (key_change.py); with soft deletes, a winning tombstone keeps the held row,
+    flagged _deleted, with the tombstone's coordinates."""
     import polars as pl
     import pyarrow as pa
 
     assert target.fields is not None
     keys = list(target.unique)
     columns = planned.added.column_names
-    added = _frame(planned.added)
-    held = _frame(whole).select([c for c in whole.column_names if c in added.columns])
-    held = held.rename({c: c + HELD for c in held.columns if c not in keys})
     kept_types = kept_columns(target.fields, target.unique)
-    added = added.with_columns(
+    added = _frame(planned.added).with_columns(
         pl.Series(name + UNAVAILABLE_AT, unavailable_mask(planned.added.column(name), data_type))
         for name, data_type in kept_types
     )
+    held = _frame(whole).select([c for c in whole.column_names if c in added.columns])
+    held = held.rename({c: c + HELD for c in held.columns if c not in keys})
     joined = added.join(held.with_columns(pl.lit(True).alias(HELD)), on=keys, how="left")
-    for name, _ in kept_types:
+    names = [name for name, _ in kept_types]
+    if target.marks:
+        joined = _with_moved(joined, moves, names)
+        joined = joined.with_columns(_resolved(names, pl.col(key_change.TAKES)))
+    else:
         joined = joined.with_columns(
             pl.when(~pl.col(name + UNAVAILABLE_AT))
             .then(pl.col(name))
@@ -161,6 +186,7 @@ def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> 
             .then(pl.col(name + HELD))
             .otherwise(None)
             .alias(name)
+            for name in names
         )
     kept = joined.select(columns).to_arrow().cast(planned.added.schema)
     if target.deletes != "soft":
@@ -182,3 +208,227 @@ def mirrored(planned: Plan, rows: pa.Table, whole: pa.Table, target: Target) -> 
         planned.replaced,
         pa.concat_tables([kept, survivors.to_arrow().cast(planned.added.schema)]),
     )
+
+
+# Beside a row: the key change it takes, as `<table>_moves` keeps it (its columns suffixed).
+MOVED = "_moved"
+
+
+def _with_moved(frame: pl.DataFrame, moves: pa.Table | None, names: list[str]) -> pl.DataFrame:
+    """`frame` with the key change each row takes (TAKES) joined beside it (suffixed MOVED;
+    MOVED itself true where one is kept)."""
+    import polars as pl
+
+    wanted = [key_change.MOVE_ID, *names, *key_change.MARK_COLUMNS]
+    kept = _frame(moves.select(wanted)) if moves is not None and moves.num_rows else None
+    if kept is None:
+        return frame.with_columns(
+            pl.lit(None, pl.Boolean).alias(MOVED),
+            *(pl.lit(None, frame.schema[n]).alias(n + MOVED) for n in names),
+            *(pl.lit(None, pl.String).alias(n + MOVED) for n in key_change.MARK_COLUMNS),
+        )
+    kept = kept.rename({c: c + MOVED for c in wanted if c != key_change.MOVE_ID})
+    kept = kept.with_columns(pl.lit(True).alias(MOVED)).cast(
+        {n + MOVED: frame.schema[n] for n in names}
+    )
+    return frame.join(
+        kept,
+        left_on=key_change.TAKES,
+        right_on=key_change.MOVE_ID,
+        how="left",
+        coalesce=False,
+        maintain_order="left",
+    ).drop(key_change.MOVE_ID, strict=False)
+
+
+def _has(mark: pl.Expr, name: str) -> pl.Expr:
+    """The UNKNOWN `mark` names the column `name` (false for none)."""
+    return mark.str.contains(key_change.named(name), literal=True).fill_null(False)
+
+
+def _marked(conditions: dict[str, pl.Expr]) -> pl.Expr:
+    """UNKNOWN naming each column whose condition holds (key_change.marked's text)."""
+    import polars as pl
+
+    parts = [
+        pl.when(condition).then(pl.lit(key_change.named(name) + ",")).otherwise(pl.lit(""))
+        for name, condition in conditions.items()
+    ]
+    listed = pl.concat_str(parts).str.strip_chars_end(",")
+    return pl.when(listed == "").then(None).otherwise(pl.lit("[") + listed + pl.lit("]"))
+
+
+def _resolved(names: list[str], takes: pl.Expr) -> list[pl.Expr]:
+    """Each placeholder of a row (beside it: UNAVAILABLE_AT, the held row suffixed HELD, its
+    key change suffixed MOVED) resolved by key_change.py's rules, and its marks."""
+    import polars as pl
+
+    held, moved = pl.col(HELD).is_not_null(), pl.col(MOVED).is_not_null()
+    unknown = _marked(
+        {
+            name: pl.col(name + UNAVAILABLE_AT)
+            & pl.when(takes.is_null())
+            .then(~held | _has(pl.col(key_change.UNKNOWN + HELD), name))
+            .otherwise(~moved | _has(pl.col(key_change.UNKNOWN + MOVED), name))
+            for name in names
+        }
+    )
+    awaits = (
+        pl.when(unknown.is_null())
+        .then(None)
+        .when(takes.is_null())
+        .then(pl.col(key_change.AWAITS + HELD))
+        .when(moved)
+        .then(pl.col(key_change.AWAITS + MOVED))
+        .otherwise(pl.when(takes != "").then(takes))
+    )
+    values = [
+        pl.when(~pl.col(name + UNAVAILABLE_AT))
+        .then(pl.col(name))
+        .when(takes.is_null())
+        .then(pl.col(name + HELD))
+        .otherwise(pl.col(name + MOVED))
+        .alias(name)
+        for name in names
+    ]
+    return [*values, unknown.alias(key_change.UNKNOWN), awaits.alias(key_change.AWAITS)]
+
+
+def filled(rows: pl.DataFrame, moves: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """The rows that await a key change `moves` keeps (one that awaits none, or another one),
+    each column they name unknown given its moved value, mark and what it awaits (sql.py's
+    fill_awaiting); the others as they are."""
+    import polars as pl
+
+    source = moves.select([key_change.MOVE_ID, *names, *key_change.MARK_COLUMNS])
+    source = source.rename({c: c + MOVED for c in source.columns if c != key_change.MOVE_ID})
+    joined = rows.join(
+        source.with_columns(pl.lit(True).alias(MOVED)),
+        left_on=key_change.AWAITS,
+        right_on=key_change.MOVE_ID,
+        how="left",
+        coalesce=False,
+        maintain_order="left",
+    )
+    awaits, theirs = pl.col(key_change.AWAITS), pl.col(key_change.AWAITS + MOVED)
+    settled = pl.col(MOVED).is_not_null() & (theirs.is_null() | (theirs != awaits))
+    mine = pl.col(key_change.UNKNOWN)
+    unknown = _marked(
+        {name: _has(mine, name) & _has(pl.col(key_change.UNKNOWN + MOVED), name) for name in names}
+    )
+    changed = [
+        *(
+            pl.when(_has(mine, name)).then(pl.col(name + MOVED)).otherwise(pl.col(name)).alias(name)
+            for name in names
+        ),
+        unknown.alias(key_change.UNKNOWN),
+        pl.when(unknown.is_null()).then(None).otherwise(theirs).alias(key_change.AWAITS),
+    ]
+    return joined.with_columns(
+        pl.when(settled)
+        .then(expr)
+        .otherwise(pl.col(expr.meta.output_name()))
+        .alias(expr.meta.output_name())
+        for expr in changed
+    ).select(rows.columns)
+
+
+def moves_planned(rows: pa.Table, held: pa.Table, moves: pa.Table, target: Target) -> Plan:
+    """What a batch does to `<table>_moves` (its rows `moves`): each key change its deletes
+    begin (MOVES), its values resolved as the row that replaces them would resolve them
+    (`held`, the table's rows of those keys; the change it takes), kept once; then each kept
+    change that awaits one now kept, filled (again while one fills: a chain)."""
+    import polars as pl
+    import pyarrow.compute as pc
+
+    assert target.fields is not None
+    kept_types = kept_columns(target.fields, target.unique)
+    names = [name for name, _ in kept_types]
+    keys = list(target.unique)
+    begun = rows.filter(pc.is_valid(rows.column(key_change.MOVES)))
+    begun = begun.take(pc.sort_indices(begun, [(n, "ascending") for n in RANK]))
+    by = [c for c in key_change.MOVED_BY if c not in keys]
+    frame = _frame(begun.select([*keys, *by, *names, key_change.MOVES, key_change.TAKES]))
+    frame = frame.with_columns(
+        pl.Series(name + UNAVAILABLE_AT, unavailable_mask(begun.column(name), data_type))
+        for name, data_type in kept_types
+    )
+    whole = _frame(held.select([*keys, *names, *key_change.MARK_COLUMNS]))
+    whole = whole.rename({c: c + HELD for c in whole.columns if c not in keys})
+    frame = frame.join(whole.with_columns(pl.lit(True).alias(HELD)), on=keys, how="left")
+    frame = _with_moved(frame, moves, names).with_columns(
+        _resolved(names, pl.col(key_change.TAKES))
+    )
+    wanted = [key_change.MOVE_ID, *key_change.MOVED_BY, *names, *key_change.MARK_COLUMNS]
+    kept = _frame(moves.select(wanted)) if moves.num_rows else None
+    new = frame.select(pl.col(key_change.MOVES).alias(key_change.MOVE_ID), *wanted[1:])
+    new = new.unique(key_change.MOVE_ID, keep="first", maintain_order=True)
+    if kept is not None:
+        new = new.join(kept, on=key_change.MOVE_ID, how="anti").cast(kept.schema)
+    every = new if kept is None else pl.concat([kept, new])
+    for _ in range(SETTLING_ROUNDS):
+        settled = filled(every, every, names)
+        if settled.get_column(key_change.AWAITS).equals(every.get_column(key_change.AWAITS)):
+            break
+        every = settled
+    ids = new.get_column(key_change.MOVE_ID)
+    if kept is not None:
+        before = kept.get_column(key_change.AWAITS)
+        after = every.head(kept.height).get_column(key_change.AWAITS)
+        refilled = kept.get_column(key_change.MOVE_ID).filter(~before.eq_missing(after))
+        ids = pl.concat([ids, refilled])
+    changed = every.filter(pl.col(key_change.MOVE_ID).is_in(ids.implode()))
+    fresh = new.get_column(key_change.MOVE_ID).implode()
+    replaced = changed.filter(~pl.col(key_change.MOVE_ID).is_in(fresh))
+    return Plan(
+        in_schema(replaced.select(key_change.MOVE_ID).to_arrow(), _fields(moves, [wanted[0]])),
+        in_schema(changed.to_arrow(), _fields(moves, wanted)),
+    )
+
+
+def _fields(table: pa.Table, names: list[str]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([table.schema.field(name) for name in names])
+
+
+def with_fills(planned: Plan, held: pa.Table, moves: pa.Table, target: Target) -> Plan:
+    """A marked mirror's plan, its rows that await a key change `moves` now keeps filled: the
+    rows it adds, and the held rows (`held`: whole) it leaves, which it then replaces."""
+    import polars as pl
+    import pyarrow as pa
+
+    assert target.fields is not None
+    names = [name for name, _ in kept_columns(target.fields, target.unique)]
+    keys = list(target.unique)
+    kept = _frame(moves)
+    added = filled(_frame(planned.added), kept, names).to_arrow().cast(planned.added.schema)
+    left = _frame(held).join(_frame(planned.replaced), on=keys, how="anti")
+    waiting = left.filter(pl.col(key_change.AWAITS).is_not_null())
+    if not waiting.height:
+        return Plan(planned.replaced, added)
+    refilled = filled(waiting, kept, names)
+    changed = refilled.filter(
+        ~refilled.get_column(key_change.AWAITS).eq_missing(waiting.get_column(key_change.AWAITS))
+    )
+    if not changed.height:
+        return Plan(planned.replaced, added)
+    rows = in_schema(changed.to_arrow(), added.schema)
+    replaced = pa.concat_tables([planned.replaced, rows.select(keys).cast(planned.replaced.schema)])
+    return Plan(replaced, pa.concat_tables([added, rows]))
+
+
+def moves_schema(target: Target) -> pa.Schema:
+    """`<table>_moves`'s columns in Arrow's types (sql.py's moves_layout): a key change's
+    id, the record of the delete that began it, the moved columns and their marks."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    stored = to_arrow_type(target.schema(), timezone="UTC")
+    assert target.fields is not None
+    names = [
+        *key_change.MOVED_BY,
+        *(name for name, _ in kept_columns(target.fields, target.unique)),
+        *key_change.MARK_COLUMNS,
+    ]
+    return pa.schema([pa.field(key_change.MOVE_ID, pa.string()), *(stored.field(n) for n in names)])

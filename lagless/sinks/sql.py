@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from lagless.cdc import key_change
 from lagless.cdc.envelope import CDC_COLUMNS, DELETED, defaults
 from lagless.cdc.schema_change import every_widening, refuse, widest
 from lagless.cdc.unavailable import UNAVAILABLE, UNAVAILABLE_BYTES, kept_columns, unavailable_json
@@ -105,6 +106,10 @@ class Layout:
     # Debezium: a column's Connect default as an SQL literal: the value the rows already held
     # take when the column is added.
     defaults: tuple[tuple[str, str], ...] = ()
+    # A marked mirror's (Target.marks): its rows name the values it cannot know, and its key
+    # changes' moves lie in this table (cdc/key_change.py).
+    moves_table: str | None = None
+    dialect: Dialect = "sqlite"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -134,6 +139,29 @@ def target_layout(target: Target, dialect: Dialect) -> Layout:
         extra_columns_stay=mirror,
         soft_delete=soft_deleted_columns(target) if target.deletes == "soft" else (),
         defaults=_defaults(target, dialect) if mirror else (),
+        moves_table=target.moves_table if target.marks else None,
+        dialect=dialect,
+    )
+
+
+def moves_layout(target: Target, dialect: Dialect) -> Layout:
+    """A marked mirror's key changes: each one's id, the values its delete moved (the
+    columns Debezium may send as its placeholder) and their marks."""
+    held = dict(target_layout(target, dialect).columns)
+    assert target.fields is not None
+    kept = [name for name, _ in kept_columns(target.fields, target.unique)]
+    return Layout(
+        table=target.moves_table,
+        columns=(
+            (key_change.MOVE_ID, _TYPES[dialect]["string"]),
+            *((name, held[name]) for name in key_change.MOVED_BY),
+            *((name, held[name]) for name in kept),
+            *((name, _TYPES[dialect]["string"]) for name in key_change.MARK_COLUMNS),
+        ),
+        unique=(key_change.MOVE_ID,),
+        keeps=tuple((name, literal) for name, literal in _keeps(target, dialect)),
+        extra_columns_stay=True,
+        dialect=dialect,
     )
 
 
@@ -325,6 +353,8 @@ def layouts(target: Target, dialect: Dialect) -> list[Layout]:
     ]
     if target.mode == "upsert":
         found.append(tombstone_layout(target, dialect))
+    if target.marks:
+        found.append(moves_layout(target, dialect))
     return found
 
 
@@ -348,7 +378,7 @@ def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...])
     BadInput for any other difference: another unique key, a column the layout lacks, a column
     of another type (SchemaChangeRefused for a mirror's)."""
     if not found:
-        return [create_table(layout)]
+        return [create_table(layout), *_awaiting_index(layout)]
     types = {name: kind.lower() for name, kind in found}
     extra = set(types) - set(layout.names)
     if keyed != layout.unique or (extra and not layout.extra_columns_stay):
@@ -375,7 +405,26 @@ def evolve(layout: Layout, found: list[tuple[str, str]], keyed: tuple[str, ...])
             statements.append(f"ALTER TABLE {table} ADD COLUMN {quoted(name)} {kind}")
             if name in defaults:
                 statements.append(f"UPDATE {table} SET {quoted(name)} = {defaults[name]}")
-    return statements
+    return statements + _awaiting_index(layout)
+
+
+def _awaiting_index(layout: Layout) -> list[str]:
+    """A marked table's rows whose values it cannot know, found without a scan: those that
+    await a key change (fill_awaiting), and their count (unknown_count)."""
+    if key_change.AWAITS not in layout.names:
+        return []
+    return [
+        f"CREATE INDEX IF NOT EXISTS {quoted(layout.table + '_unknown')} ON "
+        f"{quoted(layout.table)} ({quoted(key_change.AWAITS)}) WHERE {_UNKNOWN_ROWS}"
+    ]
+
+
+_UNKNOWN_ROWS = f"{quoted(key_change.UNKNOWN)} IS NOT NULL"
+
+
+def unknown_count(table: str) -> str:
+    """A query: the rows of a marked table whose values it cannot know (Sink.unknown_rows)."""
+    return f"SELECT count(*) FROM {quoted(table)} WHERE {_UNKNOWN_ROWS}"
 
 
 # The SQL types a mirror's column may be widened between, as Spark's (schema_change.py).
@@ -417,46 +466,206 @@ def _wider(layout: Layout, name: str, held: str, wanted: str) -> bool:
 
 def _selected(layout: Layout, alias: str) -> str:
     """The columns of `alias`'s rows as the table takes them: Debezium's placeholder is NULL
-    where the table holds no row of the key to keep a value from (ON CONFLICT keeps it)."""
+    where the table holds no row of the key to keep a value from (ON CONFLICT keeps it); in a
+    marked mirror, a row that takes a key change has its moved values (cdc/key_change.py)."""
     kept = dict(layout.keeps)
     held = " AND ".join(f"h.{quoted(k)} = {alias}.{quoted(k)}" for k in layout.unique)
+    holds = f"EXISTS (SELECT 1 FROM {quoted(layout.table)} AS h WHERE {held})"
     selected = []
-    for name, kind in layout.columns:
-        value = f"{alias}.{quoted(name)}"
-        if kind in _CAST_ON_INSERT:
-            value = f"CAST({value} AS {kind})"
+    for name in layout.names:
+        value = _staged(layout, alias, name)
+        takes = f"{alias}.{quoted(key_change.TAKES)}"
         if name in kept:
+            moved = f"WHEN {takes} IS NOT NULL THEN mv.{quoted(name)} " if _marked(layout) else ""
             value = (
-                f"CASE WHEN {value} = {kept[name]} THEN CASE WHEN EXISTS (SELECT 1 FROM "
-                f"{quoted(layout.table)} AS h WHERE {held}) THEN {value} END ELSE {value} END"
+                f"CASE WHEN {value} = {kept[name]} THEN CASE {moved}"
+                f"WHEN {holds} THEN {value} END ELSE {value} END"
             )
+        elif _marked(layout) and name in key_change.MARK_COLUMNS:
+            value = _marks_taken(layout, alias, holds)[name]
         selected.append(value)
     return ", ".join(selected)
+
+
+def _marked(layout: Layout) -> bool:
+    """A marked mirror's table, whose rows may take a key change's moved values."""
+    return layout.moves_table is not None
+
+
+def _staged(layout: Layout, alias: str, name: str) -> str:
+    """A column of `alias`'s rows in the table's type (a nested value arrives as JSON text)."""
+    kind = dict(layout.columns)[name]
+    value = f"{alias}.{quoted(name)}"
+    return f"CAST({value} AS {kind})" if kind in _CAST_ON_INSERT else value
+
+
+def _placeholder(layout: Layout, alias: str, name: str) -> str:
+    """SQL: `alias`'s column `name` holds Debezium's placeholder (false for NULL)."""
+    return f"COALESCE({_staged(layout, alias, name)} = {dict(layout.keeps)[name]}, FALSE)"
+
+
+def _has(layout: Layout, mark: str, name: str) -> str:
+    """SQL: the UNKNOWN `mark` names the column `name` (NULL when `mark` is)."""
+    found = "instr" if layout.dialect == "sqlite" else "strpos"
+    return f"{found}({mark}, {_literal(key_change.named(name))}) > 0"
+
+
+def _mark(layout: Layout, conditions: dict[str, str]) -> str:
+    """SQL: UNKNOWN naming each kept column whose condition holds (key_change.marked)."""
+    parts = " || ".join(
+        f"CASE WHEN {condition} THEN {_literal(key_change.named(name) + ',')} ELSE '' END"
+        for name, condition in conditions.items()
+    )
+    return f"NULLIF('[' || rtrim({parts or chr(39) * 2}, ',') || ']', '[]')"
+
+
+def _marks_taken(layout: Layout, alias: str, holds: str) -> dict[str, str]:
+    """UNKNOWN and AWAITS of `alias`'s rows as inserted: a placeholder where no row of the key
+    is held, or that takes a key change not kept yet (AWAITS it) or not known there."""
+    takes = f"{alias}.{quoted(key_change.TAKES)}"
+    unknown = _mark(
+        layout,
+        {
+            name: f"{_placeholder(layout, alias, name)} AND (CASE WHEN {takes} IS NULL THEN NOT "
+            f"{holds} ELSE mv.{quoted(key_change.MOVE_ID)} IS NULL OR "
+            f"{_has(layout, 'mv.' + quoted(key_change.UNKNOWN), name)} END)"
+            for name, _ in layout.keeps
+        },
+    )
+    awaits = (
+        f"CASE WHEN {unknown} IS NULL OR {takes} IS NULL THEN NULL WHEN "
+        f"mv.{quoted(key_change.MOVE_ID)} IS NOT NULL THEN mv.{quoted(key_change.AWAITS)} "
+        f"ELSE NULLIF({takes}, '') END"
+    )
+    return {key_change.UNKNOWN: unknown, key_change.AWAITS: awaits}
+
+
+def _marks_kept(layout: Layout) -> dict[str, str]:
+    """UNKNOWN and AWAITS of a row that replaces a held one: the held marks of the columns it
+    brings as the placeholder (it keeps their values), with its own."""
+    unknown = _mark(
+        layout,
+        {
+            name: f"{_has(layout, 'excluded.' + quoted(key_change.UNKNOWN), name)} OR "
+            f"(excluded.{quoted(name)} = {literal} AND "
+            f"{_has(layout, 't.' + quoted(key_change.UNKNOWN), name)})"
+            for name, literal in layout.keeps
+        },
+    )
+    held = quoted(key_change.AWAITS)
+    awaits = (
+        f"CASE WHEN {unknown} IS NULL THEN NULL WHEN excluded.{quoted(key_change.UNKNOWN)} "
+        f"IS NOT NULL THEN excluded.{held} ELSE t.{held} END"
+    )
+    return {key_change.UNKNOWN: unknown, key_change.AWAITS: awaits}
 
 
 def insert(layout: Layout, source: str, where: str = "true") -> str:
     """INSERT of the rows of `source` (a table or a subquery, as `s`) matching `where` that a
     replay cannot double."""
     names = ", ".join(quoted(name) for name in layout.names)
+    moves = ""
+    if layout.moves_table is not None:  # _marked
+        moves = (
+            f" LEFT JOIN {quoted(layout.moves_table)} AS mv ON "
+            f"mv.{quoted(key_change.MOVE_ID)} = s.{quoted(key_change.TAKES)}"
+        )
     # WHERE: without one SQLite reads ON CONFLICT as a join's ON.
-    rows = f"SELECT {_selected(layout, 's')} FROM {source} AS s WHERE {where}"
+    rows = f"SELECT {_selected(layout, 's')} FROM {source} AS s{moves} WHERE {where}"
     head = f"INSERT INTO {quoted(layout.table)} AS t ({names}) {rows} ON CONFLICT "
     head += f"({', '.join(quoted(name) for name in layout.unique)}) DO "
     if not layout.newer_only:
         return head + "NOTHING"
     kept = dict(layout.keeps)
+    marks = _marks_kept(layout) if moves else {}
     updates = ", ".join(
         f"{quoted(name)} = "
         + (
             f"CASE WHEN excluded.{quoted(name)} = {kept[name]} THEN t.{quoted(name)} "
             f"ELSE excluded.{quoted(name)} END"
             if name in kept
-            else f"excluded.{quoted(name)}"
+            else marks.get(name, f"excluded.{quoted(name)}")
         )
         for name in layout.names
         if name not in layout.unique
     )
     return head + f"UPDATE SET {updates} WHERE {NEWER}"
+
+
+class Settling(str):
+    """A statement the store runs again while it changes rows, up to SETTLING_ROUNDS times: a
+    chain of key changes settles one link a round (settle_moves)."""
+
+
+SETTLING_ROUNDS = 32
+
+
+def record_moves(target: Layout, moves: Layout, source: str) -> str:
+    """The batch's key changes (`source`'s deletes with MOVES) kept, once each (the first
+    delete of an id, a connector's second delivery adding nothing): the values its delete
+    moved, each kept column resolved as the row replacing it would resolve it (the held row,
+    or the change its placeholders take), marked where unknown."""
+    takes = f"s.{quoted(key_change.TAKES)}"
+    on_key = " AND ".join(f"h.{quoted(k)} = s.{quoted(k)}" for k in target.unique)
+    held = f"h.{quoted(target.unique[0])} IS NOT NULL"
+    found = f"mv.{quoted(key_change.MOVE_ID)} IS NOT NULL"
+    values, unknown = [], {}
+    for name, _ in target.keeps:
+        column = quoted(name)
+        values.append(
+            f"CASE WHEN NOT ({_placeholder(target, 's', name)}) THEN {_staged(target, 's', name)}"
+            f" WHEN {takes} IS NULL THEN h.{column} ELSE mv.{column} END"
+        )
+        unknown[name] = (
+            f"{_placeholder(target, 's', name)} AND (CASE WHEN {takes} IS NULL THEN NOT {held} "
+            f"OR {_has(target, 'h.' + quoted(key_change.UNKNOWN), name)} ELSE NOT {found} OR "
+            f"{_has(target, 'mv.' + quoted(key_change.UNKNOWN), name)} END)"
+        )
+    mark = _mark(target, unknown)
+    awaits = (
+        f"CASE WHEN {mark} IS NULL THEN NULL WHEN {takes} IS NULL THEN "
+        f"h.{quoted(key_change.AWAITS)} WHEN {found} THEN mv.{quoted(key_change.AWAITS)} "
+        f"ELSE NULLIF({takes}, '') END"
+    )
+    names = ", ".join(quoted(n) for n in moves.names)
+    return (
+        f"INSERT INTO {quoted(moves.table)} ({names}) SELECT s.{quoted(key_change.MOVES)}, "
+        f"{', '.join(f's.{quoted(n)}' for n in key_change.MOVED_BY)}, "
+        f"{', '.join(values)}, {mark}, {awaits} FROM {source} AS s "
+        f"LEFT JOIN {quoted(target.table)} AS h ON {on_key} "
+        f"LEFT JOIN {quoted(moves.table)} AS mv ON mv.{quoted(key_change.MOVE_ID)} = {takes} "
+        f"WHERE s.{quoted(key_change.MOVES)} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+        f"{source} AS e WHERE e.{quoted(key_change.MOVES)} = s.{quoted(key_change.MOVES)} "
+        f"AND {newer('s', 'e')}) ON CONFLICT ({quoted(key_change.MOVE_ID)}) DO NOTHING"
+    )
+
+
+def fill_awaiting(table: Layout, moves: Layout) -> str:
+    """The rows of `table` (the mirror's, or its moves') that await a key change now kept:
+    each column they name unknown takes its moved value (and its mark, and what that awaits)."""
+    unknown, awaits = quoted(key_change.UNKNOWN), quoted(key_change.AWAITS)
+    known = _mark(
+        table,
+        {
+            name: f"{_has(table, 't.' + unknown, name)} AND {_has(table, 'src.' + unknown, name)}"
+            for name, _ in table.keeps
+        },
+    )
+    sets = [
+        f"{quoted(name)} = CASE WHEN {_has(table, 't.' + unknown, name)} THEN src.{quoted(name)} "
+        f"ELSE t.{quoted(name)} END"
+        for name, _ in table.keeps
+    ]
+    sets += [
+        f"{unknown} = {known}",
+        f"{awaits} = CASE WHEN {known} IS NULL THEN NULL ELSE src.{awaits} END",
+    ]
+    return (
+        f"UPDATE {quoted(table.table)} AS t SET {', '.join(sets)} "
+        f"FROM {quoted(moves.table)} AS src "
+        f"WHERE t.{awaits} = src.{quoted(key_change.MOVE_ID)} AND "
+        f"(src.{awaits} IS NULL OR src.{awaits} <> t.{awaits})"
+    )
 
 
 def _soft_delete(target: Layout, source: str, same_key: Callable[[str, str], str]) -> str:
@@ -473,15 +682,24 @@ def _soft_delete(target: Layout, source: str, same_key: Callable[[str, str], str
     )
 
 
-def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
+def upsert(
+    target: Layout, tombstones: Layout, source: str, moves: Layout | None = None
+) -> list[str]:
     """The statements, in order, that upsert `source` (rows with a TOMBSTONE column): a
     tombstone deletes its key's row when newer and is remembered newer-only; a record is
     stored when newer than the row and than its key's remembered tombstone. The final table is
-    then the same whatever order batches arrive in, however often they are replayed."""
+    then the same whatever order batches arrive in, however often they are replayed. A marked
+    mirror's key changes are kept first (`moves`: record_moves), from the rows the batch
+    replaces; the target's statement is the last (after it: awaiting_filled)."""
 
     def same_key(a: str, b: str) -> str:
         return " AND ".join(f"{a}.{quoted(k)} = {b}.{quoted(k)}" for k in target.unique)
 
+    recorded: list[str] = []
+    if moves is not None:
+        recorded = [record_moves(target, moves, source), Settling(fill_awaiting(moves, moves))]
+        # A delete kept only for its move (MOVE_ONLY) is no row of the batch's.
+        source = f"(SELECT * FROM {source} WHERE {quoted(key_change.MOVE_ONLY)} IS NOT TRUE)"
     deleted = f"s.{quoted(TOMBSTONE)}"
     # The keys to delete, found from the batch's rows: a subquery per row of the table (EXISTS)
     # read the whole batch for each (SQLite: 13k rows x 100k tombstones took minutes).
@@ -499,7 +717,14 @@ def upsert(target: Layout, tombstones: Layout, source: str) -> list[str]:
         f"WHERE {same_key('d', 's')} AND NOT ({newer('s', 'd')}))"
     )
     return [
+        *recorded,
         delete,
         insert(tombstones, source, deleted),
         insert(target, source, f"NOT {deleted} AND {outlived}"),
     ]
+
+
+def awaiting_filled(target: Layout, moves: Layout | None) -> list[str]:
+    """After a marked mirror's upsert: its rows that await a key change now kept take the
+    moved values (fill_awaiting)."""
+    return [] if moves is None else [fill_awaiting(target, moves)]

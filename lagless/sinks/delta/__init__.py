@@ -29,8 +29,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lagless.cdc.envelope import defaults
+from lagless.cdc.key_change import BATCH_COLUMNS, MOVE_ID, MOVE_ONLY, MOVES, UNKNOWN
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet as staged
@@ -67,7 +69,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType
 
-    from lagless.sinks.delta.upsert import WrittenFiles
+    from lagless.sinks.delta.upsert import Table, WrittenFiles
+    from lagless.sinks.newer_wins import Plan
 
 # Columns every lagless table has, whatever the shaping makes of values.
 IDENTITY = ("partition", "offset", "timestamp")
@@ -227,6 +230,8 @@ class DeltaSink(FolderTableSink):
         ]
         if target.mode == "upsert":
             tables.append((target.tombstone_table, "upsert"))
+        if target.marks:
+            tables.append((target.moves_table, "upsert"))
         return tables
 
     def _append(self, table: str, files: list[str], batch: Batch) -> bool:
@@ -303,12 +308,16 @@ class DeltaSink(FolderTableSink):
             return None
 
     def _upsert(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
-        """Tombstones into `<table>_tombstones`, then the target (upsert.py): both newer-only,
-        each one commit with the batch's ranges, so a replay between the two changes nothing."""
-        from lagless.sinks.delta.upsert import Table, upsert
+        """A marked mirror's key changes into `<table>_moves`, tombstones into
+        `<table>_tombstones`, then the target (upsert.py): each newer-only (the moves kept
+        once), each one commit with the batch's ranges, so a replay between them changes
+        nothing."""
+        from lagless.sinks.delta.upsert import upsert
+        from lagless.sinks.newer_wins import key_changes
 
         keys = target.unique
-        stored = _delta_types(rows.schema.remove(rows.schema.get_field_index(TOMBSTONE)))
+        batch_columns = [c for c in BATCH_COLUMNS if c in rows.column_names]
+        stored = _delta_types(rows.drop_columns([TOMBSTONE, *batch_columns]).schema)
         mirror = target.value_format == "debezium"
         fills = defaults(target.fields) if mirror and target.fields else {}
         delta = self._open(target.table, "upsert", stored, grows=mirror, fills=fills)
@@ -318,36 +327,89 @@ class DeltaSink(FolderTableSink):
             delta, self.storage.join(self.location, target.table), batch
         ):
             return ALREADY_HELD
+        moves = self._moves(rows, target, batch) if key_changes(rows, target) else None
+        if batch_columns:  # a delete kept for its move alone (MOVE_ONLY) is no row of the table's
+            rows = rows.filter(pc.invert(pc.fill_null(rows.column(MOVE_ONLY), False)))
         tombstones = rows.filter(rows.column(TOMBSTONE)).select([*keys, *RANKED])
         graves_schema = _delta_types(tombstones.schema)
         graves_delta = self._open(target.tombstone_table, "upsert", graves_schema, grows=mirror)
         if mirror:
             tombstones = widen.as_held(tombstones, graves_delta)
-
-        def current(table: str, delta: DeltaTable) -> Callable[[], Table]:
-            """The table's current version, each time it is called: `delta` brought up to
-            date (its new log entries read, ~1 ms, where opening the table again read its
-            log from the last checkpoint, ~15 ms here), or read again after a commit lost to
-            another writer."""
-            folder = self.storage.join(self.location, table)
-            handles = [delta]
-
-            def opened() -> Table:
-                found = handles.pop() if handles else self._open_or_none(table)
-                if found is None:
-                    raise TerminalError(f"Delta table {folder!r} was removed during a batch")
-                found.update_incremental()
-                return Table(folder, self.storage, found, self._transactions, self._written)
-
-            return opened
-
         if tombstones.num_rows:
             flagged = tombstones.append_column(TOMBSTONE, pa.repeat(False, tombstones.num_rows))
-            upsert(current(target.tombstone_table, graves_delta), flagged, keys, batch)
+            upsert(self._current(target.tombstone_table, graves_delta), flagged, keys, batch)
         failpoint("mid-write")  # tombstones kept, the target not yet upserted
-        graves = current(target.tombstone_table, graves_delta)()
-        added = upsert(current(target.table, delta), rows, keys, batch, target, graves)
+        graves = self._current(target.tombstone_table, graves_delta)()
+        opened = self._current(target.table, delta)
+        added = upsert(opened, rows, keys, batch, target, graves, moves)
         return ALREADY_HELD if added is None else Written(added)
+
+    def unknown_rows(self, table: str) -> int | None:
+        """From the files' statistics (their null counts); a file without them is read."""
+        from lagless.sinks.delta.upsert import Table
+
+        delta = self._open_or_none(table)
+        if delta is None or UNKNOWN not in delta.schema().to_arrow().names:
+            return None
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        counted = f"null_count.{UNKNOWN}"
+        nulls = actions.column(counted).to_pylist() if counted in actions.column_names else None
+        opened = Table(
+            self.storage.join(self.location, table),
+            self.storage,
+            delta,
+            self._transactions,
+            self._written,
+        )
+        found = 0
+        records = actions.column("num_records").to_pylist()
+        for at, path in enumerate(actions.column("path").to_pylist()):
+            if nulls is not None and nulls[at] is not None and records[at] is not None:
+                found += records[at] - nulls[at]
+            else:
+                found += int(opened.frame(path).get_column(UNKNOWN).is_not_null().sum())
+        return int(found)
+
+    def _current(self, table: str, delta: DeltaTable) -> Callable[[], Table]:
+        """The table's current version, each time it is called: `delta` brought up to date
+        (its new log entries read, ~1 ms, where opening the table again read its log from the
+        last checkpoint, ~15 ms here), or read again after a commit lost to another writer."""
+        from lagless.sinks.delta.upsert import Table
+
+        folder = self.storage.join(self.location, table)
+        handles = [delta]
+
+        def opened() -> Table:
+            found = handles.pop() if handles else self._open_or_none(table)
+            if found is None:
+                raise TerminalError(f"Delta table {folder!r} was removed during a batch")
+            found.update_incremental()
+            return Table(folder, self.storage, found, self._transactions, self._written)
+
+        return opened
+
+    def _moves(self, rows: pa.Table, target: Target, batch: Batch) -> pa.Table:
+        """A marked mirror's key changes the batch begins, kept in `<table>_moves` (with the
+        batch's ranges: a replay keeps none again), and every one kept there after it."""
+        from lagless.sinks.delta.upsert import FILE, POS, every_row, held_rows, upsert
+        from lagless.sinks.newer_wins import moves_planned, moves_schema
+
+        schema = moves_schema(target)
+        moves = self._open(target.moves_table, "upsert", schema, grows=True)
+        opened = self._current(target.moves_table, moves)
+        begun = rows.filter(pc.is_valid(rows.column(MOVES)))
+        main_table = self._open_or_none(target.table)
+        if begun.num_rows and main_table is not None:
+            main = self._current(target.table, main_table)()
+            held = held_rows(main, begun, target.unique, None)
+
+            def planned(table: Table) -> tuple[Plan, pa.Table]:
+                whole = every_row(table)
+                kept = whole.drop_columns([FILE, POS])
+                return moves_planned(begun, held, kept, target), whole
+
+            upsert(opened, begun, (MOVE_ID,), batch, planner=planned)
+        return every_row(opened()).drop_columns([FILE, POS])
 
     def _schema(self, path: str) -> pa.Schema:
         """A staged file's columns as Delta takes them (_delta_types)."""
@@ -444,6 +506,10 @@ def _unfilled(delta: DeltaTable, target: Target, table: str, mode: WriteMode) ->
         rows = list(DEAD_LETTER_COLUMNS)
     elif table == target.tombstone_table:
         rows = [*target.unique, *RANKED]
+    elif table == target.moves_table:
+        from lagless.sinks.newer_wins import moves_schema
+
+        rows = moves_schema(target).names
     else:
         rows = list(target.schema().fieldNames())
     fields = json.loads(delta.schema().to_json())["fields"]

@@ -31,6 +31,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.cdc.key_change import AWAITS
 from lagless.retry import COMMIT_ATTEMPTS, commit_attempts
 from lagless.sinks.base import Target, in_schema
 from lagless.sinks.delta.log import (
@@ -52,6 +53,7 @@ from lagless.sinks.newer_wins import (
     mirrored,
     needs_held_values,
     plan,
+    with_fills,
 )
 
 if TYPE_CHECKING:
@@ -178,17 +180,25 @@ def upsert(
     batch: Batch,
     target: Target | None = None,
     graves: Table | None = None,
+    moves: pa.Table | None = None,
+    planner: Callable[[Table], tuple[Plan, pa.Table]] | None = None,
 ) -> int | None:
     """The batch's `rows` (one per key, TOMBSTONE last) upserted on `keys`: the rows added, or
     None when the table holds the batch already (ledger.verdict; ConcurrentImport when it
     holds part of it). `target`: a mirror's, whose batch may take values from the rows it
     replaces (newer_wins.mirrored). `graves`: the tombstones' table, whose newer tombstone of a
-    key drops an older record of it. `open_table` reads the table's current version."""
+    key drops an older record of it. `moves`: a marked mirror's key changes, when the batch
+    begins or takes one (its rows that await one are filled). `planner`: what the batch does
+    to the table, and the held rows it replaces (FILE, POS), in place of the upsert's rule.
+    `open_table` reads the table's current version."""
     for _ in commit_attempts():
         table = open_table()
         if table.transactions.is_replay(table.delta, table.folder, batch):
             return None
-        planned, held = _plan(table, rows, keys, target, graves)
+        if planner is not None:
+            planned, held = planner(table)
+        else:
+            planned, held = _plan(table, rows, keys, target, graves, moves)
         entry, written, replaced = _rewrite(table, planned, held, keys, batch)
         version = table.delta.version() + 1
         log_path = table.storage.join(table.folder, LOG, f"{version:020d}.json")
@@ -205,17 +215,62 @@ def upsert(
 
 
 def _plan(
-    table: Table, rows: pa.Table, keys: tuple[str, ...], target: Target | None, graves: Table | None
+    table: Table,
+    rows: pa.Table,
+    keys: tuple[str, ...],
+    target: Target | None,
+    graves: Table | None,
+    moves: pa.Table | None = None,
 ) -> tuple[Plan, pa.Table]:
     """What the batch does (newer_wins.plan), and the held rows of its keys (with FILE and POS:
-    where each is), whole where a mirror's batch takes values from the rows it replaces."""
-    whole = target is not None and needs_held_values(rows, target)
-    held = held_rows(table, rows, keys, None if whole else [*keys, *COORDINATES])
+    where each is), whole where a mirror's batch takes values from the rows it replaces; with
+    `moves`, also the rows that await a key change, which it fills (newer_wins.with_fills)."""
+    whole = target is not None and (moves is not None or needs_held_values(rows, target))
+    wanted = rows.select(list(keys))
+    if moves is not None:
+        wanted = pa.concat_tables([wanted, awaiting_keys(table, keys).cast(wanted.schema)])
+    held = held_rows(table, wanted, keys, None if whole else [*keys, *COORDINATES])
     buried = held_rows(graves, rows, keys, [*keys, *COORDINATES]) if graves else None
-    planned = plan(rows, held.drop_columns([FILE, POS]), keys, buried)
+    kept = held.drop_columns([FILE, POS])
+    planned = plan(rows, kept, keys, buried)
     if whole and target is not None:  # a placeholder is the held value, or NULL
-        planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
+        planned = mirrored(planned, rows, kept, target, moves)
+    if moves is not None and target is not None:
+        planned = with_fills(planned, kept, moves, target)
     return planned, held
+
+
+def awaiting_keys(table: Table, keys: tuple[str, ...]) -> pa.Table:
+    """The keys of the rows that await a key change (key_change.AWAITS); a file whose
+    statistics say it holds none is not read."""
+    actions = pa.table(table.delta.get_add_actions(flatten=True))
+    counted = f"null_count.{AWAITS}"
+    found = []
+    for at, path in enumerate(actions.column("path").to_pylist()):
+        nulls = actions.column(counted)[at].as_py() if counted in actions.column_names else None
+        if nulls is not None and nulls == actions.column("num_records")[at].as_py():
+            continue
+        rows = table.frame(path).filter(pl.col(AWAITS).is_not_null()).select(list(keys))
+        found.append(rows.to_arrow())
+    if not found:
+        return pa.schema([table.schema.field(k) for k in keys]).empty_table()
+    return pa.concat_tables(found)
+
+
+def every_row(table: Table) -> pa.Table:
+    """All the table's rows, with FILE and POS (a small table: a mirror's key changes)."""
+    parts = []
+    for each in data_files(table.delta):
+        rows = table.frame(each.path).to_arrow()
+        rows = rows.append_column(FILE, pa.repeat(each.path, rows.num_rows))
+        parts.append(rows.append_column(POS, pa.array(np.arange(rows.num_rows, dtype=np.int64))))
+    if parts:
+        return pa.concat_tables(parts)
+    return (
+        table.schema.append(pa.field(FILE, pa.string()))
+        .append(pa.field(POS, pa.int64()))
+        .empty_table()
+    )
 
 
 def held_rows(

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.cdc.key_change import AWAITS, MOVE_ID, MOVE_ONLY, MOVES, UNKNOWN
 from lagless.cdc.schema_change import check_widening, iceberg_widening, refuse, widest
 from lagless.exceptions import BadInput, TerminalError, TransientError
 from lagless.failpoints import failpoint
@@ -74,10 +75,14 @@ from lagless.sinks.iceberg.summary import held_in, log_times_in, properties, ski
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, Verdict, verdict
 from lagless.sinks.newer_wins import (
     COORDINATES,
+    key_changes,
     mirrored,
+    moves_planned,
+    moves_schema,
     needs_held_values,
     plan,
     row_numbers,
+    with_fills,
 )
 from lagless.sinks.s3 import S3Url, finalize_at_exit, is_s3, parse_s3
 from lagless.sinks.task_files import Conform, stage_rows
@@ -435,6 +440,8 @@ class IcebergSink(FolderTableSink):
             kept = [*target.unique, *COORDINATES]
             graves = pa.schema([stored.field(name) for name in kept])
             tables.append((target.tombstone_table, "upsert", graves))
+        if target.marks:
+            tables.append((target.moves_table, "upsert", iceberg_schema(moves_schema(target))))
         return tables
 
     def _table_folder(self, table: str) -> tuple[str, ...]:
@@ -502,6 +509,9 @@ class IcebergSink(FolderTableSink):
     def _upsert_rows(self, rows: pa.Table, target: Target, batch: Batch) -> Written:
         keys = target.unique
         ranked = [*keys, *COORDINATES]
+        moves = self._moves(rows, target, batch) if key_changes(rows, target) else None
+        if MOVE_ONLY in rows.column_names:  # a delete kept for its move alone is no row of it
+            rows = rows.filter(pc.invert(pc.fill_null(rows.column(MOVE_ONLY), False)))
         tombstones = rows.filter(rows.column(TOMBSTONE)).select(ranked)
         if tombstones.num_rows:
             graves = tombstones.append_column(
@@ -518,21 +528,57 @@ class IcebergSink(FolderTableSink):
         added: list[int] = []  # the rows the target gains or has replaced, by the last try
         # A mirror's batch that takes values from the rows it replaces reads them whole, in the
         # one scan that also finds the ranks (of the batch's keys: those it replaces, and more).
-        whole_rows = needs_held_values(rows, target)
+        whole_rows = moves is not None or needs_held_values(rows, target)
 
         def upsert(tx: Transaction, table: Table, props: dict[str, str]) -> None:
             read = self._read_data
-            held = _held_rows(table, rows, keys, None if whole_rows else ranked, read)
+            wanted = rows.select(list(keys))
+            if moves is not None:  # and the rows that await a key change
+                wanted = pa.concat_tables([wanted, _awaiting_keys(table, keys, wanted.schema)])
+            held = _held_rows(table, wanted, keys, None if whole_rows else ranked, read)
             graves = _held_rows(self._table(target.tombstone_table), rows, keys, ranked, read)
             planned = plan(rows, held, keys, graves)
+            kept = held.drop_columns([FILE, POS])
             if whole_rows:  # a placeholder is the held value, or NULL
-                planned = mirrored(planned, rows, held.drop_columns([FILE, POS]), target)
+                planned = mirrored(planned, rows, kept, target, moves)
+            if moves is not None:
+                planned = with_fills(planned, kept, moves, target)
             added[:] = [planned.added.num_rows]
             _apply(tx, table, planned, held, keys, props, read)
 
         if not self._commit(target.table, batch, upsert):
             return ALREADY_HELD
         return Written(added[0] if added else 0)
+
+    def unknown_rows(self, table: str) -> int | None:
+        """pyiceberg prunes the files whose counts say they hold none."""
+        from pyiceberg.expressions import NotNull
+
+        with self._catalog_errors():
+            catalog = self._catalog(create=False)
+            found = self._load(catalog, table) if catalog is not None else None
+            if found is None or UNKNOWN not in found.schema().as_arrow().names:
+                return None
+            marked = NotNull(UNKNOWN)  # type: ignore[call-arg, arg-type]
+            scan = found.scan(row_filter=marked, selected_fields=(UNKNOWN,))
+            return scan.to_arrow().num_rows
+
+    def _moves(self, rows: pa.Table, target: Target, batch: Batch) -> pa.Table:
+        """A marked mirror's key changes the batch begins, kept in `<table>_moves` (with the
+        batch's ranges: a replay keeps none again), and every one kept there after it."""
+        read = self._read_data
+        begun = rows.filter(pc.is_valid(rows.column(MOVES)))
+        if begun.num_rows:
+            held = _held_rows(self._table(target.table), begun, target.unique, None, read)
+            held = held.drop_columns([FILE, POS])
+
+            def keep(tx: Transaction, table: Table, props: dict[str, str]) -> None:
+                whole = _every_row(table, read)
+                planned = moves_planned(begun, held, whole.drop_columns([FILE, POS]), target)
+                _apply(tx, table, planned, whole, (MOVE_ID,), props, read)
+
+            self._commit(target.moves_table, batch, keep)
+        return _every_row(self._table(target.moves_table), read).drop_columns([FILE, POS])
 
     def _commit(self, table: str, batch: Batch, build: Build) -> bool:
         """One commit of what `build` adds to a transaction, with the batch's ranges in its
@@ -598,7 +644,7 @@ def unwritable(found: Table) -> str | None:
 
 def _grows(target: Target, table: str) -> bool:
     """A Debezium mirror's table keeps a column dropped upstream (NULL in new rows)."""
-    return target.value_format == "debezium" and table == target.table
+    return target.value_format == "debezium" and table in (target.table, target.moves_table)
 
 
 def _check_layout(
@@ -675,6 +721,26 @@ def _held_rows(
     # As the table stores them (a text key may come back as large_string).
     wanted = wanted.cast(pa.schema([stored.field(name) for name in wanted.column_names]))
     return rows_in_place(table, _key_ranges(rows, keys), wanted, columns, read)
+
+
+def _awaiting_keys(table: Table, keys: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+    """The keys of the rows that await a key change (key_change.AWAITS); pyiceberg prunes the
+    files whose counts say they hold none."""
+    from pyiceberg.expressions import NotNull
+
+    awaiting = NotNull(AWAITS)  # type: ignore[call-arg, arg-type]
+    found = table.scan(row_filter=awaiting, selected_fields=keys).to_arrow()
+    return found.select(list(keys)).cast(schema)
+
+
+def _every_row(table: Table, read: Callable[[str, list[str] | None], pa.Table]) -> pa.Table:
+    """All the table's rows, with FILE and POS (a small table: a mirror's key changes)."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    ids = table.scan(selected_fields=(MOVE_ID,)).to_arrow()
+    stored = table.schema().as_arrow()
+    wanted = ids.cast(pa.schema([stored.field(MOVE_ID)]))
+    return rows_in_place(table, AlwaysTrue(), wanted, None, read)
 
 
 def _key_ranges(rows: pa.Table, keys: tuple[str, ...]) -> BooleanExpression:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagless.cdc.key_change import MOVE_ONLY, UNKNOWN
 from lagless.exceptions import BadInput, TransientError, from_spark
 from lagless.failpoints import failpoint
 from lagless.first_line import first_line
@@ -37,7 +38,10 @@ from lagless.sinks.base import (
 from lagless.sinks.ledger import TP, Batch, HeldRecord, holds
 from lagless.sinks.postgresql import task_copy
 from lagless.sinks.sql import (
+    SETTLING_ROUNDS,
     Layout,
+    Settling,
+    awaiting_filled,
     by_partition,
     dead_letter_layout,
     evolve,
@@ -47,12 +51,14 @@ from lagless.sinks.sql import (
     layouts,
     ledger_layout,
     log_times,
+    moves_layout,
     quoted,
     record_ranges,
     skipped_offsets,
     spark_type,
     target_layout,
     tombstone_layout,
+    unknown_count,
     upsert,
 )
 from lagless.sinks.task_ingest import INGEST_RECEIPT_SCHEMA, ingest_task_rows
@@ -71,6 +77,8 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 STAGE = "lagless_stage"
 TASK_APPLICATION = "lagless-task"
+# A row's place among its key's rows of a batch, newest first (_statements).
+_RANK = "_lagless_rank"
 # PostgreSQL cuts longer names, which could make two staging tables one.
 MAX_NAME = 63
 
@@ -207,6 +215,17 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             found = conn.execute(query(layout)).fetchall()
         return by_partition(found)
 
+    def unknown_rows(self, table: str) -> int | None:
+        with self._connect() as conn:
+            found = conn.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+                "AND NOT attisdropped",
+                (quoted(table), UNKNOWN),
+            ).fetchone()
+            if found is None:
+                return None
+            return int(conn.execute(unknown_count(table)).fetchone()[0])
+
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         with self._connect() as conn:
             return held_records(conn, target.table, held)
@@ -232,7 +251,8 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             return super().write(rows, target, batch, before_commit)
         shipped = rows.select(*(self.transported(f.name, f.dataType) for f in rows.schema.fields))
         stage = staging_table(target.table, batch.id)
-        statements = [*self._statements(target, quoted(stage)), f"DROP TABLE {quoted(stage)}"]
+        merged, counted = self._statements(target, quoted(stage))
+        statements = [*merged, f"DROP TABLE {quoted(stage)}"]
         columns = _arrow_schema(shipped)
         uri = Secret(self._arrow_uri(TASK_APPLICATION))
         copy_into = _copies_into(target)
@@ -272,23 +292,32 @@ class PostgresSink(DriverSink, TaskWrittenSink):
             recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
             with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
                 # The target's statement is the one before the DROP of the stage.
-                return self._merge(conn, cur, statements, recorded, statements[-2], (target, batch))
+                return self._merge(conn, cur, statements, recorded, counted, (target, batch))
 
         return self._retried(attempt)
 
-    def _statements(self, target: Target, source: str) -> list[str]:
+    def _statements(self, target: Target, source: str) -> tuple[list[str], str]:
         """What stores the rows of `source` (in the target's columns, with the tombstone flag
-        in upsert mode) into the target, idempotently."""
+        in upsert mode) into the target, idempotently, and which of them is the target's."""
         if target.mode == "upsert":
             layout = target_layout(target, "postgresql")
             keys = ", ".join(quoted(name) for name in layout.unique)
-            # One statement may not update a row twice: keep each key's newest record.
+            moves = moves_layout(target, "postgresql") if target.marks else None
+            # One statement may not update a row twice: keep each key's newest record (and a
+            # marked mirror's deletes kept for their key changes: sql.upsert).
+            kept = f"{quoted(MOVE_ONLY)} IS TRUE OR " if moves is not None else ""
             newest = (
-                f"(SELECT DISTINCT ON ({keys}) * FROM {source} "
+                f"(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY "
+                f"{newest_first_sql()}) AS {quoted(_RANK)} FROM {source}) AS r WHERE {kept}"
+                f"{quoted(_RANK)} = 1)"
+                if moves is not None
+                else f"(SELECT DISTINCT ON ({keys}) * FROM {source} "
                 f"ORDER BY {keys}, {newest_first_sql()})"
             )
-            return upsert(layout, tombstone_layout(target, "postgresql"), newest)
-        return [insert(target_layout(target, "postgresql"), source)]
+            statements = upsert(layout, tombstone_layout(target, "postgresql"), newest, moves)
+            return statements + awaiting_filled(layout, moves), statements[-1]
+        statement = insert(target_layout(target, "postgresql"), source)
+        return [statement], statement
 
     def _retried(self, attempt: Callable[[], T]) -> T:
         """attempt() again while the server is away, up to the retry budget (retry_s)."""
@@ -313,14 +342,17 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         recorded: list[str] = []
         if batch is None:
             statements = [insert(dead_letter_layout(target, "postgresql"), STAGE)]
+            counted = statements[-1]
             copy_into = target.dead_letter_table
         else:
             recorded = record_ranges(ledger_layout(target, "postgresql"), batch)
-            statements = self._statements(target, STAGE)
+            statements, counted = self._statements(target, STAGE)
             copy_into = _copies_into(target)
         table = rows.read_all()
         of = (target, batch) if batch is not None else None
-        return self._retried(lambda: self._write_once(table, statements, copy_into, recorded, of))
+        return self._retried(
+            lambda: self._write_once(table, statements, copy_into, recorded, counted, of)
+        )
 
     def _write_once(
         self,
@@ -328,6 +360,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         statements: list[str],
         copy_into: str | None,
         recorded: list[str],
+        counted: str,
         of: tuple[Target, Batch] | None,
     ) -> int | Written:
         with closing(self._connect_arrow()) as conn, closing(conn.cursor()) as cur:
@@ -335,7 +368,7 @@ class PostgresSink(DriverSink, TaskWrittenSink):
                 return table.num_rows
             cur.adbc_ingest(STAGE, table, mode="create", temporary=True)
             failpoint("mid-write")
-            return self._merge(conn, cur, statements, recorded, statements[-1], of)
+            return self._merge(conn, cur, statements, recorded, counted, of)
 
     def _merge(
         self,
@@ -351,8 +384,12 @@ class PostgresSink(DriverSink, TaskWrittenSink):
         before it) changed, or ALREADY_HELD when the ledger held the batch (`of`) already."""
         changed = 0
         for statement in statements:
-            cur.execute(statement)
-            if statement == counted:
+            rounds = SETTLING_ROUNDS if isinstance(statement, Settling) else 1
+            for _ in range(rounds):  # a Settling statement: again while it changes rows
+                cur.execute(str(statement))  # ADBC takes a str, not a subclass
+                if cur.rowcount <= 0:
+                    break
+            if statement is counted:
                 changed = max(cur.rowcount, 0)
         replay = False
         if of is not None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lagless.cdc.key_change import UNKNOWN
 from lagless.exceptions import BadInput, TerminalError
 from lagless.failpoints import failpoint
 from lagless.sinks import staged_parquet
@@ -47,7 +48,10 @@ from lagless.sinks.base import (
 )
 from lagless.sinks.ledger import TP, Batch, ConcurrentImport, HeldRecord, holds
 from lagless.sinks.sql import (
+    SETTLING_ROUNDS,
     Layout,
+    Settling,
+    awaiting_filled,
     by_partition,
     dead_letter_layout,
     evolve,
@@ -57,10 +61,12 @@ from lagless.sinks.sql import (
     layouts,
     ledger_layout,
     log_times,
+    moves_layout,
     record_ranges,
     skipped_offsets,
     target_layout,
     tombstone_layout,
+    unknown_count,
     upsert,
 )
 from lagless.sinks.sqlite import staged
@@ -223,6 +229,15 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             found = conn.execute(query(layout)).fetchall()
         return by_partition(found)
 
+    def unknown_rows(self, table: str) -> int | None:
+        if not os.path.exists(self.location):
+            return None
+        with self._connect() as conn:
+            names = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
+            if UNKNOWN not in names:
+                return None
+            return int(conn.execute(unknown_count(table)).fetchone()[0])
+
     def newest_rows(self, target: Target, held: Mapping[TP, int]) -> dict[TP, HeldRecord]:
         if not held or not os.path.exists(self.location):
             return {}  # nothing held (and no file to open: its folder may not exist yet)
@@ -236,12 +251,15 @@ class SqliteSink(DriverSink, TaskWrittenSink):
         cell: 600k rows/s against 100k with executemany), then one INSERT (three in upsert
         mode: tombstones delete, are remembered, then records are stored) and the batch's
         ranges into the ledger."""
+        after: list[str] = []
         if batch is None:
             statements = [insert(dead_letter_layout(target, "sqlite"), f"temp.{STAGE}")]
         elif target.mode == "upsert":
-            statements = upsert(
-                target_layout(target, "sqlite"), tombstone_layout(target, "sqlite"), f"temp.{STAGE}"
-            )
+            layout = target_layout(target, "sqlite")
+            moves = moves_layout(target, "sqlite") if target.marks else None
+            graves = tombstone_layout(target, "sqlite")
+            statements = upsert(layout, graves, f"temp.{STAGE}", moves)
+            after = awaiting_filled(layout, moves)
         else:
             statements = [insert(target_layout(target, "sqlite"), f"temp.{STAGE}")]
         recorded = record_ranges(ledger_layout(target, "sqlite"), batch) if batch else []
@@ -259,11 +277,12 @@ class SqliteSink(DriverSink, TaskWrittenSink):
             failpoint("mid-write")
             with self._one_writer():
                 for statement in statements:
-                    cur.execute(statement)
+                    _execute(cur, statement)
                 # What the target gained or replaced: its own statement's changes, the last one
                 # (an upsert's tombstones delete, and are remembered, before it).
-                cur.execute("SELECT changes()")
-                changed = int(cur.fetchone()[0])  # type: ignore[index]
+                changed = _changes(cur)
+                for statement in after:
+                    _execute(cur, statement)
                 # A replay: the unique key kept its rows out (changed is 0); said apart.
                 replay = batch is not None and holds(batch, self._held(cur, target))
                 for statement in recorded:
@@ -324,6 +343,20 @@ class SqliteSink(DriverSink, TaskWrittenSink):
                 yield conn
             finally:
                 conn.close()
+
+
+def _execute(cur: Any, statement: str) -> None:
+    """One statement; a Settling one again while it changes rows (sql.SETTLING_ROUNDS)."""
+    for _ in range(SETTLING_ROUNDS if isinstance(statement, Settling) else 1):
+        cur.execute(str(statement))  # ADBC takes a str, not a subclass
+        if not isinstance(statement, Settling) or not _changes(cur):
+            return
+
+
+def _changes(cur: Any) -> int:
+    """The rows the last statement changed."""
+    cur.execute("SELECT changes()")
+    return int(cur.fetchone()[0])
 
 
 def _same_file(path: str, descriptor: int) -> bool:

@@ -1,0 +1,211 @@
+"""Primary-key changes keep their TOASTed values (issue 56, point 2), end to end: a real
+PostgreSQL under the default REPLICA IDENTITY, a table with a TOASTed text and a TOASTed
+text[], real Debezium through `lagless debezium` (Kafka Connect's headers: the delete carries
+`__debezium.newkey`, the create `__debezium.oldkey` and the placeholder in each TOASTed
+column), then `lagless import --value-format debezium` into SQLite, PostgreSQL, Delta and
+Iceberg in batches of a few records, so that a change's delete and create fall into
+different batches and partitions: each mirror equals the source row for row, and marks no
+value unknown. The same events without their headers leave the new rows' TOASTed values NULL,
+marked and counted (`lag --sink`)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from lagless.cdc.key_change import NEW_KEY, OLD_KEY, UNKNOWN
+from lagless.scenarios.debezium_connector import drop_slot
+from tests.harness.debezium import connection, skip_reason
+from tests.harness.mirror_workload import mirror_rows
+from tests.harness.postgres import PostgresServer
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
+]
+
+TOPIC = "shop.public.t"
+COLUMNS = ["id", "body", "tags", "n"]
+# Random text PostgreSQL cannot compress below its TOAST threshold (~2 KB).
+BIG = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 120))"
+BIG_ARRAY = "(SELECT array_agg(md5(random()::text)) FROM generate_series(1, 120))"
+WORKLOAD = [
+    "UPDATE t SET n = n + 1 WHERE id % 2 = 0",  # every TOASTed value the placeholder
+    "UPDATE t SET id = id + 1000 WHERE id <= 6",  # key changes, several in one statement
+    "UPDATE t SET n = n + 10 WHERE id > 1000",  # the new keys updated, their TOASTs unchanged
+    f"UPDATE t SET body = {BIG} WHERE id = 1002",
+    "UPDATE t SET id = 2001, n = 7 WHERE id = 1001",  # a key changed again, and n with it
+    "UPDATE t SET id = 11 WHERE id = 1003",  # to a key never used
+    "UPDATE t SET n = n + 100",
+    "DELETE FROM t WHERE id = 1004",
+    f"INSERT INTO t VALUES (9, {BIG}, {BIG_ARRAY}, 0)",
+    "UPDATE t SET id = id + 1 WHERE id = 9",
+]
+
+
+def records(
+    bootstrap: str, topic: str = TOPIC
+) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """The topic's records, partition by partition, with their headers."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
+    found = []
+    try:
+        for partition in range(2):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            offset = low
+            while offset < high - 1:
+                message = consumer.poll(10)
+                assert message is not None and message.error() is None
+                found.append((message.key(), message.value(), list(message.headers() or [])))
+                offset = message.offset()
+    finally:
+        consumer.close()
+    return found
+
+
+def wait_for_records(bootstrap: str, at_least: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 240
+    while len(records(bootstrap)) < at_least:
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "Debezium did not send the workload's events"
+        time.sleep(1)
+
+
+def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path) -> str:
+    """`lagless import` in batches of 3 records: its summary."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "lagless", "import", "--bootstrap", bootstrap),
+            *("--topic", topic, "--value-format", "debezium", "--table", table),
+            *("--sink", sink, "--checkpoint", str(folder / f"ckpt-{table}-{uuid.uuid4().hex}")),
+            *("--max-records-per-batch", "3"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_key_changes_keep_their_toasted_values_in_every_store(broker, kafka, tmp_path: Path):
+    server = PostgresServer.start_new(logical=True)
+    slot = f"lagless_{uuid.uuid4().hex[:8]}"
+    db = server.connection
+    url = f"postgresql://{db['user']}:{db['password']}@{db['host']}:{db['port']}/{db['dbname']}"
+    debezium = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "lagless", "debezium", "--bootstrap", kafka.bootstrap),
+            *("--database", url, "--table", "public.t", "--topic-prefix", "shop"),
+            *("--state", str(tmp_path / "debezium"), "--slot", slot),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with connection(server) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, body text, tags text[], n int)")
+            conn.execute(
+                f"INSERT INTO t SELECT g, {BIG}, {BIG_ARRAY}, 0 FROM generate_series(1, 8) g"
+            )
+            toasted = conn.execute(
+                "SELECT count(*) FROM t WHERE pg_column_size(body) > 2100 AND "
+                "pg_column_size(tags) > 2100"
+            ).fetchone()
+            assert toasted == (8,)
+        broker.create_topic(TOPIC, 2)  # as Kafka Connect makes it (the mock makes none)
+        wait_for_records(kafka.bootstrap, 8, debezium)
+        with connection(server) as conn:
+            for statement in WORKLOAD:
+                conn.execute(statement)
+            source = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM t").fetchall()
+        # 8 snapshot rows; the workload's events (a key change: a delete, its tombstone, a
+        # create) as Debezium sends them: 4+18+6+1+3+3+8+2+1+3.
+        wait_for_records(kafka.bootstrap, 8 + 49, debezium)
+        debezium.send_signal(signal.SIGTERM)
+        assert debezium.wait(120) == 0
+        _assert_headers(records(kafka.bootstrap))
+        wanted = sorted((tuple(row) for row in source), key=repr)
+        sinks = {
+            "SQLite": f"sqlite:///{tmp_path}/m.db",
+            "PostgreSQL": server.url,
+            "Delta": f"delta:///{tmp_path}/delta",
+            "Iceberg": f"iceberg:///{tmp_path}/iceberg",
+        }
+        for store, sink in sinks.items():  # "t_mirror": the source's database is a store
+            summary = imported(kafka.bootstrap, sink, "t_mirror", TOPIC, tmp_path)
+            assert "unknown values" not in summary, summary
+            mirrored = mirror_rows(sink, "t_mirror", COLUMNS)
+            assert mirrored == _as_read(wanted), f"{store}: the mirror differs from the source"
+            assert mirror_rows(sink, "t_mirror", [UNKNOWN]) == [(None,)] * len(wanted), store
+        _without_headers(kafka.bootstrap, tmp_path, wanted)
+    finally:
+        if debezium.poll() is None:
+            debezium.kill()
+            debezium.wait(60)
+        drop_slot(server.url, slot)
+        server.destroy()
+
+
+def _assert_headers(found: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]):
+    """Kafka Connect's headers, as SimpleHeaderConverter writes them: each key change's delete
+    (and its tombstone) names the new key, its create the old one."""
+    moved = [(json.loads(v)["payload"]["op"] if v else None, h) for _, v, h in found]
+    news = [dict(h)[NEW_KEY] for op, h in moved if op == "d" and NEW_KEY in dict(h)]
+    olds = [dict(h)[OLD_KEY] for op, h in moved if op == "c" and OLD_KEY in dict(h)]
+    ids = [*range(1001, 1007), 2001, 11, 10]
+    assert sorted(news) == sorted(f'{{"id":{i}}}'.encode() for i in ids), news
+    assert len(olds) == len(news) and b'{"id":1001}' in olds, olds
+
+
+def _as_read(rows: list[tuple]) -> list[tuple]:
+    """The source's rows as mirror_rows reads a mirror's (its canonical values)."""
+    from tests.harness.mirror_workload import canonical
+
+    return sorted(
+        (tuple(canonical(c, v) for c, v in zip(COLUMNS, row, strict=True)) for row in rows),
+        key=repr,
+    )
+
+
+def _without_headers(bootstrap: str, folder: Path, wanted: list[tuple]) -> None:
+    """The same events without their headers (a producer that drops them): the new rows'
+    TOASTed values are NULL, never the placeholder, marked in _unknown and counted."""
+    bare = f"{TOPIC}.bare"
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for key, value, _ in records(bootstrap):
+        producer.produce(bare, key=key, value=value)
+    assert producer.flush(30) == 0
+    sink = f"sqlite:///{folder}/bare.db"
+    summary = imported(bootstrap, sink, "bare", bare, folder)
+    # The rows a key change made: their tags never reached the mirror, nor their body but
+    # 1002's (updated since).
+    moved = {2001, 1002, 11, 1005, 1006, 10}
+    rows = {int(row[0]): row for row in mirror_rows(sink, "bare", [*COLUMNS, UNKNOWN])}
+    assert set(rows) == {int(row[0]) for row in wanted}
+    assert {i for i, row in rows.items() if row[-1] is not None} == moved
+    assert all(rows[i][2] is None and (rows[i][1] is None) == (i != 1002) for i in moved)
+    assert f"unknown values  {len(moved)} rows" in summary, summary
+    shown = subprocess.run(
+        [
+            *(sys.executable, "-m", "lagless", "lag", "--bootstrap", bootstrap),
+            *("--sink", sink, "--table", "bare", "--topic", bare, "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["unknown_rows"] == len(moved)
