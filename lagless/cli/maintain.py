@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--table",
         type=not_empty,
         metavar="TABLE",
-        help="the table, with its _dlq and _tombstones (default: every table of the store)",
+        help="the table, with its _dlq, _tombstones and _moves (default: every table of the store)",
     )
     add_maintenance_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print what was done as JSON")

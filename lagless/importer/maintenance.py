@@ -79,7 +79,7 @@ class Schedule:
     ) -> None:
         self.maintenance = maintenance
         # The import's tables as they are now (a routed import gains some as topics appear);
-        # each one's `_dlq` and `_tombstones` are maintained with it.
+        # each one's `_dlq`, `_tombstones` and `_moves` are maintained with it.
         self.tables = tables
         self.policy = policy
         self.every_s = every_s

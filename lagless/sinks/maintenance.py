@@ -173,7 +173,7 @@ class StoreMaintenance(ABC):
     @abstractmethod
     def tables(self, table: str | None) -> list[str]:
         """The tables to maintain: `table` and the tables lagless keeps beside it (`_dlq`,
-        `_tombstones`) that exist; None: every table of the store."""
+        `_tombstones`, `_moves`) that exist; None: every table of the store."""
 
     @abstractmethod
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:

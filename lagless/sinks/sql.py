@@ -642,7 +642,8 @@ def record_moves(target: Layout, moves: Layout, source: str) -> str:
 
 def fill_awaiting(table: Layout, moves: Layout) -> str:
     """The rows of `table` (the mirror's, or its moves') that await a key change now kept:
-    each column they name unknown takes its moved value (and its mark, and what that awaits)."""
+    each column they name unknown takes its moved value (and its mark, and what that awaits).
+    Found through the partial index of the rows marked unknown (_awaiting_index)."""
     unknown, awaits = quoted(key_change.UNKNOWN), quoted(key_change.AWAITS)
     known = _mark(
         table,
@@ -663,8 +664,8 @@ def fill_awaiting(table: Layout, moves: Layout) -> str:
     return (
         f"UPDATE {quoted(table.table)} AS t SET {', '.join(sets)} "
         f"FROM {quoted(moves.table)} AS src "
-        f"WHERE t.{awaits} = src.{quoted(key_change.MOVE_ID)} AND "
-        f"(src.{awaits} IS NULL OR src.{awaits} <> t.{awaits})"
+        f"WHERE t.{unknown} IS NOT NULL AND t.{awaits} = src.{quoted(key_change.MOVE_ID)} "
+        f"AND (src.{awaits} IS NULL OR src.{awaits} <> t.{awaits})"
     )
 
 
@@ -699,7 +700,7 @@ def upsert(
     if moves is not None:
         recorded = [record_moves(target, moves, source), Settling(fill_awaiting(moves, moves))]
         # A delete kept only for its move (MOVE_ONLY) is no row of the batch's.
-        source = f"(SELECT * FROM {source} WHERE {quoted(key_change.MOVE_ONLY)} IS NOT TRUE)"
+        source = f"(SELECT * FROM {source} AS m WHERE m.{quoted(key_change.MOVE_ONLY)} IS NOT TRUE)"
     deleted = f"s.{quoted(TOMBSTONE)}"
     # The keys to delete, found from the batch's rows: a subquery per row of the table (EXISTS)
     # read the whole batch for each (SQLite: 13k rows x 100k tombstones took minutes).

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -439,10 +440,25 @@ def _timestamps(millis: list[int], piece: OffsetRange, offsets: list[int]) -> pa
 
 
 def _headers(records: list[Message]) -> pa.Array:
-    return pa.array(
-        [
-            [{"key": k, "value": v} for k, v in cast(Headers, h)] if h else None
-            for h in (m.headers() for m in records)
-        ],
-        type=HEADER_TYPE,
+    """The records' headers (null where a record has none), built from flat lists of keys and
+    values: 8 times faster than a dict per header (Debezium's records carry 4 or 5 headers,
+    ~10 µs a record that way)."""
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    ends = [0]
+    for record in records:
+        found = cast(Headers | None, record.headers())
+        for key, value in found or ():
+            keys.append(key)
+            values.append(value)
+        ends.append(len(keys) if found else -1)
+    offsets = np.array(ends, np.int64)
+    missing = offsets < 0
+    offsets = np.maximum.accumulate(np.where(missing, 0, offsets))
+    items = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+        fields=list(HEADER_TYPE.value_type),
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), items, type=HEADER_TYPE, mask=pa.array(missing[1:])
     )

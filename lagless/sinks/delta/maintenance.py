@@ -82,7 +82,7 @@ class DeltaMaintenance(StoreMaintenance):
         if table is None:
             names = self.storage.names(self.sink.location)
         else:
-            names = [table, f"{table}_dlq", f"{table}_tombstones"]
+            names = [table, f"{table}_dlq", f"{table}_tombstones", f"{table}_moves"]
         return [name for name in names if self._has_log(name)]
 
     def compact(self, table: str, policy: Policy, deadline: float, done: Round) -> None:

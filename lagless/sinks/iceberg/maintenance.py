@@ -105,7 +105,7 @@ class IcebergMaintenance(StoreMaintenance):
             if catalog is None:
                 return []
             if table is not None:
-                names = [table, f"{table}_dlq", f"{table}_tombstones"]
+                names = [table, f"{table}_dlq", f"{table}_tombstones", f"{table}_moves"]
                 return [name for name in names if self.sink._load(catalog, name) is not None]
             found = []
             for namespace in catalog.list_namespaces():
