@@ -165,7 +165,12 @@ def mirrored(
 
     assert target.fields is not None
     keys = list(target.unique)
-    columns = planned.added.column_names
+    # The rows as the table takes them: the batch's key changes resolved, not kept.
+    schema = _fields(
+        planned.added,
+        [c for c in planned.added.column_names if c not in key_change.BATCH_COLUMNS],
+    )
+    columns = schema.names
     kept_types = kept_columns(target.fields, target.unique)
     added = _frame(planned.added).with_columns(
         pl.Series(name + UNAVAILABLE_AT, unavailable_mask(planned.added.column(name), data_type))
@@ -188,7 +193,7 @@ def mirrored(
             .alias(name)
             for name in names
         )
-    kept = joined.select(columns).to_arrow().cast(planned.added.schema)
+    kept = joined.select(columns).to_arrow().cast(schema)
     if target.deletes != "soft":
         return Plan(planned.replaced, kept)
     deleted = (
@@ -202,11 +207,11 @@ def mirrored(
             *(pl.col(name + HELD).alias(name) for name in flagged if name not in keys),
             pl.lit(True).alias(DELETED),
         )
-        .select(planned.added.column_names)
+        .select([c for c in columns if c in whole.column_names])
     )
     return Plan(
         planned.replaced,
-        pa.concat_tables([kept, survivors.to_arrow().cast(planned.added.schema)]),
+        pa.concat_tables([kept, in_schema(survivors.to_arrow(), schema)]),
     )
 
 

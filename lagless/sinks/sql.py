@@ -512,11 +512,15 @@ def _has(layout: Layout, mark: str, name: str) -> str:
 
 def _mark(layout: Layout, conditions: dict[str, str]) -> str:
     """SQL: UNKNOWN naming each kept column whose condition holds (key_change.marked)."""
+    if not conditions:
+        return "NULL"
     parts = " || ".join(
         f"CASE WHEN {condition} THEN {_literal(key_change.named(name) + ',')} ELSE '' END"
         for name, condition in conditions.items()
     )
-    return f"NULLIF('[' || rtrim({parts or chr(39) * 2}, ',') || ']', '[]')"
+    # The text is built only for a row that names a column (rare): no string work per row.
+    some = " OR ".join(f"({condition})" for condition in conditions.values())
+    return f"CASE WHEN {some} THEN '[' || rtrim({parts}, ',') || ']' END"
 
 
 def _marks_taken(layout: Layout, alias: str, holds: str) -> dict[str, str]:
@@ -533,7 +537,7 @@ def _marks_taken(layout: Layout, alias: str, holds: str) -> dict[str, str]:
         },
     )
     awaits = (
-        f"CASE WHEN {unknown} IS NULL OR {takes} IS NULL THEN NULL WHEN "
+        f"CASE WHEN {takes} IS NULL OR {unknown} IS NULL THEN NULL WHEN "
         f"mv.{quoted(key_change.MOVE_ID)} IS NOT NULL THEN mv.{quoted(key_change.AWAITS)} "
         f"ELSE NULLIF({takes}, '') END"
     )
@@ -552,12 +556,17 @@ def _marks_kept(layout: Layout) -> dict[str, str]:
             for name, literal in layout.keeps
         },
     )
-    held = quoted(key_change.AWAITS)
+    held, mark = quoted(key_change.AWAITS), quoted(key_change.UNKNOWN)
+    # The common row: neither it nor the held one marks a column.
+    none = f"excluded.{mark} IS NULL AND t.{mark} IS NULL"
     awaits = (
-        f"CASE WHEN {unknown} IS NULL THEN NULL WHEN excluded.{quoted(key_change.UNKNOWN)} "
+        f"CASE WHEN {none} OR {unknown} IS NULL THEN NULL WHEN excluded.{mark} "
         f"IS NOT NULL THEN excluded.{held} ELSE t.{held} END"
     )
-    return {key_change.UNKNOWN: unknown, key_change.AWAITS: awaits}
+    return {
+        key_change.UNKNOWN: f"CASE WHEN {none} THEN NULL ELSE {unknown} END",
+        key_change.AWAITS: awaits,
+    }
 
 
 def insert(layout: Layout, source: str, where: str = "true") -> str:
@@ -669,16 +678,18 @@ def fill_awaiting(table: Layout, moves: Layout) -> str:
     )
 
 
-def _soft_delete(target: Layout, source: str, same_key: Callable[[str, str], str]) -> str:
-    """--deletes soft: a tombstone newer than its key's row flags the row _deleted and takes
-    its coordinates (so the newer-only rule goes on), rather than deleting it. A join from the
-    batch's rows, not a subquery per row of the table."""
+def _soft_delete(
+    target: Layout, source: str, same_key: Callable[[str, str], str], deleted: str
+) -> str:
+    """--deletes soft: a tombstone (`deleted`) newer than its key's row flags the row _deleted
+    and takes its coordinates (so the newer-only rule goes on), rather than deleting it. A join
+    from the batch's rows, not a subquery per row of the table."""
     table = quoted(target.table)
     sets = ", ".join(
         [f"{quoted(DELETED)} = true", *(f"{quoted(n)} = s.{quoted(n)}" for n in target.soft_delete)]
     )
     return (
-        f"UPDATE {table} SET {sets} FROM {source} AS s WHERE s.{quoted(TOMBSTONE)} "
+        f"UPDATE {table} SET {sets} FROM {source} AS s WHERE {deleted} "
         f"AND {same_key('s', table)} AND ({newer('s', table)})"
     )
 
@@ -697,11 +708,12 @@ def upsert(
         return " AND ".join(f"{a}.{quoted(k)} = {b}.{quoted(k)}" for k in target.unique)
 
     recorded: list[str] = []
+    rows = "true"
     if moves is not None:
         recorded = [record_moves(target, moves, source), Settling(fill_awaiting(moves, moves))]
         # A delete kept only for its move (MOVE_ONLY) is no row of the batch's.
-        source = f"(SELECT * FROM {source} AS m WHERE m.{quoted(key_change.MOVE_ONLY)} IS NOT TRUE)"
-    deleted = f"s.{quoted(TOMBSTONE)}"
+        rows = f"s.{quoted(key_change.MOVE_ONLY)} IS NOT TRUE"
+    deleted = f"s.{quoted(TOMBSTONE)} AND {rows}"
     # The keys to delete, found from the batch's rows: a subquery per row of the table (EXISTS)
     # read the whole batch for each (SQLite: 13k rows x 100k tombstones took minutes).
     keys = ", ".join(quoted(k) for k in target.unique)
@@ -712,7 +724,7 @@ def upsert(
     )
     delete = f"DELETE FROM {quoted(target.table)} WHERE ({keys}) IN ({doomed})"
     if target.soft_delete:
-        delete = _soft_delete(target, source, same_key)
+        delete = _soft_delete(target, source, same_key, deleted)
     outlived = (
         f"NOT EXISTS (SELECT 1 FROM {quoted(tombstones.table)} AS d "
         f"WHERE {same_key('d', 's')} AND NOT ({newer('s', 'd')}))"
@@ -721,7 +733,7 @@ def upsert(
         *recorded,
         delete,
         insert(tombstones, source, deleted),
-        insert(target, source, f"NOT {deleted} AND {outlived}"),
+        insert(target, source, f"NOT s.{quoted(TOMBSTONE)} AND {rows} AND {outlived}"),
     ]
 
 

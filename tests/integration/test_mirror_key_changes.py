@@ -3,10 +3,10 @@ PostgreSQL under the default REPLICA IDENTITY, a table with a TOASTed text and a
 text[], real Debezium through `lagless debezium` (Kafka Connect's headers: the delete carries
 `__debezium.newkey`, the create `__debezium.oldkey` and the placeholder in each TOASTed
 column), then `lagless import --value-format debezium` into SQLite, PostgreSQL, Delta and
-Iceberg in batches of a few records, so that a change's delete and create fall into
-different batches and partitions: each mirror equals the source row for row, and marks no
-value unknown. The same events without their headers leave the new rows' TOASTed values NULL,
-marked and counted (`lag --sink`)."""
+Iceberg (and Delta with soft deletes: Spark's rows) in batches of a few records, so that a
+change's delete and create fall into different batches and partitions: each mirror equals the
+source row for row, and marks no value unknown. The same events without their headers leave
+the new rows' TOASTed values NULL, marked and counted (`lag --sink`)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from lagless.broker import EmbeddedBroker
 from lagless.cdc.key_change import NEW_KEY, OLD_KEY, UNKNOWN
 from lagless.scenarios.debezium_connector import drop_slot
 from tests.harness.debezium import connection, skip_reason
@@ -82,14 +85,14 @@ def wait_for_records(bootstrap: str, at_least: int, process: subprocess.Popen) -
         time.sleep(1)
 
 
-def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path) -> str:
+def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path, *more: str) -> str:
     """`lagless import` in batches of 3 records: its summary."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "lagless", "import", "--bootstrap", bootstrap),
             *("--topic", topic, "--value-format", "debezium", "--table", table),
             *("--sink", sink, "--checkpoint", str(folder / f"ckpt-{table}-{uuid.uuid4().hex}")),
-            *("--max-records-per-batch", "3"),
+            *("--max-records-per-batch", "3", *more),
         ],
         capture_output=True,
         text=True,
@@ -99,64 +102,102 @@ def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path) ->
     return done.stdout
 
 
-def test_key_changes_keep_their_toasted_values_in_every_store(broker, kafka, tmp_path: Path):
+@dataclass
+class Captured:
+    """The workload's change events in TOPIC (`lagless debezium`'s), the source's rows at its
+    end, and the PostgreSQL server (a store too)."""
+
+    bootstrap: str
+    server: PostgresServer
+    source: list[tuple]
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> Iterator[Captured]:
+    folder = tmp_path_factory.mktemp("key-changes")
     server = PostgresServer.start_new(logical=True)
     slot = f"lagless_{uuid.uuid4().hex[:8]}"
+    try:
+        with EmbeddedBroker() as broker:
+            broker.create_topic(TOPIC, 2)  # as Kafka Connect makes it (the mock makes none)
+            source = _captured(broker.bootstrap, server, slot, folder)
+            yield Captured(broker.bootstrap, server, source, folder)
+    finally:
+        drop_slot(server.url, slot)
+        server.destroy()
+
+
+def _captured(bootstrap: str, server: PostgresServer, slot: str, folder: Path) -> list[tuple]:
+    """The table made, `lagless debezium` running while the workload changes it, then stopped
+    with SIGTERM: the source's rows at the end."""
     db = server.connection
     url = f"postgresql://{db['user']}:{db['password']}@{db['host']}:{db['port']}/{db['dbname']}"
+    with connection(server) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, body text, tags text[], n int)")
+        conn.execute(f"INSERT INTO t SELECT g, {BIG}, {BIG_ARRAY}, 0 FROM generate_series(1, 8) g")
+        toasted = conn.execute(
+            "SELECT count(*) FROM t WHERE pg_column_size(body) > 2100 AND "
+            "pg_column_size(tags) > 2100"
+        ).fetchone()
+        assert toasted == (8,)
     debezium = subprocess.Popen(
         [
-            *(sys.executable, "-m", "lagless", "debezium", "--bootstrap", kafka.bootstrap),
+            *(sys.executable, "-m", "lagless", "debezium", "--bootstrap", bootstrap),
             *("--database", url, "--table", "public.t", "--topic-prefix", "shop"),
-            *("--state", str(tmp_path / "debezium"), "--slot", slot),
+            *("--state", str(folder / "debezium"), "--slot", slot),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        with connection(server) as conn:
-            conn.execute("CREATE TABLE t (id int PRIMARY KEY, body text, tags text[], n int)")
-            conn.execute(
-                f"INSERT INTO t SELECT g, {BIG}, {BIG_ARRAY}, 0 FROM generate_series(1, 8) g"
-            )
-            toasted = conn.execute(
-                "SELECT count(*) FROM t WHERE pg_column_size(body) > 2100 AND "
-                "pg_column_size(tags) > 2100"
-            ).fetchone()
-            assert toasted == (8,)
-        broker.create_topic(TOPIC, 2)  # as Kafka Connect makes it (the mock makes none)
-        wait_for_records(kafka.bootstrap, 8, debezium)
+        wait_for_records(bootstrap, 8, debezium)  # the snapshot
         with connection(server) as conn:
             for statement in WORKLOAD:
                 conn.execute(statement)
             source = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM t").fetchall()
-        # 8 snapshot rows; the workload's events (a key change: a delete, its tombstone, a
-        # create) as Debezium sends them: 4+18+6+1+3+3+8+2+1+3.
-        wait_for_records(kafka.bootstrap, 8 + 49, debezium)
+        # The workload's events as Debezium sends them (a key change: a delete, its tombstone
+        # and a create): 4+18+6+1+3+3+8+2+1+3.
+        wait_for_records(bootstrap, 8 + 49, debezium)
         debezium.send_signal(signal.SIGTERM)
         assert debezium.wait(120) == 0
-        _assert_headers(records(kafka.bootstrap))
-        wanted = sorted((tuple(row) for row in source), key=repr)
-        sinks = {
-            "SQLite": f"sqlite:///{tmp_path}/m.db",
-            "PostgreSQL": server.url,
-            "Delta": f"delta:///{tmp_path}/delta",
-            "Iceberg": f"iceberg:///{tmp_path}/iceberg",
-        }
-        for store, sink in sinks.items():  # "t_mirror": the source's database is a store
-            summary = imported(kafka.bootstrap, sink, "t_mirror", TOPIC, tmp_path)
-            assert "unknown values" not in summary, summary
-            mirrored = mirror_rows(sink, "t_mirror", COLUMNS)
-            assert mirrored == _as_read(wanted), f"{store}: the mirror differs from the source"
-            assert mirror_rows(sink, "t_mirror", [UNKNOWN]) == [(None,)] * len(wanted), store
-        _without_headers(kafka.bootstrap, tmp_path, wanted)
     finally:
         if debezium.poll() is None:
             debezium.kill()
             debezium.wait(60)
-        drop_slot(server.url, slot)
-        server.destroy()
+    return sorted((tuple(row) for row in source), key=repr)
+
+
+def test_the_delete_and_the_create_carry_kafka_connects_headers(captured):
+    _assert_headers(records(captured.bootstrap))
+
+
+@pytest.mark.timeout(1800)
+def test_key_changes_keep_their_toasted_values_in_every_store(captured):
+    sinks = {
+        "SQLite": f"sqlite:///{captured.folder}/m.db",
+        "PostgreSQL": captured.server.url,
+        "Delta": f"delta:///{captured.folder}/delta",
+        "Iceberg": f"iceberg:///{captured.folder}/iceberg",
+    }
+    for store, sink in sinks.items():  # "t_mirror": the source's database is a store
+        summary = imported(captured.bootstrap, sink, "t_mirror", TOPIC, captured.folder)
+        assert "unknown values" not in summary, summary
+        mirrored = mirror_rows(sink, "t_mirror", COLUMNS)
+        assert mirrored == _as_read(captured.source), f"{store}: the mirror differs from the source"
+        assert mirror_rows(sink, "t_mirror", [UNKNOWN]) == [(None,)] * len(mirrored), store
+
+
+def test_soft_deletes_keep_the_old_keys_flagged(captured):
+    """Soft deletes take Spark's rows into Delta: the rows alive equal the source's, each old
+    key kept, flagged, with its values."""
+    sink = f"delta:///{captured.folder}/soft"
+    imported(captured.bootstrap, sink, "t_mirror", TOPIC, captured.folder, "--deletes", "soft")
+    rows = mirror_rows(sink, "t_mirror", [*COLUMNS, "_deleted"])
+    assert [row[:-1] for row in rows if row[-1] != "true"] == _as_read(captured.source)
+    gone = sorted(int(row[0]) for row in rows if row[-1] == "true")
+    assert gone == [1, 2, 3, 4, 5, 6, 9, 1001, 1003, 1004], gone
 
 
 def _assert_headers(found: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]):
@@ -180,27 +221,27 @@ def _as_read(rows: list[tuple]) -> list[tuple]:
     )
 
 
-def _without_headers(bootstrap: str, folder: Path, wanted: list[tuple]) -> None:
+def test_without_headers_the_values_are_unknown_marked_and_counted(captured):
     """The same events without their headers (a producer that drops them): the new rows'
     TOASTed values are NULL, never the placeholder, marked in _unknown and counted."""
     bare = f"{TOPIC}.bare"
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-    for key, value, _ in records(bootstrap):
+    producer = Producer({"bootstrap.servers": captured.bootstrap, "partitioner": "murmur2_random"})
+    for key, value, _ in records(captured.bootstrap):
         producer.produce(bare, key=key, value=value)
     assert producer.flush(30) == 0
-    sink = f"sqlite:///{folder}/bare.db"
-    summary = imported(bootstrap, sink, "bare", bare, folder)
+    sink = f"sqlite:///{captured.folder}/bare.db"
+    summary = imported(captured.bootstrap, sink, "bare", bare, captured.folder)
     # The rows a key change made: their tags never reached the mirror, nor their body but
     # 1002's (updated since).
     moved = {2001, 1002, 11, 1005, 1006, 10}
     rows = {int(row[0]): row for row in mirror_rows(sink, "bare", [*COLUMNS, UNKNOWN])}
-    assert set(rows) == {int(row[0]) for row in wanted}
+    assert set(rows) == {int(row[0]) for row in captured.source}
     assert {i for i, row in rows.items() if row[-1] is not None} == moved
     assert all(rows[i][2] is None and (rows[i][1] is None) == (i != 1002) for i in moved)
     assert f"unknown values  {len(moved)} rows" in summary, summary
     shown = subprocess.run(
         [
-            *(sys.executable, "-m", "lagless", "lag", "--bootstrap", bootstrap),
+            *(sys.executable, "-m", "lagless", "lag", "--bootstrap", captured.bootstrap),
             *("--sink", sink, "--table", "bare", "--topic", bare, "--json"),
         ],
         capture_output=True,
