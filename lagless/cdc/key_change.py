@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lagless.cdc.envelope import split
+from lagless.cdc.envelope import Split, split
 
 OLD_KEY = "__debezium.oldkey"
 NEW_KEY = "__debezium.newkey"
@@ -84,15 +84,16 @@ def header(headers: Sequence[Any] | None, name: str) -> bytes | None:
     return found
 
 
-def _key_payload(text: bytes | None) -> Any:
-    """A key as Kafka Connect's header converters write it: SimpleHeaderConverter's text
-    ({"id":1}) or JsonConverter's JSON, with its schema or without."""
+def _key_payload(text: bytes | None, events: Split = split) -> Any:
+    """A key as Kafka Connect's header converters write it (SimpleHeaderConverter's text,
+    {"id":1}, or JsonConverter's JSON, with its schema or without), or as `events` reads a
+    record's own key."""
     if text is None:
         return None
     try:
-        return split(text)[1]
+        return events(text)[1]
     except ValueError:
-        return text.decode("utf-8", "replace")
+        return text.hex()
 
 
 def change_id(source: dict[str, Any] | None, old_key: Any, new_key: Any) -> str:
@@ -104,9 +105,10 @@ def change_id(source: dict[str, Any] | None, old_key: Any, new_key: Any) -> str:
 
 
 def of_event(
-    key: bytes | None, value: bytes | None, headers: Sequence[Any] | None
+    key: bytes | None, value: bytes | None, headers: Sequence[Any] | None, events: Split = split
 ) -> tuple[str | None, str | None]:
-    """(MOVES, TAKES) of one record: the id of the key change a delete begins, or the one a
+    """(MOVES, TAKES) of one record (its key and value read by `events`: Kafka Connect's
+    JSON, or Avro through a registry): the id of the key change a delete begins, or the one a
     create's placeholders take; (None, None) for any other record (a tombstone included: the
     delete before it began the change)."""
     if value is None or not headers:
@@ -115,13 +117,13 @@ def of_event(
     if new_key is None and old_key is None:
         return None, None
     try:
-        payload = split(value)[1]
+        payload = events(value)[1]
     except ValueError:
         return None, None
     if not isinstance(payload, dict):
         return None, None
     source = payload.get("source") if isinstance(payload.get("source"), dict) else None
-    own = _key_payload(key)
+    own = _key_payload(key, events)
     if payload.get("op") == "d" and new_key is not None:
         return change_id(source, own, _key_payload(new_key)), None
     if payload.get("op") == "c" and old_key is not None:
@@ -130,7 +132,7 @@ def of_event(
 
 
 def of_records(
-    keys: pa.Array, values: pa.Array, headers: pa.Array | None
+    keys: pa.Array, values: pa.Array, headers: pa.Array | None, events: Split = split
 ) -> tuple[pa.Array, pa.Array] | None:
     """MOVES and TAKES of a batch's records (Arrow's columns as the source reads them); None
     when none carries a key change's header (the common batch: nothing is parsed)."""
@@ -144,7 +146,8 @@ def of_records(
     moves: list[str | None] = [None] * len(values)
     takes: list[str | None] = [None] * len(values)
     for at in rows.tolist():
-        moves[at], takes[at] = of_event(keys[at].as_py(), values[at].as_py(), headers[at].as_py())
+        found = of_event(keys[at].as_py(), values[at].as_py(), headers[at].as_py(), events)
+        moves[at], takes[at] = found
     if not any(moves) and not any(takes):
         return None
     return pa.array(moves, pa.string()), pa.array(takes, pa.string())

@@ -272,18 +272,22 @@ class DebeziumValues:
                 NEW_SCHEMA_COLUMN: decoded.new_schema,
             }
             if kept:
-                added |= _key_changes(batch, decoded.rows, kept, self.column)
+                added |= _key_changes(batch, decoded.rows, kept, self.column, events)
             yield _with_columns(batch, added)
 
 
 def _key_changes(
-    batch: pa.RecordBatch, rows: pa.StructArray, kept: list[tuple[str, DataType]], column: str
+    batch: pa.RecordBatch,
+    rows: pa.StructArray,
+    kept: list[tuple[str, DataType]],
+    column: str,
+    events: Split,
 ) -> dict[str, pa.Array]:
     """MOVES and TAKES of a batch's records (cdc/key_change.py), and the placeholder in each
     kept column of a delete that begins a key change (the row's values, which the driver's
     rows and the store find); change_files.py's `_key_changes` on Spark's rows."""
     headers = batch.column("headers") if "headers" in batch.schema.names else None
-    found = key_change.of_records(batch.column("key"), batch.column("value"), headers)
+    found = key_change.of_records(batch.column("key"), batch.column("value"), headers, events)
     nothing = pa.nulls(batch.num_rows, pa.string())
     if found is None:
         return {key_change.MOVES: nothing, key_change.TAKES: nothing}

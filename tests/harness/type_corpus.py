@@ -202,9 +202,8 @@ REFUSED = (
     ("tsz", "'10000-01-01 00:00+00'", "outside 0001-01-01 .. 9999-12-31"),
 )
 REFUSED_FIRST_ID = 100
-# TOASTed columns (their second value is large): rows TOASTED_IDS are updated on `n` only,
-# then the second one's key changes to KEY_CHANGED.
-TOASTABLE = ("tx", "by", "js", "jb", "x", "ints", "texts", "hs")
+# The TOASTed columns (tx, by, js, jb, x, ints, texts, hs: their second value is large): rows
+# TOASTED_IDS are updated on `n` only, then the second one's key changes to KEY_CHANGED.
 TOASTED_IDS = (2,)
 KEY_CHANGED = (2, 50)
 
