@@ -344,6 +344,36 @@ def moves_planned(rows: pa.Table, held: pa.Table, moves: pa.Table, target: Targe
     (`held`, the table's rows of those keys; the change it takes), kept once; then each kept
     change that awaits one now kept, filled (again while one fills: a chain)."""
     import polars as pl
+
+    assert target.fields is not None
+    names = [name for name, _ in kept_columns(target.fields, target.unique)]
+    wanted = [key_change.MOVE_ID, *key_change.MOVED_BY, *names, *key_change.MARK_COLUMNS]
+    kept = _frame(moves.select(wanted))
+    new = _begun(rows, held, moves, target).select(wanted)
+    new = new.join(kept, on=key_change.MOVE_ID, how="anti").cast(kept.schema)
+    every = pl.concat([kept, new])
+    for _ in range(SETTLING_ROUNDS):
+        settled = filled(every, every, names)
+        if settled.get_column(key_change.AWAITS).equals(every.get_column(key_change.AWAITS)):
+            break
+        every = settled
+    before = kept.get_column(key_change.AWAITS)
+    after = every.head(kept.height).get_column(key_change.AWAITS)
+    refilled = kept.get_column(key_change.MOVE_ID).filter(~before.eq_missing(after))
+    ids = pl.concat([new.get_column(key_change.MOVE_ID), refilled]).implode()
+    changed = every.filter(pl.col(key_change.MOVE_ID).is_in(ids))
+    replaced = changed.filter(pl.col(key_change.MOVE_ID).is_in(refilled.implode()))
+    return Plan(
+        in_schema(replaced.select(key_change.MOVE_ID).to_arrow(), _fields(moves, wanted[:1])),
+        in_schema(changed.to_arrow(), _fields(moves, wanted)),
+    )
+
+
+def _begun(rows: pa.Table, held: pa.Table, moves: pa.Table, target: Target) -> pl.DataFrame:
+    """The key changes the batch's deletes begin, the first delete of each id (a connector's
+    second delivery after it adds nothing), their values resolved (_resolved) with the
+    record of the delete (key_change.MOVED_BY), the id as MOVE_ID."""
+    import polars as pl
     import pyarrow.compute as pc
 
     assert target.fields is not None
@@ -360,35 +390,13 @@ def moves_planned(rows: pa.Table, held: pa.Table, moves: pa.Table, target: Targe
     )
     whole = _frame(held.select([*keys, *names, *key_change.MARK_COLUMNS]))
     whole = whole.rename({c: c + HELD for c in whole.columns if c not in keys})
-    frame = frame.join(whole.with_columns(pl.lit(True).alias(HELD)), on=keys, how="left")
+    held_too = whole.with_columns(pl.lit(True).alias(HELD))
+    frame = frame.join(held_too, on=keys, how="left", maintain_order="left")
     frame = _with_moved(frame, moves, names).with_columns(
         _resolved(names, pl.col(key_change.TAKES))
     )
-    wanted = [key_change.MOVE_ID, *key_change.MOVED_BY, *names, *key_change.MARK_COLUMNS]
-    kept = _frame(moves.select(wanted)) if moves.num_rows else None
-    new = frame.select(pl.col(key_change.MOVES).alias(key_change.MOVE_ID), *wanted[1:])
-    new = new.unique(key_change.MOVE_ID, keep="first", maintain_order=True)
-    if kept is not None:
-        new = new.join(kept, on=key_change.MOVE_ID, how="anti").cast(kept.schema)
-    every = new if kept is None else pl.concat([kept, new])
-    for _ in range(SETTLING_ROUNDS):
-        settled = filled(every, every, names)
-        if settled.get_column(key_change.AWAITS).equals(every.get_column(key_change.AWAITS)):
-            break
-        every = settled
-    ids = new.get_column(key_change.MOVE_ID)
-    if kept is not None:
-        before = kept.get_column(key_change.AWAITS)
-        after = every.head(kept.height).get_column(key_change.AWAITS)
-        refilled = kept.get_column(key_change.MOVE_ID).filter(~before.eq_missing(after))
-        ids = pl.concat([ids, refilled])
-    changed = every.filter(pl.col(key_change.MOVE_ID).is_in(ids.implode()))
-    fresh = new.get_column(key_change.MOVE_ID).implode()
-    replaced = changed.filter(~pl.col(key_change.MOVE_ID).is_in(fresh))
-    return Plan(
-        in_schema(replaced.select(key_change.MOVE_ID).to_arrow(), _fields(moves, [wanted[0]])),
-        in_schema(changed.to_arrow(), _fields(moves, wanted)),
-    )
+    frame = frame.with_columns(pl.col(key_change.MOVES).alias(key_change.MOVE_ID))
+    return frame.unique(key_change.MOVE_ID, keep="first", maintain_order=True)
 
 
 def _fields(table: pa.Table, names: list[str]) -> pa.Schema:
