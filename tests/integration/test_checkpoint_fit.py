@@ -1,8 +1,10 @@
 """A checkpoint is used only for what it was made for, and only against the log it read.
 
-Real parts: the embedded broker over TCP, the CLI as a subprocess, real Spark for the two
-imports that run (the one making the checkpoint, the one skipping lost offsets); every refusal
-happens before Spark starts, each a CLI run of ~1.5 s."""
+Real parts: the embedded broker over TCP, the CLI as a subprocess for what a user sees (each
+refusal's exit 2 and one line, before Spark starts, ~1.5 s a run; the run that skips lost
+offsets: its exit, summary and log), real Spark for the imports that run. The import that makes
+the checkpoint and the one into a new checkpoint run in-process on the test run's shared Spark
+session (tests/conftest.py): what they leave is what the tests look at, not their exit."""
 
 from __future__ import annotations
 
@@ -14,12 +16,15 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lagless.broker import EmbeddedBroker
 from lagless.gen import explicit, produce_profile
 from lagless.importer.checkpoint import FIT_FILE, last_journaled_offsets, read_fit
+from lagless.importer.job import run_import
+from lagless.importer.spec import ImportSpec
 from lagless.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.spark
@@ -42,6 +47,17 @@ def import_args(bootstrap: str, root: Path, checkpoint: Path, **over: str) -> li
     return ["import", *[part for pair in values.items() for part in pair]]
 
 
+def in_process(spark: Any, bootstrap: str, root: Path, checkpoint: Path) -> int:
+    """What `import_args` asks for (its defaults), run on the shared session: records read."""
+    spec = ImportSpec(
+        kafka=KafkaConfig(bootstrap),
+        topics=("orders",),
+        sink_url=f"sqlite:///{root}/out/db.sqlite",
+        checkpoint=str(checkpoint),
+    )
+    return run_import(spec, spark=spark).records
+
+
 def snapshot(folder: Path) -> list[tuple[str, int, int]]:
     """Every path, and each file's size and time of change (the writable-place check makes
     and removes a probe in a folder: its own time changes, nothing else)."""
@@ -59,13 +75,14 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedBroker, Path]]:
+def made(
+    tmp_path_factory: pytest.TempPathFactory, spark: Any
+) -> Iterator[tuple[EmbeddedBroker, Path]]:
     """orders (30 and 20 records) imported into SQLite table orders: the checkpoint `ckpt`."""
     root = tmp_path_factory.mktemp("fit")
     with EmbeddedBroker(topics={"orders": 2, "payments": 1}) as broker:
         produce_profile(KafkaConfig(broker.bootstrap), "orders", explicit([30, 20]), keys=5)
-        result = run_cli(*import_args(broker.bootstrap, root, root / "ckpt"))
-        assert result.returncode == 0, result.stderr
+        assert in_process(spark, broker.bootstrap, root, root / "ckpt") == 50
         yield broker, root
 
 
@@ -163,7 +180,7 @@ def test_a_recreated_topic_is_refused_then_read_from_its_start_with_skip_lost_of
     assert covered == [(0, 0, 10)]  # the new log from its start, what retention took included
 
 
-def test_a_table_that_lost_what_its_checkpoint_imported_is_refused(made, tmp_path):
+def test_a_table_that_lost_what_its_checkpoint_imported_is_refused(made, tmp_path, spark):
     """The table deleted under its checkpoint: the rerun would resume after the checkpoint,
     import nothing and exit 0, the table empty. It is refused instead (one line, exit 2,
     nothing written), and a new checkpoint imports what the table lacks, once."""
@@ -180,9 +197,7 @@ def test_a_table_that_lost_what_its_checkpoint_imported_is_refused(made, tmp_pat
         assert "holds none of it: the table was deleted, emptied or rolled back since" in line
         assert "use a new --checkpoint" in line
         assert snapshot(root) == before
-        again = run_cli(*import_args(broker.bootstrap, root, tmp_path / "new"), "--json")
-        assert again.returncode == 0, again.stderr
-        assert json.loads(again.stdout.strip().splitlines()[-1])["records"] == 50
+        assert in_process(spark, broker.bootstrap, root, tmp_path / "new") == 50
         with sqlite3.connect(database) as conn:
             stored = conn.execute("SELECT partition, offset FROM orders").fetchall()
         assert sorted(stored) == [(0, o) for o in range(30)] + [(1, o) for o in range(20)]
