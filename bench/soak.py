@@ -7,9 +7,11 @@ On this machine, for --hours (default 2):
   continuously into each of --mirror-stores (default Delta and Iceberg) with maintenance on;
 - a plain topic produced at --rate records/s, imported continuously into --plain-store;
 - `lagless serve` watching --groups groups x --partitions partitions on noida-db;
-- a fault every --fault-minutes, in turn: kill -9 of a mirror import (restarted), kill -9 of
-  Debezium (restarted), the broker down for 20 s, a PostgreSQL restart, and the plain table's
-  log folder made immutable for 30 s (`chattr +i`: a store that refuses writes, even root's);
+- from when every import has written, a fault every --fault-minutes, in turn (with --faults N
+  the run ends after the N-th): kill -9 of a mirror import (restarted), kill -9 of
+  Debezium (restarted), the broker down for --broker-down-seconds (20), a PostgreSQL restart,
+  and the plain table's log folder made immutable for --refusal-seconds (30; `chattr +i`: a
+  store that refuses writes, even root's);
 - every --sample-seconds: resident memory of each process (the imports' driver Python, JVM
   and Python workers; serve and its child), open files, threads, checkpoint and staging bytes,
   table files and bytes, the Delta log's and Iceberg metadata's bytes, produce -> visible of
@@ -27,8 +29,9 @@ window's; each fault caught up with within 5 minutes (its worst wait printed); n
 or doubled. Exit 0 when every check holds, 1 otherwise. One PNG per figure with --png-dir.
 
     .venv/bin/python bench/soak.py --hours 2 --png-dir bench/results/soak
-    small (the suite's run): --minutes 2 --warm-up-minutes 0.5 --fault-minutes 0.4
-        --sample-seconds 5 --groups 40 --rate 200 --no-growth-verdict
+    small (the suite's run, each fault once): --faults 5 --minutes 8 --fault-minutes 0.05
+        --warm-up-minutes 0.5 --broker-down-seconds 8 --refusal-seconds 10 --sample-seconds 4
+        --groups 20 --partitions 4 --rate 100 --no-growth-verdict
 """
 
 from __future__ import annotations
@@ -354,6 +357,19 @@ class Soak:
     faults: list[tuple[float, str]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
 
+    def over(self, seconds: float) -> bool:
+        """The run's end: after `seconds`, or with --faults N once the N-th fault is over."""
+        if self.args.faults and len(self.faults) >= self.args.faults:
+            return True
+        return time.time() - self.started >= seconds
+
+    def up(self) -> bool:
+        """Every import has written: the last sample saw plain records become visible and
+        each mirror's tables (their lag)."""
+        last = self.samples[-1] if self.samples else {}
+        mirrors = all(f"{store} mirror lag s" in last for store in self.args.mirror_stores)
+        return mirrors and "visible p50 s" in last
+
     def mirror_url(self, store: str) -> str:
         return f"{store}:///{self.work / ('mirror-' + store)}"
 
@@ -567,9 +583,9 @@ def faults(soak: Soak, connector: Any, database: Database) -> list[Callable[[], 
 
     def broker_down() -> str:
         soak.broker.set_down()
-        time.sleep(20)
+        time.sleep(soak.args.broker_down_seconds)
         soak.broker.set_up()
-        return "the broker down for 20 s"
+        return f"the broker down for {soak.args.broker_down_seconds:g} s"
 
     def restart_postgres() -> str:
         database.paused.set()
@@ -588,9 +604,9 @@ def faults(soak: Soak, connector: Any, database: Database) -> list[Callable[[], 
         locked = subprocess.run(["chattr", "+i", str(log_folder)], capture_output=True)
         if locked.returncode != 0:
             return "the store's refusal skipped: chattr +i is not supported here"
-        time.sleep(30)
+        time.sleep(soak.args.refusal_seconds)
         subprocess.run(["chattr", "-i", str(log_folder)], check=False)
-        return "the plain table refused writes for 30 s"
+        return f"the plain table refused writes for {soak.args.refusal_seconds:g} s"
 
     return [kill_mirror, kill_debezium, broker_down, restart_postgres, store_refuses]
 
@@ -605,6 +621,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--warm-up-minutes", type=float, default=15.0)
     parser.add_argument("--sample-seconds", type=float, default=60.0)
     parser.add_argument("--fault-minutes", type=float, default=15.0)
+    parser.add_argument(
+        "--faults", type=int, help="end once this many faults are over (or --hours, if sooner)"
+    )
+    parser.add_argument("--broker-down-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--refusal-seconds", type=float, default=30.0, help="the plain table refusing writes"
+    )
     parser.add_argument("--schema-change-minutes", type=float, default=30.0)
     parser.add_argument("--mirror-stores", nargs="+", default=["delta", "iceberg"])
     parser.add_argument("--plain-store", default="delta", choices=["delta", "parquet"])
@@ -690,28 +713,7 @@ def main() -> int:
         visibility = Visibility(soak.plain_url, producer, broker, judged_from)
         for thread in (database, producer, visibility):
             thread.start()
-        schedule = faults(soak, connector, database)
-        next_sample = next_fault = time.time()
-        next_fault += args.fault_minutes * 60
-        last: dict[str, Any] = {}
-        while time.time() - soak.started < seconds:
-            time.sleep(0.5)
-            for service in soak.services.values():
-                service.keep_running()
-            if connector.process is not None and not connector.process.running():
-                log("Debezium ended: started again")
-                connector.kill()
-                connector.start()
-            if time.time() >= next_sample:
-                next_sample += args.sample_seconds
-                soak.sample(producer, visibility, last)
-            if time.time() >= next_fault:
-                fault = schedule[len(soak.faults) % len(schedule)]
-                soak.faults.append((time.time(), fault.__name__))
-                window = visibility.fault_began(fault.__name__)
-                log(fault())
-                visibility.fault_ended(window)
-                next_fault += args.fault_minutes * 60
+        watch(soak, connector, database, producer, visibility, seconds)
         return finish(soak, database, producer, visibility, connector, fleet)
     finally:
         for service in soak.services.values():
@@ -725,6 +727,62 @@ def main() -> int:
         source.destroy()
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+class Sampler(threading.Thread):
+    """Soak.sample every --sample-seconds (one after another when a sample took longer), in a
+    thread of its own: a sample takes seconds (each mirror's lag), and the faults keep their
+    times."""
+
+    def __init__(self, soak: Soak, producer: PlainProducer, visibility: Visibility) -> None:
+        super().__init__(daemon=True)
+        self.soak, self.producer, self.visibility = soak, producer, visibility
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        last: dict[str, Any] = {}
+        next_sample = time.time()
+        while not self.stop.wait(max(0.0, next_sample - time.time())):
+            next_sample += self.soak.args.sample_seconds
+            self.soak.sample(self.producer, self.visibility, last)
+
+
+def watch(
+    soak: Soak,
+    connector: Any,
+    database: Database,
+    producer: PlainProducer,
+    visibility: Visibility,
+    seconds: float,
+) -> None:
+    """The run: the services kept running, sampled (Sampler) and, from when every import has
+    written (Soak.up), a fault every --fault-minutes, until Soak.over."""
+    schedule = faults(soak, connector, database)
+    sampler = Sampler(soak, producer, visibility)
+    sampler.start()
+    next_fault: float | None = None
+    try:
+        while not soak.over(seconds):
+            time.sleep(0.5)
+            for service in soak.services.values():
+                service.keep_running()
+            if connector.process is not None and not connector.process.running():
+                log("Debezium ended: started again")
+                connector.kill()
+                connector.start()
+            if next_fault is None and soak.up():
+                log("every import has written: the faults begin")
+                next_fault = time.time() + soak.args.fault_minutes * 60
+            if next_fault is not None and time.time() >= next_fault:
+                fault = schedule[len(soak.faults) % len(schedule)]
+                soak.faults.append((time.time(), fault.__name__))
+                window = visibility.fault_began(fault.__name__)
+                log(fault())
+                visibility.fault_ended(window)
+                next_fault += soak.args.fault_minutes * 60
+    finally:
+        sampler.stop.set()
+        sampler.join()
 
 
 def finish(
@@ -746,7 +804,7 @@ def finish(
     pending = {(store, table) for store in soak.args.mirror_stores for table in ("orders", "items")}
     found: dict[tuple[str, str], tuple[int, int, int]] = {}
     while pending and time.time() < deadline:
-        time.sleep(5)
+        time.sleep(2)
         for service in soak.services.values():
             service.keep_running()
         for store, table in sorted(pending):
