@@ -3,7 +3,7 @@ PostgreSQL under the default REPLICA IDENTITY, a table with a TOASTed text and a
 text[], real Debezium through `lagless debezium` (Kafka Connect's headers: the delete carries
 `__debezium.newkey`, the create `__debezium.oldkey` and the placeholder in each TOASTed
 column), then `lagless import --value-format debezium` into SQLite, PostgreSQL, Delta and
-Iceberg (and Delta with soft deletes: Spark's rows) in batches of a few records, so that a
+Iceberg (and Delta with soft deletes: Spark's rows) in batches of 5 records, so that a
 change's delete and create fall into different batches and partitions: each mirror equals the
 source row for row, and marks no value unknown. The same events without their headers leave
 the new rows' TOASTed values NULL, marked and counted (`lag --sink`)."""
@@ -86,13 +86,13 @@ def wait_for_records(bootstrap: str, at_least: int, process: subprocess.Popen) -
 
 
 def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path, *more: str) -> str:
-    """`lagless import` in batches of 3 records: its summary."""
+    """`lagless import` in batches of 5 records: its summary."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "lagless", "import", "--bootstrap", bootstrap),
             *("--topic", topic, "--value-format", "debezium", "--table", table),
             *("--sink", sink, "--checkpoint", str(folder / f"ckpt-{table}-{uuid.uuid4().hex}")),
-            *("--max-records-per-batch", "3", *more),
+            *("--max-records-per-batch", "5", *more),
         ],
         capture_output=True,
         text=True,
