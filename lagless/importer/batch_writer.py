@@ -49,7 +49,7 @@ from lagless.importer.rows import (
     shape,
     sql_string,
 )
-from lagless.importer.spec import BatchSettings, ImportSpec
+from lagless.importer.spec import BatchSettings
 from lagless.importer.write_path import Way
 from lagless.kafka import TP, Offsets
 from lagless.progress import Collector, Summary
@@ -104,7 +104,6 @@ class Finished:
 
 
 def open_batch_writer(
-    spec: ImportSpec,
     plan: ImportPlan,
     collector: Collector,
     target_end: Offsets | None,
@@ -117,6 +116,7 @@ def open_batch_writer(
     the dead-letter topic), each opened in `opened`: assembled alike in this process and in a
     Spark Connect server (connect_writer.py). overlap: the store's commits of a batch run
     beside the next batch's tasks (this process; a server commits each batch in it)."""
+    spec = plan.spec
     committer = GroupCommitter(plan.reader.groups, spec.group) if spec.group else None
     dead_letter_topic = (
         opened.enter_context(DeadLetterTopic(spec.kafka, spec.dead_letter_topic))

@@ -90,10 +90,9 @@ class ServerSideWriter:
             sink.prepare(each.target)
         reader = opened.enter_context(OffsetReader(spec.kafka, retry_s=spec.retry_seconds))
         plan = ImportPlan(
-            sink, reader, self.partitions, self.destinations, None, self.lost, self.write_path
+            spec, sink, reader, self.partitions, self.destinations, None, self.lost, self.write_path
         )
         writer = open_batch_writer(
-            spec,
             plan,
             ProgressFile(self.channel),
             self.target_end,
@@ -124,18 +123,16 @@ class ConnectWriter:
 
     def __init__(
         self,
-        spec: ImportSpec,
         plan: ImportPlan,
         collector: Collector,
         target_end: Offsets | None,
         first_start: Offsets,
     ) -> None:
-        self.spec = spec
         self.plan = plan
         self.collector = collector
         self.target_end = target_end
         self.first_start = first_start
-        self.channel = Path(spec.checkpoint, f"connect-{uuid.uuid4().hex[:12]}")
+        self.channel = Path(plan.spec.checkpoint, f"connect-{uuid.uuid4().hex[:12]}")
         self.channel.mkdir(parents=True)
         self.summary = Summary(skipped=sum(lost.skipped for lost in plan.lost))
         self.done = 0
@@ -150,7 +147,7 @@ class ConnectWriter:
 
         plan = self.plan
         return ServerSideWriter(
-            self.spec,
+            plan.spec,
             plan.destinations,
             plan.partitions,
             plan.lost,

@@ -38,7 +38,7 @@ def explain(spec: ImportSpec) -> dict[str, Any]:
         # As a run would: nothing a table holds already is planned (sinks/ledger.py).
         for each in plan.destinations:
             each.held = plan.sink.ledger(each.target, each.partitions)
-    options = source_options(spec, plan, slots)
+    options = source_options(plan, slots)
     reader = KafkaStreamReader(SourceOptions.parse(options))
     table_of = {topic: each.target.table for each in plan.destinations for topic in each.topics}
     try:

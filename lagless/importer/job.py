@@ -104,62 +104,68 @@ class Start:
 def run_import(spec: ImportSpec, collector: Collector | None = None, spark: Any = None) -> Summary:
     """Check, read every table's ledger, start Spark, then run the query (run_query) until the
     backlog is drained or a stop is asked for; everything opened is closed however it ends."""
-    from lagless.importer.spark import is_connect, is_remote
+    from lagless.importer.spark import is_connect
 
     collector = collector or Collector()
     if is_connect(spec.master):
         # A Spark Connect server resolves paths from its own working folder, not this one.
         spec = spec.with_absolute_paths()
     plan = check(spec)
+    return _run(plan, collector, spark)
 
+
+def _run(plan: ImportPlan, collector: Collector, spark: Any) -> Summary:
+    """The checked plan's run (run_import): every decision is the plan's from here on."""
+    from lagless.importer.spark import is_remote
+
+    spec = plan.spec
     with ExitStack() as opened:
         opened.enter_context(plan.sink)
         opened.enter_context(plan.reader)
         low, high = plan.reader.log.watermarks(plan.partitions)
         lost_under_checkpoint = bool(plan.lost)
-        done = resume(spec, plan, collector, low, high)
+        done = resume(plan, collector, low, high)
         held = plan.held
         starts = {tp: max(done.get(tp, 0), low[tp], held.get(tp, 0)) for tp in low}
         # Nothing to read: said without Spark. Not when the checkpoint stood at offsets the log
         # lost (a recreated topic): they are not this log's, and Spark reads on from its start.
         nothing = all(starts[tp] >= high[tp] for tp in high)
         if spec.mode == "bulk" and not lost_under_checkpoint and nothing:
-            return up_to_date(spec, plan, collector)
+            return up_to_date(plan, collector)
         # Bytes per record where the first batch starts, read while Spark starts: planning the
         # first batch would otherwise read them after, on a slow broker for seconds.
         sizes = sample_meanwhile(plan.reader.records, starts, high)
         warm_up = None
         if spark is None:
-            spark, warm_up = _start_spark(spec, plan, opened)
+            spark, warm_up = _start_spark(plan, opened)
         # Every check passed and Spark answers (a Connect server may not): the checkpoint is
         # this import's. Not before: a failed start must leave no checkpoint that refuses the
         # next import's other arguments.
         if plan.fit is not None:
             write_fit(spec.checkpoint, plan.fit)
-        prepare(spec, plan, plan.destinations)
-        start = start_offsets(spec, plan, low, high, done)
+        prepare(plan, plan.destinations)
+        start = start_offsets(plan, low, high, done)
         write_first_start(spec.checkpoint, start.first_start)
-        writer = _writer(spec, plan, collector, start, opened, remote=is_remote(spark))
+        writer = _writer(plan, collector, start, opened, remote=is_remote(spark))
         opened.enter_context(collector)
         writer.summary.behind = start.backlog()
         collector.start(writer.summary.behind)
         started = time.monotonic()
-        run_query(spark, spec, plan, writer, sizes(), warm_up)
+        run_query(spark, plan, writer, sizes(), warm_up)
         writer.summary.seconds = time.monotonic() - started
-        described(writer.summary, spec, plan, held)
+        described(writer.summary, plan, held)
         collector.finish(writer.summary)
         log.info("import done: %s", writer.summary.as_dict())
-    refuse_stopped_tables(spec, plan)
+    refuse_stopped_tables(plan)
     return writer.summary
 
 
-def resume(
-    spec: ImportSpec, plan: ImportPlan, collector: Collector, low: Offsets, high: Offsets
-) -> Offsets:
+def resume(plan: ImportPlan, collector: Collector, low: Offsets, high: Offsets) -> Offsets:
     """Where the run resumes: each table's ledger read (read_ledgers), what the broker deleted
     before any run read it said (or refused, for a mirror), the tables' warnings passed on;
     the offsets the checkpoint's last batch ended at returned."""
-    read_ledgers(spec, plan, plan.destinations, low, high)
+    spec = plan.spec
+    read_ledgers(plan, plan.destinations, low, high)
     done = last_end_offsets(spec.checkpoint)
     gone = deleted_before_read(low, plan.held, done)
     if gone is not None:
@@ -172,16 +178,14 @@ def resume(
     return done
 
 
-def _start_spark(
-    spec: ImportSpec, plan: ImportPlan, opened: ExitStack
-) -> tuple[Any, WarmUp | None]:
+def _start_spark(plan: ImportPlan, opened: ExitStack) -> tuple[Any, WarmUp | None]:
     """Spark's session, started as the plan's write path wants it (records through its JVM or
     not), and the warm-up of its Python workers (none on a Connect server, whose workers are
     up already), joined as the run ends."""
     from lagless.importer.spark import is_remote, spark_session
     from lagless.importer.warm_up import WarmUp
 
-    path = plan.write_path
+    path, spec = plan.write_path, plan.spec
     spark = spark_session(
         spec.master, conf=dict(spec.spark_conf), records_in_jvm=path.records_in_jvm
     )
@@ -205,30 +209,31 @@ def _joined_unless_stopped(warm_up: WarmUp) -> Callable[..., bool]:
     return exit
 
 
-def refuse_stopped_tables(spec: ImportSpec, plan: ImportPlan) -> None:
+def refuse_stopped_tables(plan: ImportPlan) -> None:
     """A bulk import that left a table stopped by a schema change (the others written) ends
     with its reason (exit 2); a continuous one said it when the table stopped."""
     stopped = [each for each in plan.destinations if each.stopped is not None]
-    if stopped and spec.mode == "bulk":
+    if stopped and plan.spec.mode == "bulk":
         first = stopped[0]
         raise SchemaChangeRefused(str(first.stopped), first.target.table)
 
 
-def up_to_date(spec: ImportSpec, plan: ImportPlan, collector: Collector) -> Summary:
+def up_to_date(plan: ImportPlan, collector: Collector) -> Summary:
     """A bulk import with nothing to read (the tables hold the log up to its end, or the log is
     empty): said without starting Spark. The tables are made (a first import of an empty topic
     leaves an empty table) and the group, if any, is moved up to what the tables hold."""
+    spec = plan.spec
     if plan.fit is not None:
         write_fit(spec.checkpoint, plan.fit)
-    prepare(spec, plan, plan.destinations)
+    prepare(plan, plan.destinations)
     held = plan.held
     if spec.group and held:
         GroupCommitter(plan.reader.groups, spec.group).commit(held)
-    summary = described(Summary(), spec, plan, held)
+    summary = described(Summary(), plan, held)
     with collector:
         collector.finish(summary)
     log.info("nothing to import, up to date: %s", summary.as_dict())
-    refuse_stopped_tables(spec, plan)
+    refuse_stopped_tables(plan)
     return summary
 
 
@@ -288,7 +293,7 @@ def mirror_losses(
     ]
 
 
-def described(summary: Summary, spec: ImportSpec, plan: ImportPlan, held: Offsets) -> Summary:
+def described(summary: Summary, plan: ImportPlan, held: Offsets) -> Summary:
     """The summary with where its rows went (the store, its tables) and what they held before."""
     summary.destination = plan.sink.destination
     summary.table = ", ".join(sorted({each.target.table for each in plan.destinations}))
@@ -302,7 +307,6 @@ def described(summary: Summary, spec: ImportSpec, plan: ImportPlan, held: Offset
 
 
 def read_ledgers(
-    spec: ImportSpec,
     plan: ImportPlan,
     destinations: list[Destination],
     low: Offsets,
@@ -319,11 +323,12 @@ def read_ledgers(
                 "%s holds %s; the import resumes after it", each.where, to_json_offsets(each.held)
             )
     mirrored = [each for each in destinations if each.stopped is None]
-    replayed = a_batch_the_tables_lack(spec.checkpoint, mirrored, lost)
+    checkpoint = plan.spec.checkpoint
+    replayed = a_batch_the_tables_lack(checkpoint, mirrored, lost)
     for each in mirrored:
         refuse_a_recreated_topic(plan, each, low, high)
-        refuse_a_table_behind(spec.checkpoint, each, lost, replayed)
-    replay(spec.checkpoint, replayed)
+        refuse_a_table_behind(checkpoint, each, lost, replayed)
+    replay(checkpoint, replayed)
 
 
 def a_batch_the_tables_lack(
@@ -377,8 +382,9 @@ def refuse_a_recreated_topic(
         )
 
 
-def prepare(spec: ImportSpec, plan: ImportPlan, destinations: list[Destination]) -> None:
+def prepare(plan: ImportPlan, destinations: list[Destination]) -> None:
     """Create each table (safe to repeat), once every check passed."""
+    spec = plan.spec
     plan.sink.retry_s = spec.retry_seconds
     for each in destinations:
         if each.stopped is not None:
@@ -391,11 +397,10 @@ def prepare(spec: ImportSpec, plan: ImportPlan, destinations: list[Destination])
         plan.sink.prepare(each.target)
 
 
-def start_offsets(
-    spec: ImportSpec, plan: ImportPlan, low: Offsets, high: Offsets, done: Offsets
-) -> Start:
+def start_offsets(plan: ImportPlan, low: Offsets, high: Offsets, done: Offsets) -> Start:
     """Where the first batch starts and, in bulk, where the import ends: by the log, the
     timestamps asked for, and never below what a table holds."""
+    spec = plan.spec
     target_end = dict(high) if spec.mode == "bulk" else None
     if target_end is not None and spec.ending_timestamp is not None:
         target_end = timestamp_offsets(plan, spec.ending_timestamp, low, target_end)
@@ -407,7 +412,6 @@ def start_offsets(
 
 
 def _writer(
-    spec: ImportSpec,
     plan: ImportPlan,
     collector: Collector,
     start: Start,
@@ -417,17 +421,16 @@ def _writer(
 ) -> BatchWriter | ConnectWriter:
     """foreachBatch's function: this process's BatchWriter, or a Spark Connect server's."""
     if remote:
-        connect = ConnectWriter(spec, plan, collector, start.target_end, start.first_start)
+        connect = ConnectWriter(plan, collector, start.target_end, start.first_start)
         opened.callback(connect.close)
         return connect
     return open_batch_writer(
-        spec, plan, collector, start.target_end, start.first_start, opened, overlap=True
+        plan, collector, start.target_end, start.first_start, opened, overlap=True
     )
 
 
 def run_query(
     spark: Any,
-    spec: ImportSpec,
     plan: ImportPlan,
     writer: BatchWriter | ConnectWriter,
     sizes: Mapping[TP, float],
@@ -440,6 +443,7 @@ def run_query(
     the batch."""
     from lagless.importer.spark import parallelism
 
+    spec = plan.spec
     slots = spec.slots or slots_for(parallelism(spark))
     late_workers = 0
     stop_file = _stop_file(spec.checkpoint)
@@ -448,7 +452,7 @@ def run_query(
         writer.stop = stop
         plan.reader.connection.stop = stop  # the group commits' waits, in this process
         while True:
-            options = source_options(spec, plan, slots, sizes)
+            options = source_options(plan, slots, sizes)
             options[STOP_FILE] = str(stop_file.path)
             query = _start_query(spark, spec, writer, options, warm_up)
             log.info("the query runs, into %d tables", len(plan.destinations))
@@ -475,7 +479,7 @@ def run_query(
             if failure is None or not isinstance(from_spark(failure), NewTopics):
                 break
             log.info("%s; preparing their tables, then replaying the batch", from_spark(failure))
-            if not admit_new_topics(spec, plan, writer.collector.warn):
+            if not admit_new_topics(plan, writer.collector.warn):
                 break  # gone again (deleted): a rerun resumes
             writer.failure = None
     if failure is None and not stop.is_set():
@@ -505,14 +509,13 @@ def _start_query(
     return writer_stream.start()
 
 
-def admit_new_topics(
-    spec: ImportSpec, plan: ImportPlan, warn: Callable[[str], None] = log.warning
-) -> list[str]:
+def admit_new_topics(plan: ImportPlan, warn: Callable[[str], None] = log.warning) -> list[str]:
     """Topics that appeared while a routed import runs: each table checked, its ledger read and
     the table prepared, as at the start, before the batch that reads them is written. A topic
     whose table is an existing one's joins it, unless the table takes one topic's records
     (ImportSpec.one_topic_per_table): refused then. A topic still empty waits for its first
     change event (spec.with_change_events). Returns the topics admitted."""
+    spec = plan.spec
     partitions = spec.partitions(plan.reader)
     known = set(plan.partitions)
     # Topics of no table: new ones, and those that waited for their first change event.
@@ -533,8 +536,8 @@ def admit_new_topics(
             refuse_a_merge(spec.template, joined.target.table, joined.topics[0], each.topics[0])
         if spec.one_topic_per_table:
             refuse_a_collision(spec.template, joined.target.table, joined.topics[0], each.topics[0])
-    read_ledgers(spec, plan, added, low, high)
-    prepare(spec, plan, added)
+    read_ledgers(plan, added, low, high)
+    prepare(plan, added)
     for each in added:
         if each.warning is not None:
             warn(each.warning)
@@ -545,7 +548,7 @@ def admit_new_topics(
         joined.topics = tuple(sorted({*joined.topics, *each.topics}))
         joined.partitions = sorted({*joined.partitions, *each.partitions})
         joined.held = {**joined.held, **each.held}
-    plan.decide_write_path(spec.write_options)  # for the tables as they are now
+    plan.decide_write_path()  # for the tables as they are now
     admitted = topics_of(tp for each in added for tp in each.partitions)
     log.info("new topics %s: their tables are ready", ", ".join(admitted))
     return admitted

@@ -21,7 +21,7 @@ from lagless.importer.debezium import events_of
 from lagless.importer.routing import Destination, by_topic, route, table_names, topics_of
 from lagless.importer.spec import MIN_TASK_RECORDS, ImportSpec
 from lagless.importer.value_schema import ValueSchema, resolve
-from lagless.importer.write_path import ROWS, Way, WriteOptions, WritePath, decide, table_writer
+from lagless.importer.write_path import ROWS, Way, WritePath, decide, table_writer
 from lagless.kafka import TP, Offsets
 from lagless.kafka.offset_reader import OffsetReader
 from lagless.sinks import Sink, Target, sink_from_url
@@ -42,8 +42,11 @@ class ImportPlan:
     """The import's plan, resolved once by `check`: the store (built once), the broker's
     reader, the partitions read, the tables (Destination: each one's target, topics, decoding
     and ledger), what the checkpoint records, and how batches reach the store (write_path).
-    The run reads its decisions here rather than asking the options again."""
+    The run reads its decisions here, and the options they were resolved from (`spec`),
+    rather than taking the options beside it."""
 
+    # The import's options, checked: what the plan was resolved from.
+    spec: ImportSpec
     sink: Sink
     reader: OffsetReader
     # Every partition the import reads, and each table's own (routing.py).
@@ -57,9 +60,9 @@ class ImportPlan:
     # tables, again when a routed import adds tables (job.admit_new_topics).
     write_path: WritePath = ROWS
 
-    def decide_write_path(self, options: WriteOptions) -> None:
+    def decide_write_path(self) -> None:
         """The write path for the tables as they are now: the one place it is decided."""
-        self.write_path = decide(options, self.sink, self.destinations)
+        self.write_path = decide(self.spec.write_options, self.sink, self.destinations)
 
     @property
     def held(self) -> Offsets:
@@ -145,8 +148,8 @@ def check(spec: ImportSpec) -> ImportPlan:
             raise BadInput(f"--dead-letter-topic {spec.dead_letter_topic!r} is being imported")
         reader.cluster.partitions([spec.dead_letter_topic])
     destinations = check_destinations(spec, sink, reader, partitions)
-    plan = ImportPlan(sink, reader, partitions, destinations, fit if new_fit else None, lost)
-    plan.decide_write_path(spec.write_options)
+    plan = ImportPlan(spec, sink, reader, partitions, destinations, fit if new_fit else None, lost)
+    plan.decide_write_path()
     return plan
 
 
@@ -328,13 +331,13 @@ def target_for(
 
 
 def source_options(
-    spec: ImportSpec,
     plan: ImportPlan,
     slots: int,
     bytes_per_record: Mapping[TP, float] | None = None,
 ) -> dict[str, str]:
     """The lagless-kafka source's options for this import's next query: its plan's tables,
     store and write path (checked), and what its ledgers hold."""
+    spec = plan.spec
     options = spec.kafka.source_options()
     options.update(
         {
@@ -351,7 +354,7 @@ def source_options(
         options[o.SUBSCRIBE_PATTERN] = pattern
     else:
         options[o.SUBSCRIBE] = ",".join(topics)
-    options.update(_batch_limits(spec, plan))
+    options.update(_batch_limits(plan))
     if spec.value_format == "debezium":  # a primary-key change's headers (cdc/key_change.py)
         options[o.INCLUDE_HEADERS] = "true"
     writer = plan.write_path.writer
@@ -380,10 +383,11 @@ def source_options(
     return options
 
 
-def _batch_limits(spec: ImportSpec, plan: ImportPlan) -> dict[str, str]:
+def _batch_limits(plan: ImportPlan) -> dict[str, str]:
     """The source's limits of a batch: --max-records-per-batch, else bytes, by default what
     the plan's write path holds in the driver's memory (records the tasks write never wait
     there; a mirror's decoded events do, while the driver coalesces them)."""
+    spec = plan.spec
     if spec.max_records_per_batch:
         return {o.MAX_RECORDS_PER_BATCH: str(spec.max_records_per_batch)}
     sink = plan.sink

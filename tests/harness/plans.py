@@ -15,8 +15,8 @@ from lagless.sinks.base import Sink, TaskWriter
 def offline_plan(spec: ImportSpec) -> ImportPlan:
     sink = sink_from_url(spec.sink_url)
     destination = Destination(spec.target(sink), spec.topics, [], "")
-    plan = ImportPlan(sink, None, [], [destination])  # type: ignore[arg-type]  # no broker
-    plan.decide_write_path(spec.write_options)
+    plan = ImportPlan(spec, sink, None, [], [destination])  # type: ignore[arg-type]  # no broker
+    plan.decide_write_path()
     return plan
 
 

@@ -231,7 +231,7 @@ def test_raw_records_copied_by_the_reading_tasks_land_once_even_when_replayed(
     spec = pg_spec(kafka, topic_name, postgres.url, tmp_path, max_records_per_batch=500)
     assert tasks_writer(spec) is not None  # the path under test
 
-    options = source_options(spec, offline_plan(spec), slots=2)
+    options = source_options(offline_plan(spec), slots=2)
     plan = spark.readStream.format(SOURCE_NAME).options(**options).load()
     assert "secret-pw" in options["executorWriterSecret"]
     assert "secret-pw" not in plan._jdf.queryExecution().toString()

@@ -227,7 +227,7 @@ def test_a_driver_sink_gets_smaller_default_batches_than_an_executor_sink() -> N
 
     def default_batch_bytes(sink_url: str, **limits: Any) -> str | None:
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt", **limits)
-        return source_options(spec, offline_plan(spec), slots=4).get("maxBytesPerBatch")
+        return source_options(offline_plan(spec), slots=4).get("maxBytesPerBatch")
 
     on_driver = default_batch_bytes("sqlite:///x.db", value_format="json")
     on_executors = default_batch_bytes("parquet:///lake")
@@ -248,7 +248,7 @@ def test_every_sink_starts_with_a_small_first_batch() -> None:
 
     for sink_url in ("sqlite:///x.db", "parquet:///lake", "delta:///lake"):
         spec = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), sink_url, "/tmp/ckpt")
-        options = source_options(spec, offline_plan(spec), slots=4)
+        options = source_options(offline_plan(spec), slots=4)
         assert int(options["firstBatchMaxBytes"]) < int(options["maxBytesPerBatch"]), sink_url
 
 

@@ -400,5 +400,5 @@ def test_an_import_starts_no_range_for_a_remainder_of_a_few_records() -> None:
     planned = plan_tasks(ranges, 4, sizes, min_task_records=MIN_TASK_RECORDS)
     assert sorted(planned) == sorted(ranges)  # a piece per partition, nothing cut off
     options = ImportSpec(KafkaConfig("127.0.0.1:9"), ("t",), "parquet:///lake", "/tmp/c")
-    source_options = source_options(options, offline_plan(options), slots=2)
+    source_options = source_options(offline_plan(options), slots=2)
     assert source_options["minTaskRecords"] == str(MIN_TASK_RECORDS)
