@@ -160,17 +160,29 @@ def mirrored(
     change has its moved values (`moves`, the table's key changes), and a value it cannot
     know is marked (key_change.py); with soft deletes, a winning tombstone keeps the held row,
     flagged _deleted, with the tombstone's coordinates."""
-    import polars as pl
     import pyarrow as pa
+
+    kept = _with_held_values(planned, whole, target, moves)
+    if target.deletes != "soft":
+        return Plan(planned.replaced, kept)
+    survivors = _soft_deleted(planned, rows, whole, target, kept.schema)
+    return Plan(planned.replaced, pa.concat_tables([kept, survivors]))
+
+
+def _with_held_values(
+    planned: Plan, whole: pa.Table, target: Target, moves: pa.Table | None
+) -> pa.Table:
+    """The added rows as the table takes them (the batch's key changes resolved, not kept):
+    each placeholder replaced by the held value, a key change's moved value, or NULL (marked
+    in a marked mirror)."""
+    import polars as pl
 
     assert target.fields is not None
     keys = list(target.unique)
-    # The rows as the table takes them: the batch's key changes resolved, not kept.
     schema = _fields(
         planned.added,
         [c for c in planned.added.column_names if c not in key_change.BATCH_COLUMNS],
     )
-    columns = schema.names
     kept_types = kept_columns(target.fields, target.unique)
     added = _frame(planned.added).with_columns(
         pl.Series(name + UNAVAILABLE_AT, unavailable_mask(planned.added.column(name), data_type))
@@ -193,9 +205,17 @@ def mirrored(
             .alias(name)
             for name in names
         )
-    kept = joined.select(columns).to_arrow().cast(schema)
-    if target.deletes != "soft":
-        return Plan(planned.replaced, kept)
+    return joined.select(schema.names).to_arrow().cast(schema)
+
+
+def _soft_deleted(
+    planned: Plan, rows: pa.Table, whole: pa.Table, target: Target, schema: pa.Schema
+) -> pa.Table:
+    """With soft deletes: the held rows a winning tombstone deletes, kept, flagged _deleted,
+    with the tombstone's coordinates (in `schema`, the kept rows')."""
+    import polars as pl
+
+    keys = list(target.unique)
     deleted = (
         _frame(rows).filter(pl.col(TOMBSTONE)).join(_frame(planned.replaced), on=keys, how="semi")
     )
@@ -207,12 +227,9 @@ def mirrored(
             *(pl.col(name + HELD).alias(name) for name in flagged if name not in keys),
             pl.lit(True).alias(DELETED),
         )
-        .select([c for c in columns if c in whole.column_names])
+        .select([c for c in schema.names if c in whole.column_names])
     )
-    return Plan(
-        planned.replaced,
-        pa.concat_tables([kept, in_schema(survivors.to_arrow(), schema)]),
-    )
+    return in_schema(survivors.to_arrow(), schema)
 
 
 # Beside a row: the key change it takes, as `<table>_moves` keeps it (its columns suffixed).
