@@ -271,7 +271,7 @@ def test_the_server_keeps_serving_while_the_broker_is_down_and_recovers() -> Non
             assert lag == RECORDS - 8
             broker.set_down()
             down_at, down_wall = time.monotonic(), time.time()
-            wait_for("the outage to show", lambda: up() == 0, timeout_s=15)
+            wait_for("the outage to show", lambda: up() == 0, timeout_s=60)
             status = get_json(url + "/api/groups/outage-group")["status"]
             assert status["error"], "the API says why the group is not sampled"
             assert status["status"] == "UNKNOWN", "never the last OK while the broker is away"
@@ -290,7 +290,7 @@ def test_the_server_keeps_serving_while_the_broker_is_down_and_recovers() -> Non
 
             broker.set_up()
             up_at = time.monotonic()
-            wait_for("sampling to recover", lambda: up() == 1, timeout_s=30)
+            wait_for("sampling to recover", lambda: up() == 1, timeout_s=90)
             recovered_s = time.monotonic() - up_at
             print(f"recovered {recovered_s:.1f} s after the broker came back")
             recovered = get_json(url + "/api/groups/outage-group")["status"]
@@ -302,7 +302,8 @@ def test_the_server_keeps_serving_while_the_broker_is_down_and_recovers() -> Non
 
             # Samples from before the outage may have left the window: the group is judged
             # again (lag and a commit that never moves) once the window holds new ones.
-            wait_for("the stuck group to be judged again", judged, timeout_s=10)
+            # (The waits' deadlines are generous: a loaded CI worker samples late.)
+            wait_for("the stuck group to be judged again", judged, timeout_s=60)
 
 
 def one_line_exit_2(capsys: pytest.CaptureFixture[str], *args: str) -> str:
