@@ -2,8 +2,9 @@
 with a real PostgreSQL and real Debezium, producing to the embedded broker: it captures the
 table's snapshot and changes into PREFIX.SCHEMA.TABLE, stops on SIGTERM with exit 0 and its
 offsets flushed, and a restart with the same --state sends what changed while it was down
-and not the snapshot again. Then `lagless import --value-format debezium` mirrors the topic
-into the table the database holds. Bad input is one line, exit 2, before Debezium starts."""
+and not the snapshot again. Then a Debezium import (in process, on the shared session)
+mirrors the topic into the table the database holds. Bad input is one line, exit 2, before
+Debezium starts."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from lagless.importer.job import run_import
 from lagless.scenarios.debezium_connector import drop_slot
 from tests.harness.debezium import connection, records_in, skip_reason
 from tests.harness.mirror_workload import mirror_rows
 from tests.harness.postgres import PostgresServer
+from tests.integration.test_ledger import spec_for
 
 pytestmark = [
     pytest.mark.spark,
@@ -37,7 +40,7 @@ def wait_for_records(bootstrap: str, count: int, process: subprocess.Popen) -> N
         time.sleep(0.5)
 
 
-def test_the_command_captures_stops_on_sigterm_and_resumes(broker, kafka, tmp_path: Path):
+def test_the_command_captures_stops_on_sigterm_and_resumes(broker, kafka, tmp_path: Path, spark):
     server = PostgresServer.start_new(logical=True)
     slot = f"lagless_{uuid.uuid4().hex[:8]}"
     db = server.connection
@@ -82,17 +85,11 @@ def test_the_command_captures_stops_on_sigterm_and_resumes(broker, kafka, tmp_pa
         assert records_in(kafka.bootstrap, TOPIC) == 52
 
         sink = f"sqlite:///{tmp_path}/mirror.db"
-        mirrored = subprocess.run(
-            [
-                *(sys.executable, "-m", "lagless", "import", "--bootstrap", kafka.bootstrap),
-                *("--topic", TOPIC, "--value-format", "debezium", "--table", "orders"),
-                *("--sink", sink, "--checkpoint", str(tmp_path / "ckpt")),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        mirror = {"table": "orders", "write": "upsert", "value_format": "debezium"}
+        mirrored = run_import(
+            spec_for(kafka, TOPIC, sink, tmp_path / "ckpt", **mirror), spark=spark
         )
-        assert mirrored.returncode == 0, mirrored.stderr
+        assert mirrored.records == 52
         with connection(server) as conn:
             source = conn.execute("SELECT id, item FROM public.orders ORDER BY id").fetchall()
         rows = sorted((int(i), item) for i, item in mirror_rows(sink, "orders", ["id", "item"]))

@@ -2,11 +2,13 @@
 PostgreSQL under the default REPLICA IDENTITY, a table with a TOASTed text and a TOASTed
 text[], real Debezium through `lagless debezium` (Kafka Connect's headers: the delete carries
 `__debezium.newkey`, the create `__debezium.oldkey` and the placeholder in each TOASTed
-column), then `lagless import --value-format debezium` into SQLite, PostgreSQL, Delta and
+column), then a Debezium import (`--value-format debezium`) into SQLite, PostgreSQL, Delta and
 Iceberg (and Delta with soft deletes: Spark's rows) in batches of 5 records, so that a
 change's delete and create fall into different batches and partitions: each mirror equals the
 source row for row, and marks no value unknown. The same events without their headers leave
-the new rows' TOASTed values NULL, marked and counted (`lag --sink`)."""
+the new rows' TOASTed values NULL, marked and counted (`lagless import`'s summary and
+`lag --sink`). The imports into the stores run in process on the shared Spark session; the one
+whose printed summary is asserted is `lagless import` as a user runs it."""
 
 from __future__ import annotations
 
@@ -19,12 +21,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lagless.broker import EmbeddedBroker
+from lagless.cdc.envelope import Deletes
 from lagless.cdc.key_change import NEW_KEY, OLD_KEY, UNKNOWN
+from lagless.importer.job import run_import
+from lagless.importer.spec import ImportSpec
+from lagless.kafka.config import KafkaConfig
+from lagless.progress.collector import Summary
 from lagless.scenarios.debezium_connector import drop_slot
 from tests.harness.debezium import connection, skip_reason
 from tests.harness.mirror_workload import mirror_rows
@@ -85,14 +93,33 @@ def wait_for_records(bootstrap: str, at_least: int, process: subprocess.Popen) -
         time.sleep(1)
 
 
-def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path, *more: str) -> str:
-    """`lagless import` in batches of 5 records: its summary."""
+def imported_here(
+    spark: Any, bootstrap: str, sink: str, folder: Path, deletes: Deletes = "hard"
+) -> Summary:
+    """The import of TOPIC into table t_mirror in batches of 5 records, in process: its
+    summary."""
+    spec = ImportSpec(
+        kafka=KafkaConfig(bootstrap),
+        topics=(TOPIC,),
+        sink_url=sink,
+        checkpoint=str(folder / f"ckpt-t_mirror-{uuid.uuid4().hex}"),
+        table="t_mirror",
+        write="upsert",
+        value_format="debezium",
+        max_records_per_batch=5,
+        deletes=deletes,
+    )
+    return run_import(spec, spark=spark)
+
+
+def imported(bootstrap: str, sink: str, table: str, topic: str, folder: Path) -> str:
+    """`lagless import` in batches of 5 records, as a user runs it: its printed summary."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "lagless", "import", "--bootstrap", bootstrap),
             *("--topic", topic, "--value-format", "debezium", "--table", table),
             *("--sink", sink, "--checkpoint", str(folder / f"ckpt-{table}-{uuid.uuid4().hex}")),
-            *("--max-records-per-batch", "5", *more),
+            *("--max-records-per-batch", "5"),
         ],
         capture_output=True,
         text=True,
@@ -174,7 +201,7 @@ def test_the_delete_and_the_create_carry_kafka_connects_headers(captured):
 
 
 @pytest.mark.timeout(1800)
-def test_key_changes_keep_their_toasted_values_in_every_store(captured):
+def test_key_changes_keep_their_toasted_values_in_every_store(captured, spark):
     sinks = {
         "SQLite": f"sqlite:///{captured.folder}/m.db",
         "PostgreSQL": captured.server.url,
@@ -182,18 +209,18 @@ def test_key_changes_keep_their_toasted_values_in_every_store(captured):
         "Iceberg": f"iceberg:///{captured.folder}/iceberg",
     }
     for store, sink in sinks.items():  # "t_mirror": the source's database is a store
-        summary = imported(captured.bootstrap, sink, "t_mirror", TOPIC, captured.folder)
-        assert "unknown values" not in summary, summary
+        summary = imported_here(spark, captured.bootstrap, sink, captured.folder)
+        assert summary.unknown_rows == 0, summary  # the printed summary's "unknown values"
         mirrored = mirror_rows(sink, "t_mirror", COLUMNS)
         assert mirrored == _as_read(captured.source), f"{store}: the mirror differs from the source"
         assert mirror_rows(sink, "t_mirror", [UNKNOWN]) == [(None,)] * len(mirrored), store
 
 
-def test_soft_deletes_keep_the_old_keys_flagged(captured):
+def test_soft_deletes_keep_the_old_keys_flagged(captured, spark):
     """Soft deletes take Spark's rows into Delta: the rows alive equal the source's, each old
     key kept, flagged, with its values."""
     sink = f"delta:///{captured.folder}/soft"
-    imported(captured.bootstrap, sink, "t_mirror", TOPIC, captured.folder, "--deletes", "soft")
+    imported_here(spark, captured.bootstrap, sink, captured.folder, deletes="soft")
     rows = mirror_rows(sink, "t_mirror", [*COLUMNS, "_deleted"])
     assert [row[:-1] for row in rows if row[-1] != "true"] == _as_read(captured.source)
     gone = sorted(int(row[0]) for row in rows if row[-1] == "true")

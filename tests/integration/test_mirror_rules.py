@@ -195,9 +195,13 @@ def test_a_mirror_decoded_by_the_tasks_applies_the_rules_and_keeps_rejected_even
     assert len(mirror_rows(sink, f"{table}_dlq", ["error"])) == 2
 
 
-def test_one_routed_import_mirrors_each_table_of_the_database(broker, kafka, tmp_path):
+def test_one_routed_import_mirrors_each_table_of_the_database(broker, kafka, tmp_path, spark):
     """Debezium's topics of two tables, `--topic-pattern` with `--table '{table}'` (the table
-    named by the events' source block): a mirror of each, from one import."""
+    named by the events' source block): a mirror of each, from one import (in process;
+    test_routing.py runs a pattern through the CLI)."""
+    from lagless.importer.job import run_import
+    from tests.integration.test_ledger import spec_for
+
     for topic in ("db.public.t", "db.public.orders_v2"):
         broker.create_topic(topic, 2)
     produce_changes(kafka)  # into db.public.t
@@ -208,17 +212,10 @@ def test_one_routed_import_mirrors_each_table_of_the_database(broker, kafka, tmp
     producer.produce("db.public.orders_v2", key=key(5), value=value, partition=partition_of(5))
     producer.flush(30)
     sink = f"sqlite:///{tmp_path}/m.db"
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "lagless", "import", "--bootstrap", kafka.bootstrap),
-            *("--topic-pattern", r"db\.public\..*", "--table", "{table}"),
-            *("--value-format", "debezium", "--sink", sink),
-            *("--checkpoint", str(tmp_path / "ckpt")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    # The pattern in place of spec_for's one topic; each event's source block names its table.
+    routed = {"topics": (), "topic_pattern": r"db\.public\..*", "table": "{table}"}
+    mirror = {"write": "upsert", "value_format": "debezium"}
+    spec = spec_for(kafka, "", sink, tmp_path / "ckpt", **routed, **mirror)
+    assert run_import(spec, spark=spark).records == 8 + 1
     assert mirror_rows(sink, "t", ["id", "name", "n"]) == [("1", "a", "9"), ("2", "again", "3")]
     assert mirror_rows(sink, "u", ["id", "name", "n"]) == [("5", "u", "3")]

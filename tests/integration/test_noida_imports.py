@@ -58,11 +58,6 @@ def import_args(noida: NoidaKafka, topic: str, url: str, checkpoint: Path) -> li
     return [*args, "--checkpoint", str(checkpoint), "--json"]
 
 
-def summary_of(done: subprocess.CompletedProcess[str]) -> dict:
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("store", ["sqlite", "parquet"])
 def test_every_record_lands_once_and_a_fresh_checkpoint_reads_nothing(
     store, noida: NoidaKafka, tmp_path, spark
@@ -101,15 +96,19 @@ def table_behind(noida: NoidaKafka, url: str, topic: str) -> dict[int, int]:
     return {row["partition"]: row["behind"] for row in json.loads(done.stdout)["partitions"]}
 
 
-def test_import_group_and_table_lag_are_zero_then_show_new_records(noida: NoidaKafka, tmp_path):
+def test_import_group_and_table_lag_are_zero_then_show_new_records(
+    noida: NoidaKafka, tmp_path, spark
+):
+    """The import (in process) commits its group; `lagless lag` shows both lags."""
     topic = new_topic(noida, "lag")
     group = f"{topic}_importer"
     produce(noida, topic, 0, 90)
     url = f"sqlite:///{tmp_path}/out.db"
+    spec = spec_for(KafkaConfig(noida.bootstrap), topic, url, tmp_path / "ckpt", group=group)
 
-    imported = lagless(*import_args(noida, topic, url, tmp_path / "ckpt"), "--group", group)
+    imported = run_import(spec, spark=spark)
 
-    assert summary_of(imported)["records"] == 90
+    assert imported.records == 90
     assert group_lag(noida, group, topic) == dict.fromkeys(range(PARTITIONS), 0)
     assert table_behind(noida, url, topic) == dict.fromkeys(range(PARTITIONS), 0)
     produce(noida, topic, 90, 4)  # partitions 0 and 1 get two and one more, 2 one more
@@ -143,12 +142,13 @@ def test_records_deleted_before_read_are_refused_then_skipped_and_counted(
         (p, o) for p in range(PARTITIONS) for o in range(10)
     )  # nothing written by the refused run
 
-    skipped = summary_of(
-        lagless(*import_args(noida, topic, url, checkpoint), "--skip-lost-offsets")
+    # --skip-lost-offsets, in process: the refusal above is the CLI's.
+    skipped = run_import(
+        spec_for(kafka, topic, url, checkpoint, fail_on_data_loss=False), spark=spark
     )
 
-    assert skipped["skipped"] == 15  # counted once (the check before the run and the batch)
-    assert skipped["records"] == 5 + 20 + 20
+    assert skipped.skipped == 15  # counted once (the check before the run and the batch)
+    assert skipped.records == 5 + 20 + 20
     rows = stored(url, topic, ("partition", "offset"))
     expected = {(0, o) for o in [*range(10), *range(25, 30)]}
     expected |= {(p, o) for p in (1, 2) for o in range(30)}
