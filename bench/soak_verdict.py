@@ -6,6 +6,9 @@ restarts (a kill -9, an import that ended) is fitted per life of that process: a
 starts small and grows back, which fitted across the restart reads as growth that is not there,
 or hides growth that is. Each life has a warm-up of its own, and is judged when its samples
 after it span LIFE_FIT_S; a resource none of whose lives does is judged on its longest life.
+A life whose figure is present (sampled, above zero) in under half its samples after the warm-up
+(a process that comes and goes, as an import's short-lived children) is not judged, and the
+verdict says so.
 
 Latency: the plain topic's records, from produced to visible in the table. A fault's window runs
 from the fault's start until the import caught up with it: every record produced before the
@@ -79,6 +82,21 @@ class Life:
 
     number: int
     points: list[tuple[float, float]]
+    # The samples taken of the life after its warm-up, the figure in them or not (None: as
+    # many as its points).
+    samples: int | None = None
+
+    @property
+    def present(self) -> int:
+        """The samples the figure is in and above zero (a child process exiting has no resident
+        memory left)."""
+        return sum(1 for _, value in self.points if value)
+
+    @property
+    def sparse(self) -> bool:
+        """The figure is present in under half the life's samples (a process that comes and
+        goes, as an import's children): a line through a few points of it is no trend."""
+        return self.samples is not None and self.present * 2 < self.samples
 
     @property
     def span_s(self) -> float:
@@ -111,14 +129,20 @@ def lives(samples: Sequence[Mapping[str, float]], name: str, warm_s: float) -> l
     services = {key.removesuffix(suffix) for row in samples for key in row if key.endswith(suffix)}
     service = process_of(name, services)
     by_life: dict[int, list[tuple[float, float]]] = {}
+    taken: dict[int, list[float]] = {}  # each life's samples, the figure in them or not
     for row in samples:
+        if service and f"{service} {LIFE}" not in row:
+            continue  # the process was not running
+        number = int(row[f"{service} {LIFE}"]) if service else 1
+        taken.setdefault(number, []).append(row["at_s"])
         if name in row:
-            number = int(row.get(f"{service} {LIFE}", 1)) if service else 1
             by_life.setdefault(number, []).append((row["at_s"], row[name]))
     found = []
     for number, points in sorted(by_life.items()):
-        born = 0.0 if number == min(by_life) else points[0][0]
-        found.append(Life(number, [p for p in points if p[0] >= born + warm_s]))
+        born = 0.0 if number == min(taken) else taken[number][0]
+        kept = [p for p in points if p[0] >= born + warm_s]
+        after = sum(1 for at in taken[number] if born + warm_s <= at <= kept[-1][0]) if kept else 0
+        found.append(Life(number, kept, after))
     return found
 
 
@@ -142,15 +166,17 @@ def growth_checks(
         found = lives(samples, name, warm_s)
         parts, worst = [], -math.inf
         for life in judged_lives(found):
+            of_life = f" (life {life.number} of {len(found)})" if len(found) > 1 else ""
+            if life.sparse:
+                taken = f"{life.present} of {life.samples}"
+                parts.append(f"judged on too few samples ({taken}){of_life}, not judged")
+                continue
             rate = fit_growth(life.points)
             if rate is None:
                 continue
             worst = max(worst, rate)
             start, end = life.points[0][0] / 60, life.points[-1][0] / 60
-            where = f"over {start:.0f}-{end:.0f} min"
-            if len(found) > 1:
-                where += f" (life {life.number} of {len(found)})"
-            parts.append(f"{rate * 100:+.1f}% an hour {where}")
+            parts.append(f"{rate * 100:+.1f}% an hour over {start:.0f}-{end:.0f} min{of_life}")
         if parts:
             ok = worst <= GROWTH_PER_HOUR or not judge
             checks.append((f"{name}: {'; '.join(parts)}", ok, "growth"))

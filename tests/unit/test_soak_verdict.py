@@ -182,3 +182,28 @@ def test_visibility_counts_a_wait_in_its_fault_or_else_in_its_window() -> None:
     assert fault.recovered == 2030.0 and fault.worst_s == 30.0
     assert {w: h.count for w, h in seen.windows.items()} == {0: 2, 1: 1}
     assert seen.latencies(1500.0, 2100.0) == [2.0, 1.0, 30.0, 15.0, 11.0, 1.0]
+
+
+def test_a_figure_in_few_of_its_lifes_samples_is_not_judged_and_said_so() -> None:
+    """Children that came and went in 3 of a life's 60 samples after its warm-up: a line
+    through them read as +305% an hour; a dense series beside them is judged still."""
+    rows = samples((0, 90, 200, 80))
+    for row, mib in zip(rows[20::25], (1.0, 30.0, 60.0), strict=False):
+        row["plain children MiB"] = mib
+    checks = {c[0].split(":")[0]: c for c in growth_checks(rows, 15 * MIN)}
+    what, ok, kind = checks["plain children MiB"]
+    assert ok and kind == "growth"
+    assert what == "plain children MiB: judged on too few samples (3 of 56), not judged"
+    what, ok, _ = checks["plain python MiB"]
+    assert not ok and "an hour over 15-89 min" in what
+
+
+def test_a_figure_in_half_its_lifes_samples_is_judged() -> None:
+    rows = samples((0, 90, 200, 80))
+    for row in rows[15::2]:
+        row["plain children MiB"] = 10.0 + row["at_s"] / 60
+    (check,) = [c for c in growth_checks(rows, 15 * MIN) if c[0].startswith("plain children")]
+    what, ok, _ = check
+    assert not ok and "% an hour over" in what, what
+    found = lives(rows, "plain children MiB", 15 * MIN)
+    assert [(len(life.points), life.samples, life.sparse) for life in found] == [(38, 75, False)]
