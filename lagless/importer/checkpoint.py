@@ -8,7 +8,7 @@ covers, so lagless reads it rather than keeping a second bookkeeping of its own.
 Those offsets mean something only for the topics, store and table they were read into: lagless
 keeps that in `lagless.json` beside Spark's files (a Fit), and refuses any other use of the
 checkpoint, which would otherwise resume "where it stopped" in another topic or table. What the
-committed batches read (`committed_ranges`) the table must still hold: importer/job.py refuses
+committed batches read (`committed_ranges`) the table must still hold: importer/resume.py refuses
 a table that lost it (sinks/ledger.py's `lacking`).
 """
 

@@ -133,9 +133,14 @@ def read_ledgers(
     mirrored = [each for each in destinations if each.stopped is None]
     checkpoint = plan.spec.checkpoint
     replayed = a_batch_the_tables_lack(checkpoint, mirrored, lost)
+    # What the checkpoint's committed batches read, the batch read again left out: read once,
+    # held against every table.
+    committed = {
+        tp: r for tp, r in committed_ranges(checkpoint, before=replayed).items() if tp not in lost
+    }
     for each in mirrored:
         refuse_a_recreated_topic(plan, each, low, high)
-        refuse_a_table_behind(checkpoint, each, lost, replayed)
+        refuse_a_table_behind(checkpoint, each, committed)
     replay(checkpoint, replayed)
 
 
@@ -191,23 +196,18 @@ def refuse_a_recreated_topic(
 
 
 def refuse_a_table_behind(
-    checkpoint: str,
-    destination: Destination,
-    lost: set[tuple[str, int]],
-    replayed: int | None = None,
+    checkpoint: str, destination: Destination, committed: dict[tuple[str, int], tuple[int, int]]
 ) -> None:
     """BadInput, before anything is written, when a table no longer holds what the
     checkpoint's committed batches read of its topics (it was deleted, emptied or rolled back
     since): the query would resume past the gap and leave it unfilled, with nothing said.
-    Partitions whose checkpoint offsets the log lost (`lost`: a recreated topic, read again
-    from its start under --skip-lost-offsets) are another log's: not compared. A batch to be
-    read again (`replayed`, a_batch_the_tables_lack) is not asked of the table."""
-    committed = {
-        tp: r
-        for tp, r in committed_ranges(checkpoint, before=replayed).items()
-        if tp not in lost and tp[0] in destination.topics
-    }
-    gap = lacking(destination.held, committed)
+    `committed`: what the committed batches read (read_ledgers), without the partitions whose
+    checkpoint offsets the log lost (a recreated topic, read again from its start under
+    --skip-lost-offsets: another log's) and without a batch to be read again
+    (a_batch_the_tables_lack)."""
+    gap = lacking(
+        destination.held, {tp: r for tp, r in committed.items() if tp[0] in destination.topics}
+    )
     if gap is None:
         return
     topic, partition = gap.tp
